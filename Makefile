@@ -1,0 +1,40 @@
+# kvselect: a KV-cache-aware worker selector for LLM inference.
+# `make` alone lists the targets.
+
+GO      ?= go
+PKGS    := ./...
+FUZZTIME ?= 30s
+BENCHTIME ?= 1s
+
+.PHONY: help run test bench fuzz lint profile
+
+help: ## list the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+run: ## run the selector (with built-in simulated workers once the demo exists)
+	$(GO) run ./cmd/kvselect serve
+
+test: ## gofmt check, go vet, and every test under the race detector
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 -tags invariants $(PKGS)
+
+bench: ## Go micro-benchmarks of the hot paths (-benchmem)
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+fuzz: ## run every fuzz target for FUZZTIME each
+	@for pkg in $$($(GO) list $(PKGS)); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+lint: ## gofmt, go vet and the import-direction rules only
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet $(PKGS)
+	$(GO) test -count=1 -run 'TestImportDirection' ./cmd/kvselect
+
+profile: ## CPU/heap/mutex/block profiles of the hot-path benchmarks into ./profiles
+	mkdir -p profiles
+	$(GO) test -run '^$$' -bench 'Match|Apply' -benchmem -cpuprofile profiles/radix.cpu.pprof -memprofile profiles/radix.mem.pprof -o profiles/radix.test ./radix

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/kvselect/kvselect"
+
+// allowedInRepo is the import-direction table of DESIGN.md: which in-repo
+// packages each package's non-test files may import. cmd/kvselect may import
+// everything.
+var allowedInRepo = map[string][]string{
+	"radix":   {},
+	"sched":   {"radix"},
+	"core":    {"radix", "sched"},
+	"zmqin":   {"core", "radix"},
+	"httpapi": {"core", "perf"},
+	"perf":    {},
+	"bench":   {"radix", "zmqin", "perf"},
+}
+
+// externalOnly names third-party import prefixes that only some packages may use.
+var externalOnly = []struct {
+	prefix string
+	owners []string
+}{
+	{"github.com/go-zeromq/", []string{"zmqin"}},
+	{"github.com/pebbe/zmq4", []string{"zmqin"}},
+	{"github.com/valyala/fasthttp", []string{"httpapi", "perf", "bench"}},
+	{"flag", []string{"cmd/kvselect"}},
+}
+
+// TestImportDirection enforces DESIGN.md's import rules on every non-test Go
+// file of the repository, so a wrong arrow fails CI.
+func TestImportDirection(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			name := d.Name()
+			if path != root && (strings.HasPrefix(name, ".") || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		pkg := filepath.ToSlash(rel)
+		checkFile(t, path, pkg)
+		checked++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked == 0 {
+		t.Fatal("no Go files found: the walk is broken")
+	}
+}
+
+// reporter is the part of testing.T the checker uses, so a test can count
+// the violations it reports.
+type reporter interface {
+	Helper()
+	Errorf(format string, args ...any)
+	Fatal(args ...any)
+}
+
+// recorder counts Errorf calls instead of failing the test.
+type recorder struct {
+	*testing.T
+	n    int
+	msgs []string
+}
+
+func (r *recorder) Errorf(format string, args ...any) {
+	r.n++
+	r.msgs = append(r.msgs, fmt.Sprintf(format, args...))
+}
+
+func checkFile(t reporter, path, pkg string) {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly|parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := strings.SplitN(pkg, "/", 2)[0]
+	for _, imp := range f.Imports {
+		p, _ := strconv.Unquote(imp.Path.Value)
+		if pkg != "cmd/kvselect" {
+			if dep, ok := strings.CutPrefix(p, module+"/"); ok {
+				depTop := strings.SplitN(dep, "/", 2)[0]
+				allowed, known := allowedInRepo[top]
+				if !known {
+					t.Errorf("%s: package %q is not in DESIGN.md's table", path, top)
+				} else if depTop != top && !slices.Contains(allowed, depTop) {
+					t.Errorf("%s: %s may not import %s (DESIGN.md)", path, top, dep)
+				}
+			}
+		}
+		for _, rule := range externalOnly {
+			if p == rule.prefix || strings.HasPrefix(p, rule.prefix) {
+				if !slices.Contains(rule.owners, top) && !slices.Contains(rule.owners, pkg) {
+					t.Errorf("%s: only %v may import %s", path, rule.owners, p)
+				}
+			}
+		}
+	}
+	if pkg != "cmd/kvselect" {
+		checkNoEnv(t, path)
+	}
+}
+
+// checkNoEnv rejects os.Getenv, os.LookupEnv and os.Environ outside cmd.
+func checkNoEnv(t reporter, path string) {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		sel, ok := n.(*ast.SelectorExpr)
+		if !ok {
+			return true
+		}
+		if id, ok := sel.X.(*ast.Ident); ok && id.Name == "os" {
+			switch sel.Sel.Name {
+			case "Getenv", "LookupEnv", "Environ":
+				t.Errorf("%s: only cmd/kvselect reads the environment (os.%s)", path, sel.Sel.Name)
+			}
+		}
+		return true
+	})
+}
+
+// TestImportRulesCatchViolations proves the checker can fail: a synthetic file
+// that breaks each rule must be reported.
+func TestImportRulesCatchViolations(t *testing.T) {
+	dir := t.TempDir()
+	src := `package radix
+import (
+	"flag"
+	"os"
+	"github.com/kvselect/kvselect/core"
+	"github.com/valyala/fasthttp"
+)
+var _ = flag.Parse
+var _ = os.Getenv("X")
+var _ = core.X
+var _ = fasthttp.X
+`
+	path := filepath.Join(dir, "bad.go")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{T: t}
+	checkFile(rec, path, "radix")
+	if rec.n != 4 {
+		t.Fatalf("want 4 violations (in-repo, fasthttp, flag, Getenv), got %d: %v", rec.n, rec.msgs)
+	}
+}

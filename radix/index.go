@@ -1,0 +1,291 @@
+package radix
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// Config configures an Index.
+type Config struct {
+	// Shards is the number of independent trees workers are spread over, by
+	// worker id (all ranks of a worker share a shard). Each shard has its
+	// own writer lock, so writers of different shards never contend; a
+	// match walks every shard. 0 picks DefaultShards().
+	Shards int
+}
+
+// DefaultShards is the shard count used when Config.Shards is 0.
+//
+// Measured (BenchmarkMixed*, 2 cores, see radix/README.md): matches cost one
+// tree walk per shard, while the writer lock is uncontended with one writer
+// goroutine per shard. One shard per two procs, at least one, balances the
+// two.
+func DefaultShards() int { return max(1, runtime.GOMAXPROCS(0)/2) }
+
+// ErrConfig marks an invalid Config.
+var ErrConfig = errors.New("radix: invalid config")
+
+// Validate reports a Config that cannot work.
+func (c Config) Validate() error {
+	if c.Shards < 0 || c.Shards > 1024 {
+		return fmt.Errorf("%w: shards %d outside [0, 1024]", ErrConfig, c.Shards)
+	}
+	return nil
+}
+
+// Index is the concurrent KV prefix index of one partition (one block size):
+// a device-tier tree plus lower tiers, sharded by worker.
+//
+// Apply and ApplyBatch may be called from any number of goroutines; events of
+// one worker must come from one goroutine at a time, in order (the host's
+// sticky writer does that). Match, PrefixHashes, Dump and Stats never wait
+// for writers.
+type Index struct {
+	shards []*shard
+}
+
+type shard struct {
+	mu    sync.Mutex // serialises writers; readers never take it
+	tree  *Tree
+	lower [numTiers]*lowerTier // index TierDevice unused
+	// held counts the blocks of each worker rank over all tiers; a rank with
+	// a count is a "worker" in Stats. Guarded by mu.
+	held  map[WorkerKey]int64
+	stats counters
+}
+
+// counters are written under the shard lock and read by Stats without it.
+type counters struct {
+	blocks  [numTiers]atomic.Int64
+	workers atomic.Int64
+	applied atomic.Uint64
+	dropped [numDropReasons]atomic.Uint64
+}
+
+// New returns an empty index.
+func New(cfg Config) (*Index, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	n := cfg.Shards
+	if n == 0 {
+		n = DefaultShards()
+	}
+	ix := &Index{shards: make([]*shard, n)}
+	for i := range ix.shards {
+		s := &shard{tree: NewTree(), held: make(map[WorkerKey]int64)}
+		for t := TierHostPinned; t < numTiers; t++ {
+			s.lower[t] = newLowerTier()
+		}
+		ix.shards[i] = s
+	}
+	return ix, nil
+}
+
+func (ix *Index) shardFor(worker uint64) *shard {
+	if len(ix.shards) == 1 {
+		return ix.shards[0]
+	}
+	// Fibonacci hashing spreads sequential worker ids.
+	return ix.shards[(worker*0x9E3779B97F4A7C15)>>32%uint64(len(ix.shards))]
+}
+
+// Apply applies one event. It reports whether the event took effect as a
+// whole; partial effects and drops are counted in Stats.
+func (ix *Index) Apply(ev *Event) bool {
+	s := ix.shardFor(ev.Worker.WorkerID)
+	s.mu.Lock()
+	ok := s.applyLocked(ev)
+	s.mu.Unlock()
+	return ok
+}
+
+// ApplyBatch applies events in order, taking each shard's lock once per run
+// of consecutive events for that shard.
+func (ix *Index) ApplyBatch(evs []Event) {
+	for i := 0; i < len(evs); {
+		s := ix.shardFor(evs[i].Worker.WorkerID)
+		s.mu.Lock()
+		for ; i < len(evs) && ix.shardFor(evs[i].Worker.WorkerID) == s; i++ {
+			s.applyLocked(&evs[i])
+		}
+		s.mu.Unlock()
+	}
+}
+
+// RemoveWorker drops every rank of a worker in every tier.
+func (ix *Index) RemoveWorker(workerID uint64) {
+	s := ix.shardFor(workerID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ranks []WorkerKey
+	for w := range s.held {
+		if w.WorkerID == workerID {
+			ranks = append(ranks, w)
+		}
+	}
+	for _, w := range ranks {
+		s.clearLocked(w)
+	}
+}
+
+func (s *shard) drop(r DropReason) { s.stats.dropped[r].Add(1) }
+
+func (s *shard) applyLocked(ev *Event) bool {
+	if ev.Tier >= numTiers {
+		s.drop(DropUnknownKind)
+		return false
+	}
+	ok := true
+	switch ev.Kind {
+	case Stored:
+		if ev.Tier == TierDevice {
+			_, reason, dropped := s.tree.Store(ev)
+			if dropped {
+				s.drop(reason)
+				if reason != DropHashConflict {
+					return false // dropped whole
+				}
+				ok = false // applied up to the conflict
+			}
+		} else {
+			if hasDuplicates(ev) {
+				s.drop(DropInvalidSequence)
+				return false
+			}
+			s.lower[ev.Tier].store(ev)
+		}
+	case Removed:
+		for _, h := range ev.Hashes {
+			var held bool
+			if ev.Tier == TierDevice {
+				held = s.tree.Remove(ev.Worker, h)
+			} else {
+				held = s.lower[ev.Tier].remove(ev.Worker, h)
+			}
+			if !held {
+				s.drop(DropUnknownBlock)
+			}
+		}
+	case Cleared:
+		s.clearLocked(ev.Worker)
+	default:
+		s.drop(DropUnknownKind)
+		return false
+	}
+	s.stats.applied.Add(1)
+	s.refreshLocked(ev.Worker)
+	return ok
+}
+
+func (s *shard) clearLocked(w WorkerKey) {
+	s.tree.Clear(w)
+	for t := TierHostPinned; t < numTiers; t++ {
+		s.lower[t].clear(w)
+	}
+	s.refreshLocked(w)
+}
+
+// refreshLocked recomputes w's held count and the exported gauges.
+func (s *shard) refreshLocked(w WorkerKey) {
+	var n int64
+	if wb := s.tree.workers[w]; wb != nil {
+		n += int64(len(wb.lookup))
+	}
+	s.stats.blocks[TierDevice].Store(s.tree.blocks)
+	for t := TierHostPinned; t < numTiers; t++ {
+		n += int64(len(s.lower[t].byWorker[w]))
+		s.stats.blocks[t].Store(s.lower[t].blocks)
+	}
+	if n == 0 {
+		delete(s.held, w)
+	} else {
+		s.held[w] = n
+	}
+	s.stats.workers.Store(int64(len(s.held)))
+}
+
+// Match fills r with every worker rank holding a prefix of the request whose
+// local block hashes are q: device depth, then host, disk and external
+// extensions (spec 9.6). r is reset first; with a warmed-up r, Match does
+// not allocate. Matches are in no particular order.
+func (ix *Index) Match(q []uint64, r *Result) {
+	r.Reset()
+	if len(q) == 0 {
+		return
+	}
+	for _, s := range ix.shards {
+		s.tree.match(q, r)
+	}
+	for t := TierHostPinned; t < numTiers; t++ {
+		for _, s := range ix.shards {
+			s.lower[t].extend(q, r, t)
+		}
+	}
+}
+
+// PrefixHashes appends to dst w's external hashes of the first (at most
+// limit) device blocks of q that w holds; entry i is request block i.
+func (ix *Index) PrefixHashes(dst []uint64, w WorkerKey, q []uint64, limit int) []uint64 {
+	return ix.shardFor(w.WorkerID).tree.PrefixHashes(dst, w, q, limit)
+}
+
+// Dump returns the index as Stored events that rebuild it when applied in
+// order to an empty index: the device tree breadth first (parents before
+// children), then each lower tier one block per event. EventID counts from
+// 0. The snapshot is weakly consistent under concurrent writes.
+func (ix *Index) Dump() []Event {
+	var out []Event
+	emit := func(ev *Event) {
+		c := *ev
+		c.Blocks = append([]Block(nil), ev.Blocks...)
+		c.EventID = uint64(len(out))
+		out = append(out, c)
+	}
+	for _, s := range ix.shards {
+		s.tree.dump(emit)
+	}
+	for t := TierHostPinned; t < numTiers; t++ {
+		for _, s := range ix.shards {
+			s.lower[t].dump(t, emit)
+		}
+	}
+	return out
+}
+
+// Stats is a cheap snapshot of the index's size and event counters.
+type Stats struct {
+	// Blocks counts (worker rank, block) pairs per tier.
+	Blocks [numTiers]int64
+	// Workers counts worker ranks holding at least one block.
+	Workers int64
+	// EventsApplied counts events that were processed (possibly with
+	// per-hash drops); Dropped counts drops by reason.
+	EventsApplied uint64
+	Dropped       [numDropReasons]uint64
+}
+
+// NumTiers and NumDropReasons size the arrays of Stats.
+const (
+	NumTiers       = int(numTiers)
+	NumDropReasons = int(numDropReasons)
+)
+
+// Stats sums the shards' counters. It takes no lock.
+func (ix *Index) Stats() Stats {
+	var st Stats
+	for _, s := range ix.shards {
+		for t := range st.Blocks {
+			st.Blocks[t] += s.stats.blocks[t].Load()
+		}
+		st.Workers += s.stats.workers.Load()
+		st.EventsApplied += s.stats.applied.Load()
+		for r := range st.Dropped {
+			st.Dropped[r] += s.stats.dropped[r].Load()
+		}
+	}
+	return st
+}

@@ -1,0 +1,454 @@
+package radix
+
+import (
+	"slices"
+)
+
+// ref locates one block a worker covers: offset off of node n. Entries made
+// before a split may point past the end of n's edge; resolve follows
+// node.moved to the block's current home.
+type ref struct {
+	n   *node
+	off uint32
+}
+
+// workerBlocks is the writer-side reverse lookup of one worker rank: its
+// external block hash to the block's place in the tree.
+//
+// Invariant: lookup[e] resolves to (n, off) exactly when n's owner entry for
+// this worker has ext[off] == e. So a worker's block count is len(lookup).
+type workerBlocks struct {
+	lookup map[uint64]ref
+}
+
+// Tree is the device-tier compressed radix tree of one partition (or of one
+// shard of it). Every mutating method must be called by one goroutine at a
+// time (Index holds the shard's writer lock); Match, PrefixHashes and Dump
+// may run concurrently with them and never block.
+type Tree struct {
+	root    node
+	workers map[WorkerKey]*workerBlocks
+	blocks  int64 // sum of len(lookup) over workers; writer-only
+}
+
+// NewTree returns an empty tree.
+func NewTree() *Tree {
+	t := &Tree{workers: make(map[WorkerKey]*workerBlocks)}
+	t.root.state.Store(&nodeState{})
+	return t
+}
+
+// Blocks returns the number of (worker rank, block) pairs the tree holds.
+// Writer-only.
+func (t *Tree) Blocks() int64 { return t.blocks }
+
+// Workers returns the number of worker ranks holding at least one block.
+// Writer-only.
+func (t *Tree) Workers() int { return len(t.workers) }
+
+// resolve returns the current node and offset of r, following splits, and
+// stores the repaired entry back when it moved.
+func (t *Tree) resolve(wb *workerBlocks, e uint64, r ref) ref {
+	moved := false
+	for {
+		st := r.n.state.Load()
+		if int(r.off) < len(st.edge) || r.n.moved == nil {
+			break
+		}
+		r.off -= uint32(len(st.edge))
+		r.n = r.n.moved
+		moved = true
+	}
+	if moved {
+		wb.lookup[e] = r
+	}
+	return r
+}
+
+// DropReason says why an event, or part of one, was not applied.
+type DropReason uint8
+
+const (
+	// DropParentNotFound: a Stored event whose parent hash is not held by
+	// that worker rank (or a root-less store with a start position > 0). The
+	// whole event is dropped.
+	DropParentNotFound DropReason = iota
+	// DropInvalidSequence: a Stored event that repeats one of its own hashes
+	// or its parent's. The whole event is a no-op.
+	DropInvalidSequence
+	// DropHashConflict: a Stored block whose external hash the worker
+	// already holds at another position. The store stops before it.
+	DropHashConflict
+	// DropUnknownBlock: a Removed hash the worker does not hold (counted per
+	// hash; the rest of the event is applied).
+	DropUnknownBlock
+	// DropUnknownKind: an event of no known kind or tier.
+	DropUnknownKind
+	numDropReasons
+)
+
+var dropNames = [numDropReasons]string{"parent_not_found", "invalid_block_sequence", "hash_conflict", "block_not_found", "unknown_event"}
+
+// String returns the reason's metric label.
+func (r DropReason) String() string { return dropNames[r] }
+
+// hasDuplicates reports whether a store names one external hash twice, or
+// names its own parent.
+func hasDuplicates(ev *Event) bool {
+	n := len(ev.Blocks)
+	if n <= 16 {
+		for i := range n {
+			h := ev.Blocks[i].Hash
+			if ev.HasParent && h == ev.ParentHash {
+				return true
+			}
+			for j := i + 1; j < n; j++ {
+				if ev.Blocks[j].Hash == h {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	seen := make(map[uint64]struct{}, n+1)
+	if ev.HasParent {
+		seen[ev.ParentHash] = struct{}{}
+	}
+	for _, b := range ev.Blocks {
+		if _, dup := seen[b.Hash]; dup {
+			return true
+		}
+		seen[b.Hash] = struct{}{}
+	}
+	return false
+}
+
+// Store applies a Stored event of the device tier. It returns the number of
+// blocks that took effect and, when some did not, why.
+func (t *Tree) Store(ev *Event) (applied int, reason DropReason, dropped bool) {
+	w := ev.Worker
+	if len(ev.Blocks) == 0 {
+		return 0, 0, false
+	}
+	if hasDuplicates(ev) {
+		return 0, DropInvalidSequence, true
+	}
+	wb := t.workers[w]
+	n, o := &t.root, 0
+	if ev.HasParent {
+		if wb == nil {
+			return 0, DropParentNotFound, true
+		}
+		r, ok := wb.lookup[ev.ParentHash]
+		if !ok {
+			return 0, DropParentNotFound, true
+		}
+		r = t.resolve(wb, ev.ParentHash, r)
+		n, o = r.n, int(r.off)+1
+	} else if ev.HasStartPosition && ev.StartPosition > 0 {
+		// A block at depth > 0 with no parent cannot be placed in a prefix
+		// tree (only Dynamo's positional indexer accepts it).
+		return 0, DropParentNotFound, true
+	}
+	if wb == nil {
+		wb = &workerBlocks{lookup: make(map[uint64]ref)}
+		t.workers[w] = wb
+	}
+
+	blocks := ev.Blocks
+	for len(blocks) > 0 {
+		st := n.state.Load()
+		if o < len(st.edge) {
+			// Consume the run of blocks that follow this edge.
+			r := 0
+			for r < len(blocks) && o+r < len(st.edge) && st.edge[o+r] == blocks[r].Local {
+				r++
+			}
+			if r > 0 {
+				took, conflict := t.cover(wb, w, n, st, o, blocks[:r])
+				applied += took
+				if conflict {
+					return applied, DropHashConflict, true
+				}
+				blocks, o = blocks[r:], o+r
+				continue
+			}
+			// Divergence inside the edge: split so that o is the end of n.
+			t.split(n, o)
+			st = n.state.Load()
+		}
+		// o == len(edge): continue in a child, extend a leaf, or add a child.
+		if c := st.children.get(blocks[0].Local); c != nil {
+			n, o = c, 0
+			continue
+		}
+		if n != &t.root && st.children.len() == 0 && st.cov(w) == len(st.edge) {
+			took, conflict := t.extend(wb, w, n, st, blocks)
+			return applied + took, DropHashConflict, conflict
+		}
+		took, conflict := t.addChild(wb, w, n, st, blocks)
+		return applied + took, DropHashConflict, conflict
+	}
+	return applied, 0, false
+}
+
+// conflictAt returns how many leading blocks can be placed at consecutive
+// offsets from (n, o) without rebinding an external hash the worker already
+// holds elsewhere.
+func (t *Tree) conflictAt(wb *workerBlocks, n *node, o int, blocks []Block) int {
+	for i, b := range blocks {
+		if r, ok := wb.lookup[b.Hash]; ok {
+			r = t.resolve(wb, b.Hash, r)
+			if r.n != n || int(r.off) != o+i {
+				return i
+			}
+		}
+	}
+	return len(blocks)
+}
+
+// cover makes w cover blocks at offsets o.. of n, whose local hashes already
+// equal edge[o:o+len(blocks)]. Precondition: w covers edge[:o]. It returns
+// how many blocks it placed and whether it stopped at a hash conflict.
+func (t *Tree) cover(wb *workerBlocks, w WorkerKey, n *node, st *nodeState, o int, blocks []Block) (int, bool) {
+	placed := t.conflictAt(wb, n, o, blocks)
+	conflict := placed < len(blocks)
+	blocks = blocks[:placed]
+	var old []uint64
+	if i, found := st.find(w); found {
+		old = st.owners[i].ext
+	}
+	end := o + len(blocks)
+	same := len(old) >= end
+	for j := 0; same && j < len(blocks); j++ {
+		same = old[o+j] == blocks[j].Hash
+	}
+	if same {
+		return placed, conflict
+	}
+	ext := make([]uint64, max(len(old), end))
+	copy(ext, old)
+	for j, b := range blocks {
+		pos := o + j
+		if pos < len(old) {
+			if old[pos] == b.Hash {
+				continue
+			}
+			delete(wb.lookup, old[pos]) // rebind this position to the new hash
+			t.blocks--
+		}
+		ext[pos] = b.Hash
+		wb.lookup[b.Hash] = ref{n, uint32(pos)}
+		t.blocks++
+	}
+	n.state.Store(st.withOwner(w, ext))
+	return placed, conflict
+}
+
+// withOwner returns a copy of st with w's ext set (inserted if absent, removed if nil).
+func (st *nodeState) withOwner(w WorkerKey, ext []uint64) *nodeState {
+	ns := &nodeState{edge: st.edge, children: st.children}
+	i, found := st.find(w)
+	switch {
+	case ext == nil && found:
+		ns.owners = slices.Concat(st.owners[:i], st.owners[i+1:])
+	case ext == nil:
+		ns.owners = st.owners
+	case found:
+		ns.owners = slices.Clone(st.owners)
+		ns.owners[i].ext = ext
+	default:
+		ns.owners = make([]owner, 0, len(st.owners)+1)
+		ns.owners = append(append(append(ns.owners, st.owners[:i]...), owner{w, ext}), st.owners[i:]...)
+	}
+	return ns
+}
+
+// split cuts n's edge at offset k (0 < k < len(edge)): n keeps edge[:k] and a
+// new child takes edge[k:], its owners' coverage beyond k and n's children.
+// Lookup entries pointing at offsets >= k of n are repaired lazily through
+// n.moved (see resolve); the child is fully built before n's new state is
+// published, so a reader sees either the old or the new shape.
+func (t *Tree) split(n *node, k int) {
+	st := n.state.Load()
+	m := &node{parent: n, moved: n.moved}
+	ms := &nodeState{edge: st.edge[k:], children: st.children}
+	ns := &nodeState{edge: st.edge[:k:k], owners: make([]owner, 0, len(st.owners))}
+	for _, o := range st.owners {
+		if len(o.ext) > k {
+			ms.owners = append(ms.owners, owner{o.key, o.ext[k:]})
+		}
+		c := min(len(o.ext), k)
+		ns.owners = append(ns.owners, owner{o.key, o.ext[:c:c]})
+	}
+	st.children.each(func(_ uint64, c *node) { c.parent = m })
+	m.state.Store(ms)
+	ns.children = children{}.with(st.edge[k], m)
+	n.moved = m
+	n.state.Store(ns)
+}
+
+// extend appends blocks to the edge of leaf n, which w covers fully. Other
+// owners keep their coverage, which becomes a cutoff.
+func (t *Tree) extend(wb *workerBlocks, w WorkerKey, n *node, st *nodeState, blocks []Block) (int, bool) {
+	base := len(st.edge)
+	placed := t.conflictAt(wb, n, base, blocks)
+	if placed == 0 {
+		return 0, true
+	}
+	edge := st.edge
+	i, _ := st.find(w)
+	ext := st.owners[i].ext
+	for j, b := range blocks[:placed] {
+		// Appending in place is safe: readers of older states never look past
+		// their own len, and every truncation capped the capacity.
+		edge = append(edge, b.Local)
+		ext = append(ext, b.Hash)
+		wb.lookup[b.Hash] = ref{n, uint32(base + j)}
+	}
+	t.blocks += int64(placed)
+	ns := st.withOwner(w, ext)
+	ns.edge = edge
+	n.state.Store(ns)
+	return placed, placed < len(blocks)
+}
+
+// addChild hangs blocks under n as one new compressed node owned by w.
+// Precondition: n is the root or w covers n fully.
+func (t *Tree) addChild(wb *workerBlocks, w WorkerKey, n *node, st *nodeState, blocks []Block) (int, bool) {
+	c := &node{parent: n}
+	placed := t.conflictAt(wb, c, 0, blocks)
+	if placed == 0 {
+		return 0, true
+	}
+	edge := make([]uint64, placed)
+	ext := make([]uint64, placed)
+	for j, b := range blocks[:placed] {
+		edge[j], ext[j] = b.Local, b.Hash
+		wb.lookup[b.Hash] = ref{c, uint32(j)}
+	}
+	t.blocks += int64(placed)
+	c.state.Store(&nodeState{edge: edge, owners: []owner{{w, ext}}})
+	ch := st.children.with(edge[0], c)
+	if ch.big == nil || st.children.big == nil {
+		n.state.Store(&nodeState{edge: st.edge, owners: st.owners, children: ch})
+	}
+	return placed, placed < len(blocks)
+}
+
+// Remove drops the block with external hash h from w, and with it every
+// block w holds below it. It reports whether w held h.
+func (t *Tree) Remove(w WorkerKey, h uint64) bool {
+	wb := t.workers[w]
+	if wb == nil {
+		return false
+	}
+	r, ok := wb.lookup[h]
+	if !ok {
+		return false
+	}
+	r = t.resolve(wb, h, r)
+	t.cut(wb, w, r.n, int(r.off))
+	if len(wb.lookup) == 0 {
+		delete(t.workers, w)
+	}
+	return true
+}
+
+// Clear drops every block of w.
+func (t *Tree) Clear(w WorkerKey) {
+	wb := t.workers[w]
+	if wb == nil {
+		return
+	}
+	nodes := make([]*node, 0, 16)
+	seen := make(map[*node]struct{})
+	for h, r := range wb.lookup {
+		r = t.resolve(wb, h, r)
+		if _, dup := seen[r.n]; !dup {
+			seen[r.n] = struct{}{}
+			nodes = append(nodes, r.n)
+		}
+	}
+	for _, n := range nodes {
+		t.cut(wb, w, n, 0) // a no-op for nodes already cut below an ancestor
+	}
+	if len(wb.lookup) != 0 {
+		panic("BUG: radix: Clear left lookup entries behind")
+	}
+	delete(t.workers, w)
+}
+
+// cut makes w cover only edge[:k] of n (nothing when k == 0) and drops w
+// from n's subtree.
+func (t *Tree) cut(wb *workerBlocks, w WorkerKey, n *node, k int) {
+	st := n.state.Load()
+	i, found := st.find(w)
+	if !found {
+		return
+	}
+	ext := st.owners[i].ext
+	if k >= len(ext) {
+		return
+	}
+	if len(ext) == len(st.edge) {
+		// Only a full owner can own children.
+		st.children.each(func(_ uint64, c *node) { t.cut(wb, w, c, 0) })
+		st = n.state.Load() // children may have been unlinked
+	}
+	for _, e := range ext[k:] {
+		delete(wb.lookup, e)
+	}
+	t.blocks -= int64(len(ext) - k)
+	var kept []uint64
+	if k > 0 {
+		kept = ext[:k:k]
+	}
+	t.publish(n, st.withOwner(w, kept))
+}
+
+// publish stores ns as n's state after an owner left or shrank, keeping the
+// tree trim: a node nobody covers is unlinked, and an edge tail nobody
+// covers is cut off (a node nobody covers fully has no owned children, so
+// its children go too).
+func (t *Tree) publish(n *node, ns *nodeState) {
+	if n == &t.root {
+		n.state.Store(ns)
+		return
+	}
+	if len(ns.owners) == 0 {
+		t.unlink(n)
+		n.state.Store(ns)
+		return
+	}
+	maxCov := 0
+	for _, o := range ns.owners {
+		maxCov = max(maxCov, len(o.ext))
+	}
+	if maxCov < len(ns.edge) {
+		ns.edge = ns.edge[:maxCov:maxCov]
+		ns.children = children{}
+		n.moved = nil
+	}
+	n.state.Store(ns)
+}
+
+// unlink removes n from its parent's children.
+func (t *Tree) unlink(n *node) {
+	p := n.parent
+	if p == nil {
+		return
+	}
+	key := n.state.Load().edge[0]
+	pst := p.state.Load()
+	if pst.children.get(key) != n {
+		return // already replaced (the parent's tail was cut)
+	}
+	ch := pst.children.without(key)
+	if ch.big == nil {
+		p.state.Store(&nodeState{edge: pst.edge, owners: pst.owners, children: ch})
+	}
+	if p.moved == n {
+		p.moved = nil
+	}
+}

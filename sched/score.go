@@ -85,11 +85,7 @@ type Candidate struct {
 // is 1.0 here whatever the overlap credit is.
 func CachedTokens(p *Params, bs int64, c *Candidate) int64 {
 	blocks := float64(c.DeviceBlocks) + p.HostCacheHitWeight*float64(c.HostBlocks) + p.DiskCacheHitWeight*float64(c.DiskBlocks)
-	v := math.Round(blocks * float64(bs))
-	if !(v > 0) {
-		return 0
-	}
-	return int64(v)
+	return roundCached(blocks * float64(bs))
 }
 
 // EffectivePrefillTokens is the cache-credit formula isl − min(cached, isl)
@@ -135,39 +131,52 @@ func Score(p *Params, req *Request, cands []Candidate, out []float64) {
 	}
 	decodeVariant := req.WorkerType == WorkerDecode && !track && p.OverlapScoreCredit > 0
 
+	// The weights are copied into locals: out[i] could alias *p as far as
+	// the compiler knows, which would force a reload of every weight after
+	// each store.
+	credit0, decayK, scale := p.OverlapScoreCredit, p.OverlapScoreCreditDecay, p.PrefillLoadScale
+	hostW, diskW, sharedW, reqW := p.HostCacheHitWeight, p.DiskCacheHitWeight, p.SharedCacheMultiplier, p.DecodeActiveRequestWeight
+	islBlocks := float64(isl) / bs
 	for i := range cands {
 		c := &cands[i]
+		dev, host, disk := float64(c.DeviceBlocks), float64(c.HostBlocks), float64(c.DiskBlocks)
 		var raw float64
 		if track {
 			if c.HasLoad {
-				cw := CachedTokens(p, req.BlockSize, c)
+				cw := roundCached((dev + hostW*host + diskW*disk) * bs)
 				raw = float64(c.ActivePrefillTokens+(isl-min(cw, isl))+cw) / bs
 			} else {
-				raw = float64(isl) / bs
+				raw = islBlocks
 			}
 		}
 		decay := 1.0
 		if decayOn {
-			decay = bsRb / (bsRb + p.OverlapScoreCreditDecay*float64(activePrefill(c)-minAp))
+			decay = bsRb / (bsRb + decayK*float64(activePrefill(c)-minAp))
 		}
-		credit := p.OverlapScoreCredit*decay*float64(c.DeviceBlocks) +
-			p.HostCacheHitWeight*float64(c.HostBlocks) +
-			p.DiskCacheHitWeight*float64(c.DiskBlocks) +
-			p.SharedCacheMultiplier*float64(c.SharedBeyondDeviceBlocks)
+		credit := credit0*decay*dev + hostW*host + diskW*disk + sharedW*float64(c.SharedBeyondDeviceBlocks)
 		decode := float64(c.ActiveBlocks + c.NewBlocks)
-		active := p.DecodeActiveRequestWeight * float64(c.ActiveRequests)
+		active := reqW * float64(c.ActiveRequests)
 
 		var logit float64
 		if decodeVariant {
 			logit = max(0, decode-credit) + active
 		} else {
-			logit = p.PrefillLoadScale*max(0, raw-credit) + decode + active
+			logit = scale*max(0, raw-credit) + decode + active
 		}
 		if m := c.TaintMultiplier; m != 0 {
 			logit *= m
 		}
 		out[i] = logit
 	}
+}
+
+// roundCached is round(v) floored at 0, as an integer token count.
+func roundCached(v float64) int64 {
+	v = math.Round(v)
+	if !(v > 0) {
+		return 0
+	}
+	return int64(v)
 }
 
 // activePrefill is A_p as the decay term sees it: 0 without a projection.

@@ -94,7 +94,20 @@ func checkInvariants(t *testing.T, tr *Tracker) {
 }
 
 func trieTotals(n *pnode) (blocks int, fixed int64) {
-	for _, c := range n.children {
+	kids := make([]*pnode, 0, n.numChildren())
+	for _, k := range n.kids {
+		kids = append(kids, k.n)
+	}
+	for _, c := range n.big {
+		kids = append(kids, c)
+	}
+	if n.big != nil && n.kids != nil {
+		panic("node with both a child slice and a child map")
+	}
+	for _, c := range kids {
+		if c.parent != n || n.child(c.hashes[0]) != c {
+			panic("child not linked back to its parent")
+		}
 		if c.refs <= 0 {
 			panic("node without owners in the trie")
 		}
@@ -154,7 +167,7 @@ func TestPrefixDedup(t *testing.T) {
 	}
 	wantLoads(t, w, Loads{})
 	checkInvariants(t, tr)
-	if w.trie.root.children != nil && len(w.trie.root.children) != 0 {
+	if w.trie.root.numChildren() != 0 {
 		t.Fatal("trie not empty after freeing everything")
 	}
 }

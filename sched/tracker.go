@@ -284,6 +284,9 @@ func (t *Tracker) Book(b *Booking, now time.Time) error {
 			delta = r.private * fullWeight
 		}
 	}
+	if invariants {
+		w.trie.check()
+	}
 	r.booked = true
 	w.c.blocksFixed.Add(delta)
 	w.c.requests.Add(1)
@@ -346,6 +349,9 @@ func (t *Tracker) OutputBlock(id string, decayFraction *float64) error {
 		delta += w.trie.setExclusiveWeight(r.term, wf)
 		delta += r.private * (wf - r.privateWeight)
 		r.privateWeight = wf
+		if invariants {
+			w.trie.check()
+		}
 	}
 	w.c.blocksFixed.Add(delta)
 	return nil
@@ -376,6 +382,9 @@ func (t *Tracker) freeID(id string) bool {
 		delta := -(r.outputFixed + r.private*r.privateWeight)
 		if r.term != nil {
 			delta += w.trie.release(r.term)
+			if invariants {
+				w.trie.check()
+			}
 		}
 		w.c.blocksFixed.Add(delta)
 		w.c.requests.Add(-1)

@@ -75,10 +75,7 @@ func checkInvariants(t *testing.T, tr *Tracker) {
 	})
 	for w, s := range per {
 		w.mu.RLock()
-		blocks, fixed := trieTotals(&w.trie.root)
-		if blocks != w.trie.blocks || fixed != w.trie.fixed {
-			t.Errorf("%v trie totals (%d, %d), recount (%d, %d)", w.key, w.trie.blocks, w.trie.fixed, blocks, fixed)
-		}
+		w.trie.check() // panics on a broken trie
 		s.fixed += w.trie.fixed
 		w.mu.RUnlock()
 		if got := w.c.prefillTokens.Load(); got != s.prefill {
@@ -91,31 +88,6 @@ func checkInvariants(t *testing.T, tr *Tracker) {
 			t.Errorf("%v requests %d, recount %d", w.key, got, s.n)
 		}
 	}
-}
-
-func trieTotals(n *pnode) (blocks int, fixed int64) {
-	kids := make([]*pnode, 0, n.numChildren())
-	for _, k := range n.kids {
-		kids = append(kids, k.n)
-	}
-	for _, c := range n.big {
-		kids = append(kids, c)
-	}
-	if n.big != nil && n.kids != nil {
-		panic("node with both a child slice and a child map")
-	}
-	for _, c := range kids {
-		if c.parent != n || n.child(c.hashes[0]) != c {
-			panic("child not linked back to its parent")
-		}
-		if c.refs <= 0 {
-			panic("node without owners in the trie")
-		}
-		b, f := trieTotals(c)
-		blocks += b + len(c.hashes)
-		fixed += f + int64(len(c.hashes))*c.weight
-	}
-	return blocks, fixed
 }
 
 func TestPrefixDedup(t *testing.T) {
@@ -562,5 +534,29 @@ func TestLifecycleRacesBooking(t *testing.T) {
 	wantLoads(t, w, Loads{})
 	if w.c.prefillTokens.Load() != 0 || w.c.blocksFixed.Load() != 0 || w.c.requests.Load() != 0 {
 		t.Fatalf("counters %d %d %d", w.c.prefillTokens.Load(), w.c.blocksFixed.Load(), w.c.requests.Load())
+	}
+}
+
+// TestTrieCheckCatchesCorruption proves the invariant checker can fail.
+func TestTrieCheckCatchesCorruption(t *testing.T) {
+	for _, corrupt := range []func(*promptTrie){
+		func(tr *promptTrie) { tr.blocks++ },
+		func(tr *promptTrie) { tr.fixed-- },
+		func(tr *promptTrie) { tr.root.kids[0].n.refs = 0 },
+		func(tr *promptTrie) { tr.root.kids[0].n.parent = nil },
+	} {
+		var tr promptTrie
+		tr.acquire(chain(seqN(1, 4)))
+		tr.acquire(chain(seqN(1, 2), 9))
+		tr.check()
+		corrupt(&tr)
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("check did not panic on a corrupted trie")
+				}
+			}()
+			tr.check()
+		}()
 	}
 }

@@ -274,3 +274,42 @@ func (t *promptTrie) setExclusiveWeight(term *pnode, w int64) (delta int64) {
 	t.fixed += delta
 	return delta
 }
+
+// check verifies the trie's invariants (totals, refs, parent links) by a full
+// walk and panics with a BUG message on the first violation. It runs after
+// every mutation when built with -tags invariants.
+func (t *promptTrie) check() {
+	blocks, fixed := checkNode(&t.root)
+	if blocks != t.blocks || fixed != t.fixed {
+		panic("BUG: sched: prompt trie totals differ from a recount")
+	}
+}
+
+func checkNode(n *pnode) (blocks int, fixed int64) {
+	if n.big != nil && n.kids != nil {
+		panic("BUG: sched: prompt trie node has both a child slice and a child map")
+	}
+	var childRefs int32
+	visit := func(c *pnode) {
+		if c.parent != n || n.child(c.hashes[0]) != c {
+			panic("BUG: sched: prompt trie child not linked to its parent")
+		}
+		if c.refs <= 0 || len(c.hashes) == 0 {
+			panic("BUG: sched: prompt trie node without owners or hashes")
+		}
+		childRefs += c.refs
+		b, f := checkNode(c)
+		blocks += b + len(c.hashes)
+		fixed += f + int64(len(c.hashes))*c.weight
+	}
+	for _, k := range n.kids {
+		visit(k.n)
+	}
+	for _, c := range n.big {
+		visit(c)
+	}
+	if n.parent != nil && childRefs > n.refs {
+		panic("BUG: sched: prompt trie children hold more refs than their parent")
+	}
+	return blocks, fixed
+}

@@ -1,0 +1,144 @@
+package sched
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// BenchmarkBookFree512 books and frees one 512-block request on a worker
+// that already holds 16 other requests (target: <= 5 µs per pair).
+func BenchmarkBookFree512(b *testing.B) {
+	tr := newTracker(b, nil)
+	w := tr.AddWorker(wk(1, 0))
+	for i := range 16 {
+		must(b, tr.Book(&Booking{RequestID: fmt.Sprintf("bg%d", i), Worker: w.Key(), SequenceHashes: chain(seqN(10_000*(i+1), 512)), PrefillTokens: 100, AssumeKVReuse: true}, t0))
+	}
+	seq := chain(seqN(1, 512))
+	bk := &Booking{RequestID: "req", Worker: w.Key(), SequenceHashes: seq, PrefillTokens: 8192, AssumeKVReuse: true}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := tr.Book(bk, t0); err != nil {
+			b.Fatal(err)
+		}
+		tr.Free("req")
+	}
+}
+
+// BenchmarkBookFree512Shared is the same with the request sharing a
+// 384-block prefix with a live request (a split and a re-merge-free
+// release).
+func BenchmarkBookFree512Shared(b *testing.B) {
+	tr := newTracker(b, nil)
+	w := tr.AddWorker(wk(1, 0))
+	prefix := seqN(1, 384)
+	must(b, tr.Book(&Booking{RequestID: "live", Worker: w.Key(), SequenceHashes: chain(prefix, seqN(5000, 128)...), AssumeKVReuse: true}, t0))
+	bk := &Booking{RequestID: "req", Worker: w.Key(), SequenceHashes: chain(prefix, seqN(9000, 128)...), PrefillTokens: 2048, AssumeKVReuse: true}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := tr.Book(bk, t0); err != nil {
+			b.Fatal(err)
+		}
+		tr.Free("req")
+	}
+}
+
+// newBlocksFixture books, on each of 64 worker ranks, 8 requests that share
+// a random-depth prefix of one 512-block prompt (depth fullDepth when >= 0)
+// and returns the handles and the prompt.
+func newBlocksFixture(b *testing.B, fullDepth int) ([]*WorkerLoad, []uint64) {
+	tr := newTracker(b, nil)
+	rng := rand.New(rand.NewPCG(3, 3))
+	local := seqN(1, 512)
+	handles := make([]*WorkerLoad, 64)
+	for i := range handles {
+		handles[i] = tr.AddWorker(wk(uint64(i/8), uint32(i%8)))
+		for j := range 8 {
+			d := fullDepth
+			if d < 0 {
+				d = rng.IntN(513)
+			}
+			seq := chain(local[:d], seqN(1_000_000*(i+1)+1000*j, 64)...)
+			must(b, tr.Book(&Booking{RequestID: fmt.Sprintf("w%d-%d", i, j), Worker: handles[i].Key(), SequenceHashes: seq, AssumeKVReuse: true}, t0))
+		}
+	}
+	return handles, chain(local)
+}
+
+// BenchmarkNewBlocks64Workers is potential decode blocks for a 512-block
+// prompt across 64 worker ranks: Fill (three atomic loads and the
+// prefix-dedup lookup under the worker's read lock) for every rank (target:
+// <= 10 µs). "mixed" has random prefix depths per request; "full" has every
+// rank holding the whole prompt, the worst case for the edge compare.
+func BenchmarkNewBlocks64Workers(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		depth int
+	}{{"mixed", -1}, {"full", 512}, {"none", 0}} {
+		b.Run(bc.name, func(b *testing.B) {
+			handles, seq := newBlocksFixture(b, bc.depth)
+			var c Candidate
+			var sink int64
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, h := range handles {
+					h.Fill(&c, seq, true)
+					sink += c.ActiveBlocks + c.NewBlocks
+				}
+			}
+			_ = sink
+		})
+	}
+}
+
+func TestNewBlocksAllocatesNothing(t *testing.T) {
+	tr := newTracker(t, nil)
+	w := tr.AddWorker(wk(1, 0))
+	seq := chain(seqN(1, 64))
+	must(t, tr.Book(&Booking{RequestID: "a", Worker: w.Key(), SequenceHashes: seq[:40], AssumeKVReuse: true}, t0))
+	var c Candidate
+	if n := testing.AllocsPerRun(100, func() { w.Fill(&c, seq, true) }); n != 0 {
+		t.Fatalf("Fill allocates %v times", n)
+	}
+	if c.NewBlocks != 24 {
+		t.Fatalf("NewBlocks = %d, want 24", c.NewBlocks)
+	}
+}
+
+// BenchmarkFillWhileBooking is BenchmarkNewBlocks64Workers/mixed with one
+// goroutine booking and freeing 512-block requests on the same 64 ranks
+// all the time: how much the per-worker read lock makes scoring wait for
+// booking.
+func BenchmarkFillWhileBooking(b *testing.B) {
+	handles, seq := newBlocksFixture(b, -1)
+	tr := newTracker(b, nil)
+	for _, h := range handles {
+		tr.workers.Store(h.Key(), h) // share the handles with a second tracker
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		bk := &Booking{RequestID: "churn", SequenceHashes: seq, PrefillTokens: 512, AssumeKVReuse: true}
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			bk.Worker = handles[i%len(handles)].Key()
+			_ = tr.Book(bk, t0)
+			tr.Free("churn")
+		}
+	}()
+	var c Candidate
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, h := range handles {
+			h.Fill(&c, seq, true)
+		}
+	}
+	b.StopTimer()
+	close(stop)
+	<-done
+}

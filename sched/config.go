@@ -1,0 +1,272 @@
+package sched
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Defaults of Config (spec 7.1 and 7.3).
+const (
+	DefaultOverlapScoreCredit        = 1.0
+	DefaultPrefillLoadScale          = 1.0
+	DefaultHostCacheHitWeight        = 0.75
+	DefaultDiskCacheHitWeight        = 0.25
+	DefaultActiveRequestExpiry       = 300 * time.Second
+	DefaultExpiryCheckInterval       = 30 * time.Second
+	DefaultMaxBatchedTokens    int64 = 10_000_000
+)
+
+// Config is the router configuration sched reads. Only cmd reads the
+// environment; the `env` tag names the variable cmd maps onto each field
+// (Dynamo's Rust names for the select service, spec 7.1), and `json` names
+// the KvRouterConfig field. A nil pointer means "unset".
+//
+// Build it with DefaultConfig, change fields, then call Validate. Resolve
+// applies the deprecated OverlapScoreWeight mapping and a per-request
+// Override.
+type Config struct {
+	// OverlapScoreCredit (c) scales device-tier overlap credit in the logit.
+	// Finite, >= 0.
+	OverlapScoreCredit float64 `json:"overlap_score_credit" env:"DYN_ROUTER_KV_OVERLAP_SCORE_CREDIT"`
+	// OverlapScoreCreditDecay (k) shrinks the device credit of workers with
+	// more active prefill than the least loaded one. Finite, >= 0; 0 = off.
+	OverlapScoreCreditDecay float64 `json:"overlap_score_credit_decay" env:"DYN_ROUTER_KV_OVERLAP_SCORE_CREDIT_DECAY"`
+	// PrefillLoadScale (s) multiplies the adjusted prefill blocks. Finite, >= 0.
+	PrefillLoadScale float64 `json:"prefill_load_scale" env:"DYN_ROUTER_PREFILL_LOAD_SCALE"`
+	// OverlapScoreWeight is the deprecated pre-#9267 knob. When set to w it
+	// sets PrefillLoadScale = w, and w == 0 also sets OverlapScoreCredit = 0
+	// (spec 2.7). It wins over PrefillLoadScale when both are set.
+	OverlapScoreWeight *float64 `json:"overlap_score_weight,omitempty" env:"DYN_ROUTER_KV_OVERLAP_SCORE_WEIGHT,DYN_OVERLAP_SCORE_WEIGHT"`
+	// DecodeActiveRequestWeight (w_req) is the cost per active request, in
+	// blocks. Finite, >= 0.
+	DecodeActiveRequestWeight float64 `json:"decode_active_request_weight" env:"DYN_ROUTER_DECODE_ACTIVE_REQUEST_WEIGHT"`
+	// HostCacheHitWeight weighs host-pinned extension blocks, in [0, 1].
+	// Dynamo's select service has no env for it; the frontend reads
+	// DYN_ROUTER_HOST_CACHE_HIT_WEIGHT.
+	HostCacheHitWeight float64 `json:"host_cache_hit_weight" env:"DYN_ROUTER_HOST_CACHE_HIT_WEIGHT"`
+	// DiskCacheHitWeight weighs disk and external extension blocks, in
+	// [0, 1]. Dynamo has no env var for it (frontend CLI
+	// --router-disk-cache-hit-weight only); cmd may expose it as
+	// DYN_ROUTER_DISK_CACHE_HIT_WEIGHT.
+	DiskCacheHitWeight float64 `json:"disk_cache_hit_weight" env:"DYN_ROUTER_DISK_CACHE_HIT_WEIGHT"`
+	// SharedCacheMultiplier (m) weighs shared-cache hits beyond the device
+	// prefix, in [0, 1]. No env var in Dynamo; 0 in the standalone service.
+	SharedCacheMultiplier float64 `json:"shared_cache_multiplier" env:"-"`
+	// RouterTemperature is the picker temperature: 0 = argmin with random
+	// tie-break, > 0 = range-normalised softmax. Finite, >= 0.
+	RouterTemperature float64 `json:"router_temperature" env:"DYN_ROUTER_TEMPERATURE"`
+	// TrackPrefillTokens books effective prefill tokens and scores prefill
+	// load.
+	TrackPrefillTokens bool `json:"router_track_prefill_tokens" env:"DYN_ROUTER_TRACK_PREFILL_TOKENS"`
+	// TrackActiveBlocks books prompt blocks (prefix-deduplicated) as decode
+	// load. When false, active blocks and new blocks are always 0.
+	TrackActiveBlocks bool `json:"router_track_active_blocks" env:"DYN_ROUTER_TRACK_ACTIVE_BLOCKS"`
+	// TrackOutputBlocks books output blocks reported by OutputBlock.
+	// Requires TrackActiveBlocks.
+	TrackOutputBlocks bool `json:"router_track_output_blocks" env:"DYN_ROUTER_TRACK_OUTPUT_BLOCKS"`
+	// AssumeKVReuse: when false, a request's prompt blocks are never shared
+	// with other requests (Dynamo uses random tracking hashes), so every
+	// booked block is new.
+	AssumeKVReuse bool `json:"router_assume_kv_reuse" env:"DYN_ROUTER_ASSUME_KV_REUSE"`
+
+	// QueueThreshold is router_queue_threshold. Queueing is not implemented
+	// yet (see Admission); sched reads it only as the fallback of
+	// PrefillBusyThreshold. Finite, >= 0 when set.
+	QueueThreshold *float64 `json:"router_queue_threshold,omitempty" env:"DYN_ROUTER_QUEUE_THRESHOLD"`
+	// PrefillBusyThreshold is conditional_disagg_prefill_busy_threshold, a
+	// fraction of the worker's prefill token capacity. Finite, >= 0 when set.
+	PrefillBusyThreshold *float64 `json:"conditional_disagg_prefill_busy_threshold,omitempty" env:"DYN_ROUTER_CONDITIONAL_DISAGG_PREFILL_BUSY_THRESHOLD"`
+	// DecodeBusyThreshold is conditional_disagg_decode_busy_threshold, a
+	// fraction of the worker's total KV blocks. Finite, >= 0 when set.
+	DecodeBusyThreshold *float64 `json:"conditional_disagg_decode_busy_threshold,omitempty" env:"DYN_ROUTER_CONDITIONAL_DISAGG_DECODE_BUSY_THRESHOLD"`
+
+	// ActiveRequestExpiry force-frees a booking this long after admission
+	// (output progress does not refresh it). > 0. cmd reads whole seconds.
+	ActiveRequestExpiry time.Duration `json:"-" env:"DYN_ROUTER_ACTIVE_REQUEST_EXPIRY_SECS"`
+	// ExpiryCheckInterval bounds how often Book runs lazy expiry. > 0.
+	ExpiryCheckInterval time.Duration `json:"-" env:"-"`
+}
+
+// DefaultConfig returns Dynamo's KvRouterConfig defaults.
+func DefaultConfig() Config {
+	return Config{
+		OverlapScoreCredit:  DefaultOverlapScoreCredit,
+		PrefillLoadScale:    DefaultPrefillLoadScale,
+		HostCacheHitWeight:  DefaultHostCacheHitWeight,
+		DiskCacheHitWeight:  DefaultDiskCacheHitWeight,
+		TrackPrefillTokens:  true,
+		TrackActiveBlocks:   true,
+		AssumeKVReuse:       true,
+		ActiveRequestExpiry: DefaultActiveRequestExpiry,
+		ExpiryCheckInterval: DefaultExpiryCheckInterval,
+	}
+}
+
+// Validate reports the first invalid field, wrapping ErrInvalidConfig.
+func (c *Config) Validate() error {
+	for _, ch := range [...]struct {
+		name string
+		v    float64
+		unit bool
+	}{
+		{"overlap_score_credit", c.OverlapScoreCredit, false},
+		{"overlap_score_credit_decay", c.OverlapScoreCreditDecay, false},
+		{"prefill_load_scale", c.PrefillLoadScale, false},
+		{"decode_active_request_weight", c.DecodeActiveRequestWeight, false},
+		{"host_cache_hit_weight", c.HostCacheHitWeight, true},
+		{"disk_cache_hit_weight", c.DiskCacheHitWeight, true},
+		{"shared_cache_multiplier", c.SharedCacheMultiplier, true},
+		{"router_temperature", c.RouterTemperature, false},
+	} {
+		if err := checkNonNeg(ch.name, ch.v, ch.unit); err != nil {
+			return err
+		}
+	}
+	for _, p := range [...]struct {
+		name string
+		v    *float64
+	}{
+		{"overlap_score_weight", c.OverlapScoreWeight},
+		{"router_queue_threshold", c.QueueThreshold},
+		{"conditional_disagg_prefill_busy_threshold", c.PrefillBusyThreshold},
+		{"conditional_disagg_decode_busy_threshold", c.DecodeBusyThreshold},
+	} {
+		if p.v != nil {
+			if err := checkNonNeg(p.name, *p.v, false); err != nil {
+				return err
+			}
+		}
+	}
+	if c.TrackOutputBlocks && !c.TrackActiveBlocks {
+		return fmt.Errorf("%w: router_track_output_blocks requires router_track_active_blocks", ErrInvalidConfig)
+	}
+	if c.ActiveRequestExpiry <= 0 {
+		return fmt.Errorf("%w: active request expiry must be > 0, got %v", ErrInvalidConfig, c.ActiveRequestExpiry)
+	}
+	if c.ExpiryCheckInterval <= 0 {
+		return fmt.Errorf("%w: expiry check interval must be > 0, got %v", ErrInvalidConfig, c.ExpiryCheckInterval)
+	}
+	return nil
+}
+
+// checkNonNeg rejects NaN, infinities and negatives, and values above 1 when
+// unit is set.
+func checkNonNeg(name string, v float64, unit bool) error {
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return fmt.Errorf("%w: %s must be finite and >= 0, got %v", ErrInvalidConfig, name, v)
+	}
+	if unit && v > 1 {
+		return fmt.Errorf("%w: %s must be in [0, 1], got %v", ErrInvalidConfig, name, v)
+	}
+	return nil
+}
+
+// Override is a request's router_config_override (spec 7.2). A nil field
+// keeps the configured value.
+type Override struct {
+	OverlapScoreCredit *float64 `json:"overlap_score_credit,omitempty"`
+	PrefillLoadScale   *float64 `json:"prefill_load_scale,omitempty"`
+	// OverlapScoreWeight is the deprecated alias; mapped like
+	// Config.OverlapScoreWeight and applied after the two fields above.
+	OverlapScoreWeight    *float64 `json:"overlap_score_weight,omitempty"`
+	RouterTemperature     *float64 `json:"router_temperature,omitempty"`
+	AssumeKVReuse         *bool    `json:"assume_kv_reuse,omitempty"`
+	TrackPrefillTokens    *bool    `json:"track_prefill_tokens,omitempty"`
+	SharedCacheMultiplier *float64 `json:"shared_cache_multiplier,omitempty"`
+}
+
+// Validate reports the first invalid override value, wrapping
+// ErrInvalidConfig (a 400).
+func (o *Override) Validate() error {
+	for _, p := range [...]struct {
+		name string
+		v    *float64
+		unit bool
+	}{
+		{"overlap_score_credit", o.OverlapScoreCredit, false},
+		{"prefill_load_scale", o.PrefillLoadScale, false},
+		{"overlap_score_weight", o.OverlapScoreWeight, false},
+		{"router_temperature", o.RouterTemperature, false},
+		{"shared_cache_multiplier", o.SharedCacheMultiplier, true},
+	} {
+		if p.v != nil {
+			if err := checkNonNeg(p.name, *p.v, p.unit); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Params are the weights one scoring uses: the Config with the deprecated
+// mapping applied and a request's Override on top. Plain values, so Score
+// reads no pointers.
+type Params struct {
+	OverlapScoreCredit        float64 // c
+	OverlapScoreCreditDecay   float64 // k (config only)
+	PrefillLoadScale          float64 // s
+	DecodeActiveRequestWeight float64 // w_req (config only)
+	HostCacheHitWeight        float64 // host_w (config only)
+	DiskCacheHitWeight        float64 // disk_w (config only)
+	SharedCacheMultiplier     float64 // m
+	Temperature               float64 // T
+	TrackPrefillTokens        bool
+	AssumeKVReuse             bool
+}
+
+// Resolve returns the Params for one request. o may be nil. It validates o
+// (c is assumed valid: call Config.Validate at start-up).
+func (c *Config) Resolve(o *Override) (Params, error) {
+	p := Params{
+		OverlapScoreCredit:        c.OverlapScoreCredit,
+		OverlapScoreCreditDecay:   c.OverlapScoreCreditDecay,
+		PrefillLoadScale:          c.PrefillLoadScale,
+		DecodeActiveRequestWeight: c.DecodeActiveRequestWeight,
+		HostCacheHitWeight:        c.HostCacheHitWeight,
+		DiskCacheHitWeight:        c.DiskCacheHitWeight,
+		SharedCacheMultiplier:     c.SharedCacheMultiplier,
+		Temperature:               c.RouterTemperature,
+		TrackPrefillTokens:        c.TrackPrefillTokens,
+		AssumeKVReuse:             c.AssumeKVReuse,
+	}
+	if c.OverlapScoreWeight != nil {
+		p.applyOverlapScoreWeight(*c.OverlapScoreWeight)
+	}
+	if o == nil {
+		return p, nil
+	}
+	if err := o.Validate(); err != nil {
+		return Params{}, err
+	}
+	if o.OverlapScoreCredit != nil {
+		p.OverlapScoreCredit = *o.OverlapScoreCredit
+	}
+	if o.PrefillLoadScale != nil {
+		p.PrefillLoadScale = *o.PrefillLoadScale
+	}
+	if o.OverlapScoreWeight != nil {
+		p.applyOverlapScoreWeight(*o.OverlapScoreWeight)
+	}
+	if o.RouterTemperature != nil {
+		p.Temperature = *o.RouterTemperature
+	}
+	if o.AssumeKVReuse != nil {
+		p.AssumeKVReuse = *o.AssumeKVReuse
+	}
+	if o.TrackPrefillTokens != nil {
+		p.TrackPrefillTokens = *o.TrackPrefillTokens
+	}
+	if o.SharedCacheMultiplier != nil {
+		p.SharedCacheMultiplier = *o.SharedCacheMultiplier
+	}
+	return p, nil
+}
+
+// applyOverlapScoreWeight is the compatibility mapping of spec 2.7.
+func (p *Params) applyOverlapScoreWeight(w float64) {
+	p.PrefillLoadScale = w
+	if w == 0 {
+		p.OverlapScoreCredit = 0
+	}
+}

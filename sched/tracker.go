@@ -1,0 +1,466 @@
+package sched
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvselect/kvselect/radix"
+	"github.com/puzpuzpuz/xsync/v3"
+)
+
+// cacheLinePad separates hot counters of different workers. 128 bytes, not
+// 64: x86 prefetches cache lines in adjacent pairs, so two workers' counters
+// 64 bytes apart still false-share (the same choice as Go's runtime padding
+// and VictoriaMetrics' lib/atomicutil).
+const cacheLinePad = 128
+
+// counters are the loads scoring reads. They are written with atomic adds by
+// booking and lifecycle calls and read without any lock. Torn reads across
+// the three are accepted (spec 8.1: the read model is eventually consistent).
+type counters struct {
+	// prefillTokens (A_p) = Σ prefill still booked of live requests.
+	prefillTokens atomic.Int64
+	// blocksFixed is the fixed-point active block total.
+	// Invariant: blocksFixed == trie.fixed + Σ over live booked requests of
+	// (private·privateWeight + outputFixed), once no call is in flight.
+	blocksFixed atomic.Int64
+	// requests (N) = number of live booked requests.
+	requests atomic.Int64
+}
+
+// WorkerLoad is the load accounting of one (worker, dp_rank). The host may
+// keep the pointer (Tracker.Worker) beside its catalog entry and read it for
+// every candidate.
+type WorkerLoad struct {
+	_   [cacheLinePad]byte
+	c   counters
+	_   [cacheLinePad - 24]byte
+	key radix.WorkerKey
+	// trackBlocks is Config.TrackActiveBlocks.
+	trackBlocks bool
+	// removed is set once by Tracker.RemoveWorker, under mu.
+	removed atomic.Bool
+
+	// mu guards the prompt trie and the worker-side state of the requests
+	// booked here (the request fields marked "under w.mu"). Book, Free and
+	// OutputBlock take it for writing; NewBlocks takes it for reading. The
+	// counters above are never read under it.
+	mu   sync.RWMutex
+	trie promptTrie
+}
+
+// Loads is a snapshot of one worker rank's booked load.
+type Loads struct {
+	// PrefillTokens is A_p: booked effective prefill tokens not yet complete.
+	PrefillTokens int64
+	// Blocks is A_d: unique active blocks (prefix-deduplicated) plus output
+	// blocks, weights applied and rounded.
+	Blocks int64
+	// Requests is N: live requests.
+	Requests int64
+}
+
+// Key returns the worker rank w accounts for.
+func (w *WorkerLoad) Key() radix.WorkerKey { return w.key }
+
+// Loads reads the counters: three atomic loads, no lock.
+func (w *WorkerLoad) Loads() Loads {
+	return Loads{
+		PrefillTokens: max(0, w.c.prefillTokens.Load()),
+		Blocks:        roundBlocks(w.c.blocksFixed.Load()),
+		Requests:      max(0, w.c.requests.Load()),
+	}
+}
+
+// NewBlocks returns add: how many of the request's sequence hashes (full
+// blocks) are not in this worker's active prompt set, i.e. len(seq) minus the
+// longest prefix of seq present. It is 0 when active blocks are not tracked
+// and len(seq) when KV reuse is not assumed (a request's blocks are then
+// never shared).
+//
+// It takes this worker's read lock only, for the walk (one child probe per
+// trie branch point on the path and an O(log n) edge match, see
+// commonPrefix); only a booking, output block or free on this same worker
+// rank can make it wait, for that call's trie update (the hash copy happens
+// before the lock). A lock-free trie (copy-on-write nodes) was not built
+// because the lock is not where the time goes: BenchmarkFillWhileBooking
+// (64 ranks, one goroutine booking and freeing 512-block requests on them
+// non-stop) spent 1.2% of the scorer's time blocked in RLock according to
+// the block profile; its slowdown over BenchmarkNewBlocks64Workers/mixed
+// (6.2 µs to 9-12 µs) is the two goroutines sharing 2 cores.
+func (w *WorkerLoad) NewBlocks(seq []uint64, assumeReuse bool) int64 {
+	if !w.trackBlocks {
+		return 0
+	}
+	if !assumeReuse {
+		return int64(len(seq))
+	}
+	w.mu.RLock()
+	d := w.trie.prefixDepth(seq)
+	w.mu.RUnlock()
+	return int64(len(seq) - d)
+}
+
+// Fill sets c's load fields (HasLoad, A_p, A_d, N, add) from w for a request
+// with sequence hashes seq.
+func (w *WorkerLoad) Fill(c *Candidate, seq []uint64, assumeReuse bool) {
+	l := w.Loads()
+	c.HasLoad = true
+	c.ActivePrefillTokens = l.PrefillTokens
+	c.ActiveBlocks = l.Blocks
+	c.ActiveRequests = l.Requests
+	c.NewBlocks = w.NewBlocks(seq, assumeReuse)
+}
+
+// request is one live booking.
+type request struct {
+	id       string
+	w        *WorkerLoad
+	admitted int64 // UnixNano of admission; immutable
+	// prefill is the part of the booked prefill still counted in
+	// w.c.prefillTokens; swapped to 0 exactly once.
+	prefill atomic.Int64
+
+	// Under w.mu:
+	hashes        []uint64 // owned copy of the sequence hashes; the trie aliases it
+	term          *pnode   // terminal node in w.trie; nil when not in the trie
+	private       int64    // blocks counted outside the trie (AssumeKVReuse false)
+	privateWeight int64    // fixed-point weight of each private block
+	outputs       int64    // output blocks added
+	outputFixed   int64    // fixed-point total weight of the output blocks
+	booked        bool     // counted in w's counters
+	freed         bool     // released; a late Book must not count it
+}
+
+// Booking is the input of Tracker.Book.
+type Booking struct {
+	// RequestID is globally unique among live requests. Book copies it.
+	RequestID string
+	// Worker is the selected (worker, dp_rank); it must have been added.
+	Worker radix.WorkerKey
+	// SequenceHashes are the request's tracking hashes (full blocks). Book
+	// copies them; the caller may reuse the slice.
+	SequenceHashes []uint64
+	// PrefillTokens is the effective prefill to book (EffectivePrefillTokens
+	// of the selected worker). 0 books none; pass 0 when
+	// track_prefill_tokens is off.
+	PrefillTokens int64
+	// AssumeKVReuse is the request's resolved assume_kv_reuse: false counts
+	// every block as the request's own (no prefix sharing).
+	AssumeKVReuse bool
+}
+
+// Tracker is the load accounting of one partition: a WorkerLoad per
+// (worker, dp_rank) and a global index of live requests (spec 8). All
+// methods are safe for concurrent use; none blocks on another worker's
+// bookings. It starts no goroutines and reads no clock: every method that
+// needs time takes now.
+type Tracker struct {
+	expiry        int64 // Config.ActiveRequestExpiry, ns
+	checkInterval int64 // Config.ExpiryCheckInterval, ns
+	trackBlocks   bool
+	trackOutput   bool
+
+	workers *xsync.MapOf[radix.WorkerKey, *WorkerLoad]
+	reqs    *xsync.MapOf[string, *request]
+
+	_ [cacheLinePad]byte
+	// nextExpiry is the UnixNano after which Book runs lazy expiry.
+	nextExpiry atomic.Int64
+	booked     atomic.Uint64
+	freed      atomic.Uint64
+	expired    atomic.Uint64
+	duplicates atomic.Uint64
+}
+
+// NewTracker returns an empty tracker. cfg must be valid.
+func NewTracker(cfg Config) (*Tracker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Tracker{
+		expiry:        int64(cfg.ActiveRequestExpiry),
+		checkInterval: int64(cfg.ExpiryCheckInterval),
+		trackBlocks:   cfg.TrackActiveBlocks,
+		trackOutput:   cfg.TrackOutputBlocks,
+		workers:       xsync.NewMapOf[radix.WorkerKey, *WorkerLoad](),
+		reqs:          xsync.NewMapOf[string, *request](),
+	}, nil
+}
+
+// AddWorker registers a worker rank and returns its load handle; adding a
+// known rank returns the existing handle.
+func (t *Tracker) AddWorker(key radix.WorkerKey) *WorkerLoad {
+	w, _ := t.workers.LoadOrCompute(key, func() *WorkerLoad {
+		return &WorkerLoad{key: key, trackBlocks: t.trackBlocks}
+	})
+	return w
+}
+
+// Worker returns the load handle of a registered worker rank.
+func (t *Tracker) Worker(key radix.WorkerKey) (*WorkerLoad, bool) {
+	return t.workers.Load(key)
+}
+
+// RemoveWorker drops every rank of workerID and frees the requests booked
+// on them. It returns the number of requests freed. A booking racing the
+// removal fails with ErrWorkerNotFound.
+func (t *Tracker) RemoveWorker(workerID uint64) int {
+	t.workers.Range(func(k radix.WorkerKey, w *WorkerLoad) bool {
+		if k.WorkerID == workerID {
+			t.workers.Delete(k)
+			w.mu.Lock()
+			w.removed.Store(true)
+			w.mu.Unlock()
+		}
+		return true
+	})
+	n := 0
+	t.reqs.Range(func(id string, r *request) bool {
+		if r.w.removed.Load() && t.freeID(id) {
+			n++
+		}
+		return true
+	})
+	return n
+}
+
+// Book records a request on its selected worker rank (add_request, spec
+// 8.4): A_p += PrefillTokens, the prompt path joins the worker's prompt set
+// (blocks shared with live requests on that worker are not counted again),
+// N += 1. It first runs lazy expiry when the check interval has passed.
+//
+// Errors: ErrWorkerNotFound (booking never creates a worker),
+// ErrDuplicateRequest when the id is live on any worker.
+func (t *Tracker) Book(b *Booking, now time.Time) error {
+	nowNs := now.UnixNano()
+	if next := t.nextExpiry.Load(); nowNs >= next && t.nextExpiry.CompareAndSwap(next, nowNs+t.checkInterval) {
+		t.Expire(now)
+	}
+	w, ok := t.workers.Load(b.Worker)
+	if !ok {
+		return fmt.Errorf("%w: %v", ErrWorkerNotFound, b.Worker)
+	}
+	r := &request{id: strings.Clone(b.RequestID), w: w, admitted: nowNs}
+	reuse := b.AssumeKVReuse && t.trackBlocks
+	if reuse && len(b.SequenceHashes) > 0 {
+		r.hashes = slices.Clone(b.SequenceHashes)
+	}
+	if b.PrefillTokens > 0 {
+		r.prefill.Store(b.PrefillTokens)
+	}
+	if prev, loaded := t.reqs.LoadOrStore(r.id, r); loaded {
+		t.duplicates.Add(1)
+		return fmt.Errorf("%w: request %s (assigned to worker %v)", ErrDuplicateRequest, b.RequestID, prev.w.key)
+	}
+	// From here r is visible: PrefillComplete or Free may run before the
+	// add below, leaving A_p transiently negative; the sum is still exact.
+	if b.PrefillTokens > 0 {
+		w.c.prefillTokens.Add(b.PrefillTokens)
+	}
+
+	w.mu.Lock()
+	if w.removed.Load() {
+		w.mu.Unlock()
+		t.reqs.Compute(r.id, func(old *request, loaded bool) (*request, bool) {
+			return old, loaded && old == r
+		})
+		if p := r.prefill.Swap(0); p != 0 {
+			w.c.prefillTokens.Add(-p)
+		}
+		return fmt.Errorf("%w: %v", ErrWorkerNotFound, b.Worker)
+	}
+	if r.freed {
+		// Freed between publication and here: nothing to count.
+		w.mu.Unlock()
+		return nil
+	}
+	var delta int64
+	if t.trackBlocks {
+		if reuse {
+			r.term, delta = w.trie.acquire(r.hashes)
+		} else {
+			r.private = int64(len(b.SequenceHashes))
+			r.privateWeight = fullWeight
+			delta = r.private * fullWeight
+		}
+	}
+	if invariants {
+		w.trie.check()
+	}
+	r.booked = true
+	w.c.blocksFixed.Add(delta)
+	w.c.requests.Add(1)
+	w.mu.Unlock()
+	t.booked.Add(1)
+	return nil
+}
+
+// PrefillComplete clears the request's booked prefill from A_p
+// (mark_prefill_completed). It reports whether the request is live; a second
+// call, or one for an unknown id, changes nothing.
+func (t *Tracker) PrefillComplete(id string) bool {
+	r, ok := t.reqs.Load(id)
+	if !ok {
+		return false
+	}
+	if p := r.prefill.Swap(0); p != 0 {
+		r.w.c.prefillTokens.Add(-p)
+	}
+	return true
+}
+
+// OutputBlock records one output block of the request (add_output_block,
+// spec 8.4), a no-op unless Config.TrackOutputBlocks. With decayFraction f,
+// every output block of the request and every prompt block only this request
+// holds on its worker get weight f.
+//
+// Errors: ErrInvalidDecayFraction (f outside [0, 1]), ErrRequestNotFound.
+func (t *Tracker) OutputBlock(id string, decayFraction *float64) error {
+	var wf int64
+	if decayFraction != nil {
+		f := *decayFraction
+		if math.IsNaN(f) || f < 0 || f > 1 {
+			return fmt.Errorf("%w: got %v", ErrInvalidDecayFraction, f)
+		}
+		wf = toFixed(f)
+	}
+	r, ok := t.reqs.Load(id)
+	if !ok {
+		return fmt.Errorf("%w: request %s", ErrRequestNotFound, id)
+	}
+	if !t.trackOutput {
+		return nil
+	}
+	w := r.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !r.booked || r.freed {
+		return nil
+	}
+	old := r.outputFixed
+	r.outputs++
+	if decayFraction == nil {
+		r.outputFixed += fullWeight
+	} else {
+		r.outputFixed = r.outputs * wf
+	}
+	delta := r.outputFixed - old
+	if decayFraction != nil {
+		delta += w.trie.setExclusiveWeight(r.term, wf)
+		delta += r.private * (wf - r.privateWeight)
+		r.privateWeight = wf
+		if invariants {
+			w.trie.check()
+		}
+	}
+	w.c.blocksFixed.Add(delta)
+	return nil
+}
+
+// Free releases the request (free, spec 8.4): its prefill, prompt blocks no
+// other request holds, output blocks and its request count. It reports
+// whether the request was live; freeing twice is a no-op.
+func (t *Tracker) Free(id string) bool {
+	if t.freeID(id) {
+		t.freed.Add(1)
+		return true
+	}
+	return false
+}
+
+func (t *Tracker) freeID(id string) bool {
+	r, ok := t.reqs.LoadAndDelete(id)
+	if !ok {
+		return false
+	}
+	w := r.w
+	if p := r.prefill.Swap(0); p != 0 {
+		w.c.prefillTokens.Add(-p)
+	}
+	w.mu.Lock()
+	if r.booked && !r.freed {
+		delta := -(r.outputFixed + r.private*r.privateWeight)
+		if r.term != nil {
+			delta += w.trie.release(r.term)
+			if invariants {
+				w.trie.check()
+			}
+		}
+		w.c.blocksFixed.Add(delta)
+		w.c.requests.Add(-1)
+	}
+	r.freed = true
+	r.term, r.hashes = nil, nil
+	w.mu.Unlock()
+	return true
+}
+
+// Expire frees every request admitted more than Config.ActiveRequestExpiry
+// before now (strictly) and returns how many it freed. Output progress does
+// not refresh a request. Book calls it lazily; the host should also call it
+// periodically (Dynamo: every 60 s).
+func (t *Tracker) Expire(now time.Time) int {
+	cutoff := now.UnixNano() - t.expiry
+	n := 0
+	t.reqs.Range(func(id string, r *request) bool {
+		if r.admitted < cutoff && t.freeID(id) {
+			n++
+		}
+		return true
+	})
+	t.expired.Add(uint64(n))
+	return n
+}
+
+// Lookup returns the worker rank a live request is booked on.
+func (t *Tracker) Lookup(id string) (radix.WorkerKey, bool) {
+	r, ok := t.reqs.Load(id)
+	if !ok {
+		return radix.WorkerKey{}, false
+	}
+	return r.w.key, true
+}
+
+// Stats is a cheap snapshot of a Tracker for metrics export.
+type Stats struct {
+	Workers        int    // registered worker ranks
+	ActiveRequests int    // live requests in the index
+	Booked         uint64 // successful Book calls
+	Freed          uint64 // requests released by Free
+	Expired        uint64 // requests released by Expire
+	Duplicates     uint64 // Book calls rejected as duplicates
+}
+
+// Stats returns the tracker's counters. Constant time.
+func (t *Tracker) Stats() Stats {
+	return Stats{
+		Workers:        t.workers.Size(),
+		ActiveRequests: t.reqs.Size(),
+		Booked:         t.booked.Load(),
+		Freed:          t.freed.Load(),
+		Expired:        t.expired.Load(),
+		Duplicates:     t.duplicates.Load(),
+	}
+}
+
+// WorkerStats is one worker rank's row of AppendWorkerStats.
+type WorkerStats struct {
+	Worker radix.WorkerKey
+	Loads
+}
+
+// AppendWorkerStats appends the current loads of every worker rank to dst,
+// in no particular order (the rows of GET /loads).
+func (t *Tracker) AppendWorkerStats(dst []WorkerStats) []WorkerStats {
+	t.workers.Range(func(k radix.WorkerKey, w *WorkerLoad) bool {
+		dst = append(dst, WorkerStats{Worker: k, Loads: w.Loads()})
+		return true
+	})
+	return dst
+}

@@ -1,0 +1,562 @@
+package sched
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvselect/kvselect/radix"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+func wk(id uint64, r uint32) radix.WorkerKey { return radix.WorkerKey{WorkerID: id, DPRank: r} }
+
+// chain returns rolling sequence hashes for the local hashes base..base+n-1
+// after the shared prefix local hashes prefix.
+func chain(prefix []uint64, rest ...uint64) []uint64 {
+	local := append(append([]uint64(nil), prefix...), rest...)
+	return radix.SequenceHashes(nil, local)
+}
+
+func seqN(start, n int) []uint64 {
+	local := make([]uint64, n)
+	for i := range local {
+		local[i] = uint64(start + i)
+	}
+	return local
+}
+
+func newTracker(t testing.TB, mod func(*Config)) *Tracker {
+	t.Helper()
+	c := DefaultConfig()
+	c.TrackOutputBlocks = true
+	if mod != nil {
+		mod(&c)
+	}
+	tr, err := NewTracker(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+func wantLoads(t *testing.T, w *WorkerLoad, want Loads) {
+	t.Helper()
+	if got := w.Loads(); got != want {
+		t.Fatalf("%v loads = %+v, want %+v", w.Key(), got, want)
+	}
+}
+
+// checkInvariants recomputes every worker's totals from the live requests
+// and compares them with the counters and the trie.
+func checkInvariants(t *testing.T, tr *Tracker) {
+	t.Helper()
+	type sums struct{ prefill, fixed, n int64 }
+	per := map[*WorkerLoad]*sums{}
+	tr.workers.Range(func(_ radix.WorkerKey, w *WorkerLoad) bool { per[w] = &sums{}; return true })
+	tr.reqs.Range(func(_ string, r *request) bool {
+		s := per[r.w]
+		if s == nil {
+			t.Errorf("request %s on an unregistered worker", r.id)
+			return true
+		}
+		r.w.mu.RLock()
+		s.prefill += r.prefill.Load()
+		if r.booked {
+			s.n++
+			s.fixed += r.outputFixed + r.private*r.privateWeight
+		}
+		r.w.mu.RUnlock()
+		return true
+	})
+	for w, s := range per {
+		w.mu.RLock()
+		w.trie.check() // panics on a broken trie
+		s.fixed += w.trie.fixed
+		w.mu.RUnlock()
+		if got := w.c.prefillTokens.Load(); got != s.prefill {
+			t.Errorf("%v prefill %d, recount %d", w.key, got, s.prefill)
+		}
+		if got := w.c.blocksFixed.Load(); got != s.fixed {
+			t.Errorf("%v blocksFixed %d, recount %d", w.key, got, s.fixed)
+		}
+		if got := w.c.requests.Load(); got != s.n {
+			t.Errorf("%v requests %d, recount %d", w.key, got, s.n)
+		}
+	}
+}
+
+func TestPrefixDedup(t *testing.T) {
+	tr := newTracker(t, nil)
+	w := tr.AddWorker(wk(1, 0))
+	other := tr.AddWorker(wk(1, 1))
+	shared := seqN(100, 8)
+	a := chain(shared, 1, 2)    // 10 blocks
+	b := chain(shared, 3, 4, 5) // 11 blocks, 8 shared with a
+	c := chain(shared[:4])      // 4 blocks, all inside a
+
+	if got := w.NewBlocks(a, true); got != 10 {
+		t.Fatalf("empty worker: NewBlocks = %d, want 10", got)
+	}
+	must(t, tr.Book(&Booking{RequestID: "a", Worker: w.Key(), SequenceHashes: a, PrefillTokens: 160, AssumeKVReuse: true}, t0))
+	wantLoads(t, w, Loads{PrefillTokens: 160, Blocks: 10, Requests: 1})
+	wantLoads(t, other, Loads{})
+	if got := w.NewBlocks(b, true); got != 3 {
+		t.Fatalf("NewBlocks(b) = %d, want 3", got)
+	}
+	if got := w.NewBlocks(b, false); got != 11 {
+		t.Fatalf("NewBlocks(b, no reuse) = %d, want 11", got)
+	}
+	if got := other.NewBlocks(b, true); got != 11 {
+		t.Fatalf("other rank NewBlocks(b) = %d, want 11 (ranks are separate)", got)
+	}
+	must(t, tr.Book(&Booking{RequestID: "b", Worker: w.Key(), SequenceHashes: b, PrefillTokens: 48, AssumeKVReuse: true}, t0))
+	wantLoads(t, w, Loads{PrefillTokens: 208, Blocks: 13, Requests: 2})
+	must(t, tr.Book(&Booking{RequestID: "c", Worker: w.Key(), SequenceHashes: c, AssumeKVReuse: true}, t0))
+	wantLoads(t, w, Loads{PrefillTokens: 208, Blocks: 13, Requests: 3})
+	must(t, tr.Book(&Booking{RequestID: "d", Worker: w.Key(), SequenceHashes: c, AssumeKVReuse: false}, t0))
+	wantLoads(t, w, Loads{PrefillTokens: 208, Blocks: 17, Requests: 4})
+	checkInvariants(t, tr)
+
+	if !tr.PrefillComplete("a") || !tr.PrefillComplete("a") {
+		t.Fatal("PrefillComplete of a live request must report true, twice")
+	}
+	wantLoads(t, w, Loads{PrefillTokens: 48, Blocks: 17, Requests: 4})
+	if !tr.Free("a") {
+		t.Fatal("Free(a) = false")
+	}
+	wantLoads(t, w, Loads{PrefillTokens: 48, Blocks: 15, Requests: 3}) // a's own 2 blocks go
+	if tr.Free("a") || tr.PrefillComplete("a") {
+		t.Fatal("a second Free / PrefillComplete must report false")
+	}
+	checkInvariants(t, tr)
+	for _, id := range []string{"b", "c", "d"} {
+		tr.Free(id)
+	}
+	wantLoads(t, w, Loads{})
+	checkInvariants(t, tr)
+	if w.trie.root.numChildren() != 0 {
+		t.Fatal("trie not empty after freeing everything")
+	}
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOutputBlocksAndDecay(t *testing.T) {
+	tr := newTracker(t, nil)
+	w := tr.AddWorker(wk(1, 0))
+	shared := seqN(1, 4)
+	a := chain(shared, 10, 11) // exclusive suffix: 2 blocks
+	b := chain(shared, 20)
+	must(t, tr.Book(&Booking{RequestID: "a", Worker: w.Key(), SequenceHashes: a, AssumeKVReuse: true}, t0))
+	must(t, tr.Book(&Booking{RequestID: "b", Worker: w.Key(), SequenceHashes: b, AssumeKVReuse: true}, t0))
+	wantLoads(t, w, Loads{Blocks: 7, Requests: 2})
+
+	must(t, tr.OutputBlock("a", nil))
+	must(t, tr.OutputBlock("a", nil))
+	wantLoads(t, w, Loads{Blocks: 9, Requests: 2})
+	half := 0.5
+	// Third output block with f = 0.5: 3 outputs × 0.5 + exclusive prompt
+	// suffix 2 × 0.5; the shared 4 blocks and b's block keep weight 1.
+	must(t, tr.OutputBlock("a", &half))
+	if got, want := w.c.blocksFixed.Load(), 4*fullWeight+fullWeight+2*fullWeight/2+3*fullWeight/2; got != want {
+		t.Fatalf("blocksFixed = %d, want %d (4 + 1 + 2×0.5 + 3×0.5)", got, want)
+	}
+	wantLoads(t, w, Loads{Blocks: 8, Requests: 2}) // round(7.5) = 8
+	zero := 0.0
+	must(t, tr.OutputBlock("a", &zero))
+	wantLoads(t, w, Loads{Blocks: 5, Requests: 2}) // 4 shared + b's 1
+	checkInvariants(t, tr)
+
+	// A new owner of a decayed node restores its full weight.
+	must(t, tr.Book(&Booking{RequestID: "c", Worker: w.Key(), SequenceHashes: a[:5], AssumeKVReuse: true}, t0))
+	wantLoads(t, w, Loads{Blocks: 6, Requests: 3})
+	checkInvariants(t, tr)
+
+	// Private blocks (no KV reuse) decay too.
+	must(t, tr.Book(&Booking{RequestID: "p", Worker: w.Key(), SequenceHashes: seqN(50, 4), AssumeKVReuse: false}, t0))
+	wantLoads(t, w, Loads{Blocks: 10, Requests: 4})
+	quarter := 0.25
+	must(t, tr.OutputBlock("p", &quarter))
+	wantLoads(t, w, Loads{Blocks: 7, Requests: 4}) // 6 + 4×0.25 + 0.25 = 7.25
+	checkInvariants(t, tr)
+
+	for _, id := range []string{"a", "b", "c", "p"} {
+		tr.Free(id)
+	}
+	wantLoads(t, w, Loads{})
+	if w.c.blocksFixed.Load() != 0 {
+		t.Fatalf("blocksFixed %d after freeing everything", w.c.blocksFixed.Load())
+	}
+}
+
+func TestOutputBlocksUntracked(t *testing.T) {
+	tr := newTracker(t, func(c *Config) { c.TrackOutputBlocks = false })
+	w := tr.AddWorker(wk(1, 0))
+	must(t, tr.Book(&Booking{RequestID: "a", Worker: w.Key(), SequenceHashes: chain(seqN(1, 3)), AssumeKVReuse: true}, t0))
+	must(t, tr.OutputBlock("a", nil))
+	wantLoads(t, w, Loads{Blocks: 3, Requests: 1})
+
+	tr = newTracker(t, func(c *Config) { c.TrackOutputBlocks, c.TrackActiveBlocks = false, false })
+	w = tr.AddWorker(wk(1, 0))
+	must(t, tr.Book(&Booking{RequestID: "a", Worker: w.Key(), SequenceHashes: chain(seqN(1, 3)), AssumeKVReuse: true, PrefillTokens: 5}, t0))
+	wantLoads(t, w, Loads{PrefillTokens: 5, Requests: 1})
+	if got := w.NewBlocks(chain(seqN(1, 3)), true); got != 0 {
+		t.Fatalf("NewBlocks without block tracking = %d, want 0", got)
+	}
+}
+
+func TestTrackerErrors(t *testing.T) {
+	tr := newTracker(t, nil)
+	tr.AddWorker(wk(1, 0))
+	tr.AddWorker(wk(2, 0))
+	seq := chain(seqN(1, 2))
+	must(t, tr.Book(&Booking{RequestID: "x", Worker: wk(1, 0), SequenceHashes: seq, AssumeKVReuse: true}, t0))
+	bad := func(f float64) *float64 { return &f }
+	for _, tt := range []struct {
+		name   string
+		err    error
+		want   error
+		status int
+	}{
+		{"duplicate on the same worker", tr.Book(&Booking{RequestID: "x", Worker: wk(1, 0)}, t0), ErrDuplicateRequest, 409},
+		{"duplicate on another worker", tr.Book(&Booking{RequestID: "x", Worker: wk(2, 0)}, t0), ErrDuplicateRequest, 409},
+		{"unknown worker", tr.Book(&Booking{RequestID: "y", Worker: wk(3, 0)}, t0), ErrWorkerNotFound, 404},
+		{"unknown rank", tr.Book(&Booking{RequestID: "y", Worker: wk(1, 1)}, t0), ErrWorkerNotFound, 404},
+		{"output block for unknown id", tr.OutputBlock("nope", nil), ErrRequestNotFound, 404},
+		{"decay < 0", tr.OutputBlock("x", bad(-0.1)), ErrInvalidDecayFraction, 400},
+		{"decay > 1", tr.OutputBlock("x", bad(1.01)), ErrInvalidDecayFraction, 400},
+		{"decay NaN", tr.OutputBlock("x", bad(nan())), ErrInvalidDecayFraction, 400},
+	} {
+		if !errors.Is(tt.err, tt.want) || statusOf(tt.err) != tt.status {
+			t.Errorf("%s: err = %v (status %d), want %v (%d)", tt.name, tt.err, statusOf(tt.err), tt.want, tt.status)
+		}
+	}
+	if s := tr.Stats(); s.Duplicates != 2 || s.Booked != 1 || s.ActiveRequests != 1 || s.Workers != 2 {
+		t.Fatalf("stats %+v", s)
+	}
+	if k, ok := tr.Lookup("x"); !ok || k != wk(1, 0) {
+		t.Fatalf("Lookup(x) = %v, %v", k, ok)
+	}
+	checkInvariants(t, tr)
+}
+
+func nan() float64 { var z float64; return z / z }
+
+func TestExpiry(t *testing.T) {
+	tr := newTracker(t, nil)
+	w := tr.AddWorker(wk(1, 0))
+	must(t, tr.Book(&Booking{RequestID: "old", Worker: w.Key(), SequenceHashes: chain(seqN(1, 4)), PrefillTokens: 64, AssumeKVReuse: true}, t0))
+	must(t, tr.Book(&Booking{RequestID: "new", Worker: w.Key(), SequenceHashes: chain(seqN(9, 2)), AssumeKVReuse: true}, t0.Add(100*time.Second)))
+	// Output progress does not refresh the admission time.
+	must(t, tr.OutputBlock("old", nil))
+
+	if n := tr.Expire(t0.Add(300 * time.Second)); n != 0 {
+		t.Fatalf("expired %d at exactly 300 s, want 0 (strictly older)", n)
+	}
+	if n := tr.Expire(t0.Add(300*time.Second + 1)); n != 1 {
+		t.Fatalf("expired %d just after 300 s, want 1", n)
+	}
+	wantLoads(t, w, Loads{Blocks: 2, Requests: 1})
+	if _, ok := tr.Lookup("old"); ok {
+		t.Fatal("expired request still indexed")
+	}
+	// Lazy expiry on Book: the first Book ran the check at t0, so the next
+	// one runs only 30 s later.
+	must(t, tr.Book(&Booking{RequestID: "n2", Worker: w.Key()}, t0.Add(400*time.Second+1)))
+	if _, ok := tr.Lookup("new"); ok {
+		t.Fatal("Book did not run lazy expiry")
+	}
+	if s := tr.Stats(); s.Expired != 2 {
+		t.Fatalf("stats %+v", s)
+	}
+	checkInvariants(t, tr)
+}
+
+func TestRemoveWorker(t *testing.T) {
+	tr := newTracker(t, nil)
+	tr.AddWorker(wk(1, 0))
+	tr.AddWorker(wk(1, 1))
+	keep := tr.AddWorker(wk(2, 0))
+	must(t, tr.Book(&Booking{RequestID: "a", Worker: wk(1, 0), SequenceHashes: chain(seqN(1, 3)), AssumeKVReuse: true}, t0))
+	must(t, tr.Book(&Booking{RequestID: "b", Worker: wk(1, 1), PrefillTokens: 7}, t0))
+	must(t, tr.Book(&Booking{RequestID: "c", Worker: wk(2, 0), PrefillTokens: 9}, t0))
+	if n := tr.RemoveWorker(1); n != 2 {
+		t.Fatalf("RemoveWorker freed %d, want 2", n)
+	}
+	if _, ok := tr.Worker(wk(1, 1)); ok {
+		t.Fatal("rank 1 still registered")
+	}
+	if err := tr.Book(&Booking{RequestID: "d", Worker: wk(1, 0)}, t0); !errors.Is(err, ErrWorkerNotFound) {
+		t.Fatalf("Book on a removed worker: %v", err)
+	}
+	wantLoads(t, keep, Loads{PrefillTokens: 9, Requests: 1})
+	if s := tr.Stats(); s.Workers != 1 || s.ActiveRequests != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	rows := tr.AppendWorkerStats(nil)
+	if len(rows) != 1 || rows[0].Worker != wk(2, 0) || rows[0].Requests != 1 {
+		t.Fatalf("worker stats %+v", rows)
+	}
+}
+
+// TestTrackerMatchesModel runs random operation sequences against a naive
+// model (per worker: the union of the live requests' hash sets; prefix
+// depth by linear scan) and checks loads, NewBlocks and invariants after
+// every operation. The seed is logged; SCHED_SEED=<seed> replays it.
+func TestTrackerMatchesModel(t *testing.T) {
+	seed := testSeed(t)
+	rng := rand.New(rand.NewPCG(seed, 11))
+	tr := newTracker(t, nil)
+	keys := []radix.WorkerKey{wk(1, 0), wk(1, 1), wk(2, 0)}
+	for _, k := range keys {
+		tr.AddWorker(k)
+	}
+	type mreq struct {
+		w       radix.WorkerKey
+		hashes  []uint64
+		reuse   bool
+		prefill int64
+		outputs int64
+	}
+	model := map[string]*mreq{}
+	families := make([][]uint64, 4)
+	for i := range families {
+		families[i] = seqN(1000*(i+1), 12)
+	}
+	randSeq := func() []uint64 {
+		f := families[rng.IntN(len(families))]
+		local := append([]uint64(nil), f[:rng.IntN(len(f)+1)]...)
+		for range rng.IntN(6) {
+			local = append(local, uint64(rng.IntN(3))) // small alphabet: collisions of suffixes
+		}
+		return radix.SequenceHashes(nil, local)
+	}
+	modelLoads := func(k radix.WorkerKey) (Loads, map[uint64]bool) {
+		set := map[uint64]bool{}
+		var l Loads
+		var private int64
+		for _, r := range model {
+			if r.w != k {
+				continue
+			}
+			l.Requests++
+			l.PrefillTokens += r.prefill
+			private += r.outputs
+			if r.reuse {
+				for _, h := range r.hashes {
+					set[h] = true
+				}
+			} else {
+				private += int64(len(r.hashes))
+			}
+		}
+		l.Blocks = int64(len(set)) + private
+		return l, set
+	}
+	next := 0
+	var ids []string
+	for step := 0; step < 3000; step++ {
+		switch op := rng.IntN(10); {
+		case op < 4 || len(ids) == 0: // book
+			id := fmt.Sprintf("r%d", next)
+			next++
+			r := &mreq{w: keys[rng.IntN(len(keys))], hashes: randSeq(), reuse: rng.IntN(5) != 0, prefill: rng.Int64N(3) * 16}
+			must(t, tr.Book(&Booking{RequestID: id, Worker: r.w, SequenceHashes: r.hashes, PrefillTokens: r.prefill, AssumeKVReuse: r.reuse}, t0))
+			model[id] = r
+			ids = append(ids, id)
+		case op < 6: // prefill complete
+			id := ids[rng.IntN(len(ids))]
+			if got, want := tr.PrefillComplete(id), model[id] != nil; got != want {
+				t.Fatalf("seed %d step %d: PrefillComplete(%s) = %v, want %v", seed, step, id, got, want)
+			}
+			if r := model[id]; r != nil {
+				r.prefill = 0
+			}
+		case op < 7: // output block
+			id := ids[rng.IntN(len(ids))]
+			err := tr.OutputBlock(id, nil)
+			if r := model[id]; r != nil {
+				must(t, err)
+				r.outputs++
+			} else if !errors.Is(err, ErrRequestNotFound) {
+				t.Fatalf("seed %d step %d: OutputBlock(freed) = %v", seed, step, err)
+			}
+		default: // free (sometimes twice)
+			id := ids[rng.IntN(len(ids))]
+			if got, want := tr.Free(id), model[id] != nil; got != want {
+				t.Fatalf("seed %d step %d: Free(%s) = %v, want %v", seed, step, id, got, want)
+			}
+			delete(model, id)
+		}
+		for _, k := range keys {
+			w, _ := tr.Worker(k)
+			want, set := modelLoads(k)
+			if got := w.Loads(); got != want {
+				t.Fatalf("seed %d step %d: %v loads %+v, model %+v", seed, step, k, got, want)
+			}
+			q := randSeq()
+			depth := 0
+			for depth < len(q) && set[q[depth]] {
+				depth++
+			}
+			if got := w.NewBlocks(q, true); got != int64(len(q)-depth) {
+				t.Fatalf("seed %d step %d: %v NewBlocks = %d, model %d", seed, step, k, got, len(q)-depth)
+			}
+		}
+		if step%100 == 0 {
+			checkInvariants(t, tr)
+		}
+	}
+	for id := range model {
+		tr.Free(id)
+	}
+	for _, k := range keys {
+		w, _ := tr.Worker(k)
+		wantLoads(t, w, Loads{})
+	}
+	checkInvariants(t, tr)
+}
+
+// TestConcurrentBookingsSpread: 8 goroutines select-and-book 1,600 distinct
+// 32-block requests onto 8 equally good workers at once (full pipeline:
+// Fill, Score, Pick, Book). Stated tolerance: every worker ends with
+// between 0.85× and 1.15× of the mean (200) bookings. Then every request is
+// freed concurrently and every counter must be back to zero. Run under -race.
+func TestConcurrentBookingsSpread(t *testing.T) {
+	tr := newTracker(t, nil)
+	const workers, goroutines, perG = 8, 8, 200
+	handles := make([]*WorkerLoad, workers)
+	for i := range handles {
+		handles[i] = tr.AddWorker(wk(uint64(i), 0))
+	}
+	p := defaultParams(t)
+	req := Request{ISLTokens: 512, BlockSize: 16}
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cands := make([]Candidate, workers)
+			costs := make([]float64, workers)
+			for i := range perG {
+				seq := chain(seqN(1_000_000*g+1000*i, 32))
+				for j, h := range handles {
+					cands[j] = Candidate{Worker: h.Key()}
+					h.Fill(&cands[j], seq, true)
+				}
+				Score(&p, &req, cands, costs)
+				pick := Pick(costs, 0, RuntimeRand{})
+				eff := EffectivePrefillTokens(req.ISLTokens, CachedTokens(&p, req.BlockSize, &cands[pick]))
+				if err := tr.Book(&Booking{RequestID: fmt.Sprintf("g%d-%d", g, i), Worker: cands[pick].Worker, SequenceHashes: seq, PrefillTokens: eff, AssumeKVReuse: true}, t0); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	mean := float64(goroutines*perG) / workers
+	counts := make([]int64, workers)
+	for i, h := range handles {
+		l := h.Loads()
+		counts[i] = l.Requests
+		if l.Blocks != 32*l.Requests || l.PrefillTokens != 512*l.Requests {
+			t.Errorf("worker %d loads %+v inconsistent with %d requests", i, l, l.Requests)
+		}
+	}
+	t.Logf("bookings per worker: %v (mean %.0f)", counts, mean)
+	for i, c := range counts {
+		if f := float64(c) / mean; f < 0.85 || f > 1.15 {
+			t.Errorf("worker %d got %d bookings (%.2f× the mean), outside [0.85, 1.15]", i, c, f)
+		}
+	}
+	checkInvariants(t, tr)
+
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perG {
+				id := fmt.Sprintf("g%d-%d", g, i)
+				if i%2 == 0 {
+					tr.PrefillComplete(id)
+				}
+				tr.Free(id)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, h := range handles {
+		wantLoads(t, h, Loads{})
+		if h.c.blocksFixed.Load() != 0 || h.c.prefillTokens.Load() != 0 || h.c.requests.Load() != 0 {
+			t.Fatalf("raw counters not zero on %v", h.Key())
+		}
+	}
+	if s := tr.Stats(); s.ActiveRequests != 0 || s.Booked != goroutines*perG || s.Freed != goroutines*perG {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestLifecycleRacesBooking: Free and PrefillComplete racing Book of the
+// same id never leave a counter off zero.
+func TestLifecycleRacesBooking(t *testing.T) {
+	tr := newTracker(t, nil)
+	w := tr.AddWorker(wk(1, 0))
+	seq := chain(seqN(1, 8))
+	for i := range 500 {
+		id := fmt.Sprintf("r%d", i)
+		var wg sync.WaitGroup
+		wg.Add(3)
+		go func() {
+			defer wg.Done()
+			_ = tr.Book(&Booking{RequestID: id, Worker: w.Key(), SequenceHashes: seq, PrefillTokens: 100, AssumeKVReuse: true}, t0)
+		}()
+		go func() { defer wg.Done(); tr.PrefillComplete(id) }()
+		go func() { defer wg.Done(); tr.Free(id) }()
+		wg.Wait()
+		tr.Free(id)
+	}
+	wantLoads(t, w, Loads{})
+	if w.c.prefillTokens.Load() != 0 || w.c.blocksFixed.Load() != 0 || w.c.requests.Load() != 0 {
+		t.Fatalf("counters %d %d %d", w.c.prefillTokens.Load(), w.c.blocksFixed.Load(), w.c.requests.Load())
+	}
+}
+
+// TestTrieCheckCatchesCorruption proves the invariant checker can fail.
+func TestTrieCheckCatchesCorruption(t *testing.T) {
+	for _, corrupt := range []func(*promptTrie){
+		func(tr *promptTrie) { tr.blocks++ },
+		func(tr *promptTrie) { tr.fixed-- },
+		func(tr *promptTrie) { tr.root.kids[0].n.refs = 0 },
+		func(tr *promptTrie) { tr.root.kids[0].n.parent = nil },
+	} {
+		var tr promptTrie
+		tr.acquire(chain(seqN(1, 4)))
+		tr.acquire(chain(seqN(1, 2), 9))
+		tr.check()
+		corrupt(&tr)
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("check did not panic on a corrupted trie")
+				}
+			}()
+			tr.check()
+		}()
+	}
+}

@@ -358,7 +358,7 @@ func (r *reader) skip() error {
 		pending--
 		c := r.b[r.off]
 		r.off++
-		var n int   // bytes of payload to jump over
+		var n int // bytes of payload to jump over
 		var err error
 		switch {
 		case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3:

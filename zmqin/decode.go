@@ -32,11 +32,25 @@ const (
 	DropTokenCount
 	// DropEmpty: a BlockStored or BlockRemoved with no block hashes (a no-op).
 	DropEmpty
+	// DropNonMainAttention: an event of a KV-cache group that is not main
+	// attention (sliding window, mamba, ...), by its kv_cache_spec_kind or
+	// by the kind learned for its group_idx (see Decoder).
+	DropNonMainAttention
+	// DropUnknownKind: a kv_cache_spec_kind this package does not know,
+	// carried or learned for the group; treated as not main attention.
+	DropUnknownKind
+	// DropUnlearnedGroup: a group_idx other than 0 without a kind, before
+	// any BlockStored has taught the group's kind.
+	DropUnlearnedGroup
+	// DropNonLocal: a map event whose locality is not "LOCAL" (a block held
+	// remotely, not in this worker's cache).
+	DropNonLocal
 	numDropReasons
 )
 
 var dropNames = [numDropReasons]string{
 	"malformed", "unknown_tag", "unknown_medium", "block_size_mismatch", "token_count", "empty",
+	"non_main_attention", "unknown_kind", "unlearned_group", "non_local",
 }
 
 // String returns the reason's metric label.
@@ -97,9 +111,16 @@ type DecodeStats struct {
 	Dropped   DropCounts // events skipped inside decoded batches
 }
 
-// span is a half-open range [lo, hi) of the Decoder's blocks (for a Stored
-// event) or hashes (for a Removed event).
-type span struct{ lo, hi int }
+// eventMeta is what the Decoder keeps beside each emitted event until the
+// batch is complete: [lo, hi) locates its Blocks in blocks (Stored) or its
+// Hashes in hashes (Removed), and group/kind are its KV-cache group
+// metadata, filtered once the batch's rank is known.
+type eventMeta struct {
+	lo, hi   int
+	group    uint32
+	hasGroup bool
+	kind     kindClass
+}
 
 // Decoder turns vLLM/SGLang msgpack KV event batches into radix events for
 // one partition block size. It is not safe for concurrent use: a listener
@@ -107,8 +128,16 @@ type span struct{ lo, hi int }
 // a warm Decoder allocates nothing per batch (see Batch for the lifetime
 // rule this implies).
 //
+// A Decoder also carries state across batches: the kind of each
+// (dp_rank, group_idx) learned from BlockStored events that carry both
+// (hybrid models publish one group per attention type; only main-attention
+// groups describe the prefix cache, and a sliding-window group's removals
+// must not remove full-attention blocks with the same hash). Events of
+// other groups are dropped (DropNonMainAttention, DropUnknownKind,
+// DropUnlearnedGroup). Call Reset when the publisher restarts.
+//
 // Representation: during a Decode, events[i] is the i-th usable event and
-// spans[i] locates its Blocks in blocks (Stored) or its Hashes in hashes
+// meta[i] locates its Blocks in blocks (Stored) or its Hashes in hashes
 // (Removed); the slices are attached only once the batch is complete, because
 // appends may move the backing arrays. hashes also serves as scratch for the
 // current event's block_hashes, and tokens holds the current event's token
@@ -118,7 +147,7 @@ type Decoder struct {
 	blockSize int
 
 	events []radix.Event
-	spans  []span
+	meta   []eventMeta
 	blocks []radix.Block
 	hashes []uint64
 	tokens []uint32
@@ -128,6 +157,10 @@ type Decoder struct {
 	// the name.
 	loraName string
 	loraSeed uint64
+
+	// groups maps rank<<32|group_idx to the kind learned for it. Bounded
+	// by maxGroups: keys come from untrusted bytes.
+	groups map[uint64]kindClass
 
 	stats DecodeStats
 }
@@ -155,7 +188,7 @@ func (d *Decoder) Stats() DecodeStats { return d.stats }
 // may be applied. Decode never panics and never retains payload.
 func (d *Decoder) Decode(payload []byte, worker radix.WorkerKey) (Batch, error) {
 	d.events = d.events[:0]
-	d.spans = d.spans[:0]
+	d.meta = d.meta[:0]
 	d.blocks = d.blocks[:0]
 	d.hashes = d.hashes[:0]
 	var b Batch
@@ -177,17 +210,25 @@ func (d *Decoder) Decode(payload []byte, worker radix.WorkerKey) (Batch, error) 
 		rank = b.DPRank
 	}
 	key := radix.WorkerKey{WorkerID: worker.WorkerID, DPRank: rank}
+	kept := 0
 	for i := range d.events {
-		e := &d.events[i]
+		m := &d.meta[i]
+		if reason, drop := d.filterGroup(rank, d.events[i].Kind, m); drop {
+			b.Skipped[reason]++
+			continue
+		}
+		e := d.events[i]
 		e.Worker = key
-		s := d.spans[i]
 		switch e.Kind {
 		case radix.Stored:
-			e.Blocks = d.blocks[s.lo:s.hi:s.hi]
+			e.Blocks = d.blocks[m.lo:m.hi:m.hi]
 		case radix.Removed:
-			e.Hashes = d.hashes[s.lo:s.hi:s.hi]
+			e.Hashes = d.hashes[m.lo:m.hi:m.hi]
 		}
+		d.events[kept] = e
+		kept++
 	}
+	d.events = d.events[:kept]
 	b.Events = d.events
 	d.stats.Batches++
 	d.stats.Events += uint64(len(d.events))
@@ -369,6 +410,10 @@ type rawEvent struct {
 	tier         radix.Tier
 	badMedium    bool
 	lora         []byte // aliases the payload
+	group        uint32
+	hasGroup     bool
+	kind         kindClass
+	nonLocal     bool
 	bad          bool
 }
 
@@ -426,8 +471,10 @@ func (d *Decoder) arrayEvent(r *reader, n int, ev *rawEvent) error {
 				err = d.readMedium(r, ev)
 			case 7:
 				err = d.readLora(r, ev)
-			default:
+			case 5, 8: // lora_id (deprecated), extra_keys
 				err = r.skip()
+			default:
+				err = d.readTail(r, ev)
 			}
 		case tagRemoved:
 			// [tag, block_hashes, medium, group_idx, ...]
@@ -437,7 +484,7 @@ func (d *Decoder) arrayEvent(r *reader, n int, ev *rawEvent) error {
 			case 2:
 				err = d.readMedium(r, ev)
 			default:
-				err = r.skip()
+				err = d.readTail(r, ev)
 			}
 		default:
 			return r.skipN(n - i)
@@ -490,6 +537,12 @@ func (d *Decoder) mapEvent(r *reader, n int, ev *rawEvent) error {
 			err = d.readMedium(r, ev)
 		case "lora_name":
 			err = d.readLora(r, ev)
+		case "group_idx":
+			err = d.readGroup(r, ev)
+		case "kv_cache_spec_kind":
+			err = d.readKind(r, ev)
+		case "locality":
+			err = d.readLocality(r, ev)
 		default:
 			err = r.skip()
 		}
@@ -676,6 +729,22 @@ func (d *Decoder) readMedium(r *reader, ev *rawEvent) error {
 	return nil
 }
 
+// readLocality reads locality: nil or "LOCAL" keep the event, any other
+// string (REMOTE, or unknown) drops it.
+func (d *Decoder) readLocality(r *reader, ev *rawEvent) error {
+	if r.isNil() {
+		ev.nonLocal = false
+		return nil
+	}
+	s, err := r.str()
+	if bad, hard := soft(r, err); hard != nil || bad {
+		ev.bad = ev.bad || bad
+		return hard
+	}
+	ev.nonLocal = string(s) != "LOCAL"
+	return nil
+}
+
 // readLora reads lora_name: nil, a string, or (SGLang salted stores, which
 // put a metadata map in this slot) a map whose "lora_name" entry is used.
 func (d *Decoder) readLora(r *reader, ev *rawEvent) error {
@@ -772,19 +841,22 @@ func (d *Decoder) finish(ev *rawEvent, h0 int, b *Batch) {
 		reason = DropMalformed
 	case ev.badMedium:
 		reason = DropUnknownMedium
+	case ev.nonLocal:
+		reason = DropNonLocal
 	}
 	if reason == numDropReasons {
 		switch ev.tag {
 		case tagCleared:
 			d.hashes = d.hashes[:h0]
-			d.emit(radix.Event{Kind: radix.Cleared}, span{})
+			d.emit(radix.Event{Kind: radix.Cleared}, eventMeta{})
 			return
 		case tagRemoved:
 			if ev.hHi == ev.hLo {
 				reason = DropEmpty
 				break
 			}
-			d.emit(radix.Event{Kind: radix.Removed, Tier: ev.tier}, span{ev.hLo, ev.hHi})
+			d.emit(radix.Event{Kind: radix.Removed, Tier: ev.tier},
+				eventMeta{lo: ev.hLo, hi: ev.hHi, group: ev.group, hasGroup: ev.hasGroup, kind: ev.kind})
 			return
 		case tagStored:
 			nh := ev.hHi - ev.hLo
@@ -824,12 +896,12 @@ func (d *Decoder) stored(ev *rawEvent, h0 int) {
 		Tier:       ev.tier,
 		ParentHash: ev.parent,
 		HasParent:  ev.hasParent,
-	}, span{lo, len(d.blocks)})
+	}, eventMeta{lo: lo, hi: len(d.blocks), group: ev.group, hasGroup: ev.hasGroup, kind: ev.kind})
 }
 
-func (d *Decoder) emit(e radix.Event, s span) {
+func (d *Decoder) emit(e radix.Event, m eventMeta) {
 	d.events = append(d.events, e)
-	d.spans = append(d.spans, s)
+	d.meta = append(d.meta, m)
 }
 
 // seed returns the local-hash seed for a LoRA name (empty: no LoRA), from

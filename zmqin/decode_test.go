@@ -141,6 +141,8 @@ func TestDecodeTolerated(t *testing.T) {
 		{"empty removed", enc(cat([]byte{0x92}, str("BlockRemoved"), []byte{0x90})), 0, DropEmpty},
 		{"empty stored", enc(stored(4, []byte{0x90, 0xc0, 0x90, 4})), 0, DropEmpty},
 		{"int medium", enc(cat([]byte{0x93}, str("BlockRemoved"), []byte{0x91, 1, 7})), 0, DropMalformed},
+		{"remote locality", enc(cat([]byte{0x83}, str("type"), str("BlockRemoved"), str("block_hashes"), []byte{0x91, 1}, str("locality"), str("REMOTE"))), 0, DropNonLocal},
+		{"nil locality", enc(cat([]byte{0x83}, str("type"), str("BlockRemoved"), str("block_hashes"), []byte{0x91, 1}, str("locality"), []byte{0xc0})), 1, 0},
 		{"empty medium is device", enc(cat([]byte{0x93}, str("BlockRemoved"), []byte{0x91, 1}, str(""))), 1, 0},
 		{"eagle bigrams", enc(stored(4, []byte{0x91, 1, 0xc0, 0x94, 0x92, 1, 2, 0x92, 2, 3, 0x92, 3, 4, 0x92, 4, 5, 4})), 1, 0},
 		{"empty bigram", enc(stored(4, []byte{0x91, 1, 0xc0, 0x94, 0x90, 0x92, 2, 3, 0x92, 3, 4, 0x92, 4, 5, 4})), 0, DropMalformed},
@@ -227,7 +229,9 @@ func randomBatch(rng *rand.Rand, blockSize int) *WireBatch {
 			e.BlockHashes = append(e.BlockHashes, randomU64(rng))
 		}
 		e.Medium = media[rng.IntN(len(media))]
+		e.GroupIdx = []uint32{0, 0, 0, 1, 2}[rng.IntN(5)]
 		if e.Kind == radix.Stored {
+			e.SpecKind = []string{"", "full_attention", "full_attention", "sliding_window", "mla_attention", "weird_kind"}[rng.IntN(6)]
 			e.BlockSize = blockSize
 			if rng.IntN(10) == 0 {
 				e.BlockSize = blockSize * 2
@@ -264,9 +268,59 @@ func randomU64(rng *rand.Rand) uint64 {
 	return rng.Uint64()
 }
 
-// reference is a straight transcription of the conversion rules, the model
-// the decoder is checked against.
-func reference(b *WireBatch, legacy bool, blockSize int, listener radix.WorkerKey) Batch {
+// refModel is a straight transcription of the conversion and group rules,
+// the model the decoder is checked against. groups is the learned kind of
+// each (rank, group_idx): "main", "other" or "unknown".
+type refModel struct {
+	groups map[[2]uint32]string
+}
+
+func refKind(s string) string {
+	switch s {
+	case "":
+		return ""
+	case "full_attention", "mla_attention", "sink_full_attention":
+		return "main"
+	case "sliding_window", "sliding_window_mla", "mamba", "chunked_local_attention",
+		"encoder_only_attention", "cross_attention":
+		return "other"
+	}
+	return "unknown"
+}
+
+// groupDrop applies the group rules to an event that passed conversion.
+func (m *refModel) groupDrop(rank uint32, e *WireEvent, out *Batch) bool {
+	kind := ""
+	if e.Kind == radix.Stored {
+		kind = refKind(e.SpecKind)
+		if kind != "" {
+			m.groups[[2]uint32{rank, e.GroupIdx}] = kind
+		}
+	}
+	if kind == "" {
+		learned, ok := m.groups[[2]uint32{rank, e.GroupIdx}]
+		switch {
+		case ok:
+			kind = learned
+		case e.GroupIdx == 0:
+			return false
+		default:
+			out.Skipped[DropUnlearnedGroup]++
+			return true
+		}
+	}
+	switch kind {
+	case "main":
+		return false
+	case "other":
+		out.Skipped[DropNonMainAttention]++
+	default:
+		out.Skipped[DropUnknownKind]++
+	}
+	return true
+}
+
+func (m *refModel) batch(b *WireBatch, legacy bool, blockSize int, listener radix.WorkerKey) Batch {
 	out := Batch{Timestamp: b.Timestamp}
 	w := listener
 	if !legacy && b.HasDPRank {
@@ -284,6 +338,7 @@ func reference(b *WireBatch, legacy bool, blockSize int, listener radix.WorkerKe
 			out.Skipped[DropUnknownMedium]++
 		case e.Kind == radix.Removed && len(e.BlockHashes) == 0:
 			out.Skipped[DropEmpty]++
+		case e.Kind == radix.Removed && m.groupDrop(w.DPRank, &e, &out):
 		case e.Kind == radix.Removed:
 			out.Events = append(out.Events, radix.Event{Worker: w, Kind: radix.Removed, Tier: tier, Hashes: e.BlockHashes})
 		case e.BlockSize != blockSize:
@@ -292,6 +347,7 @@ func reference(b *WireBatch, legacy bool, blockSize int, listener radix.WorkerKe
 			out.Skipped[DropTokenCount]++
 		case len(e.BlockHashes) == 0:
 			out.Skipped[DropEmpty]++
+		case m.groupDrop(w.DPRank, &e, &out):
 		default:
 			ev := radix.Event{Worker: w, Kind: radix.Stored, Tier: tier, ParentHash: e.ParentHash, HasParent: e.HasParent}
 			for i, h := range e.BlockHashes {
@@ -318,6 +374,7 @@ func TestRoundTrip(t *testing.T) {
 	const blockSize = 4
 	listener := radix.WorkerKey{WorkerID: 99, DPRank: 2}
 	d := NewDecoder(blockSize)
+	model := &refModel{groups: map[[2]uint32]string{}}
 	var buf []byte
 	var wantEvents uint64
 	for i := range 3000 {
@@ -328,7 +385,7 @@ func TestRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("batch %d (%+v): %v", i, enc, err)
 		}
-		want := reference(wb, enc.LegacyBatch, blockSize, listener)
+		want := model.batch(wb, enc.LegacyBatch, blockSize, listener)
 		if len(want.Events) == 0 {
 			want.Events = got.Events[:0:0]
 			if got.Events == nil {
@@ -375,7 +432,7 @@ func typicalBatch(blockSize int) *WireBatch {
 	b := &WireBatch{Timestamp: 1700000000.5, HasDPRank: true}
 	parent := rng.Uint64()
 	for range 16 {
-		e := WireEvent{Kind: radix.Stored, BlockSize: blockSize, Medium: "GPU", ParentHash: parent, HasParent: true}
+		e := WireEvent{Kind: radix.Stored, BlockSize: blockSize, Medium: "GPU", ParentHash: parent, HasParent: true, SpecKind: "full_attention"}
 		for range 4 {
 			e.BlockHashes = append(e.BlockHashes, rng.Uint64())
 		}

@@ -28,8 +28,10 @@
 //
 // # Decoding contract
 //
-//  1. Create one Decoder per listener goroutine with the partition's block
-//     size. A Decoder is not safe for concurrent use.
+//  1. Create one Decoder per listener (one publisher) with the partition's
+//     block size. A Decoder is not safe for concurrent use, and it learns
+//     each KV-cache group's kind across batches: call Reset when the
+//     publisher restarts (its seq goes back).
 //  2. For each message, call ParseFrames; on error count and skip it.
 //  3. Call Decode with the payload and the listener's (worker, rank). An
 //     error wraps ErrMalformed: skip the whole batch and do not advance the
@@ -38,7 +40,9 @@
 //     data_parallel_rank when present, else the listener's), and per-reason
 //     counts of the events it skipped (DropReason): unknown tags, unknown
 //     media, block sizes other than the partition's, token counts other
-//     than len(block_hashes) * block_size, and malformed events.
+//     than len(block_hashes) * block_size, events of KV-cache groups that
+//     are not main attention (hybrid models: sliding window, mamba, ...),
+//     non-LOCAL locality, and malformed events.
 //  4. Apply or copy the events before the next Decode: the decoder reuses
 //     their memory (Batch documents the lifetime rule).
 //

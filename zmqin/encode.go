@@ -51,6 +51,12 @@ type WireEvent struct {
 	BlockSize   int
 	Medium      string // "" is written as nil
 	LoraName    string // "" is written as nil
+	// GroupIdx is the KV-cache group (0 for plain models); always written,
+	// as vLLM's GPU block pool does.
+	GroupIdx uint32
+	// SpecKind is BlockStored's kv_cache_spec_kind, e.g. "full_attention";
+	// "" is nil (omitted in map form).
+	SpecKind string
 }
 
 // WireBatch is one batch as an engine publishes it.
@@ -63,9 +69,8 @@ type WireBatch struct {
 
 // Encoder appends vLLM-format msgpack KV event batches, byte for byte what
 // msgspec writes for vLLM's GPU block pool: BlockStored carries lora_id nil,
-// extra_keys one nil per block, group_idx 0 and kv_cache_spec_kind
-// "full_attention" (and, in array form, a nil sliding window); BlockRemoved
-// carries group_idx 0. It is the definition the tests and the simulated
+// extra_keys one nil per block, group_idx and kv_cache_spec_kind (and, in
+// array form, a nil sliding window); BlockRemoved carries group_idx. It is the definition the tests and the simulated
 // engines (mocker) share. The zero Encoder writes vLLM's array form with
 // unsigned hashes and a 3-element batch.
 type Encoder struct {
@@ -114,7 +119,13 @@ func (e Encoder) appendEvent(dst []byte, ev *WireEvent) []byte {
 	switch ev.Kind {
 	case radix.Stored:
 		if m {
-			dst = append(dst, 0x8b) // 11 keys: the sliding window is nil, its default
+			// 11 keys, 10 without a kind: kv_cache_spec_kind and the
+			// sliding window are omitted when nil, their default.
+			if ev.SpecKind != "" {
+				dst = append(dst, 0x8b)
+			} else {
+				dst = append(dst, 0x8a)
+			}
 			dst = appendStr(dst, "type")
 		} else {
 			dst = append(dst, 0x9c) // 12 fields
@@ -147,9 +158,13 @@ func (e Encoder) appendEvent(dst []byte, ev *WireEvent) []byte {
 			dst = append(dst, 0xc0)
 		}
 		dst = e.key(dst, m, "group_idx")
-		dst = append(dst, 0x00)
-		dst = e.key(dst, m, "kv_cache_spec_kind")
-		dst = appendStr(dst, "full_attention")
+		dst = appendUint(dst, uint64(ev.GroupIdx))
+		if ev.SpecKind != "" {
+			dst = e.key(dst, m, "kv_cache_spec_kind")
+			dst = appendStr(dst, ev.SpecKind)
+		} else if !m {
+			dst = append(dst, 0xc0)
+		}
 		if !m {
 			dst = append(dst, 0xc0) // kv_cache_spec_sliding_window
 		}
@@ -166,7 +181,7 @@ func (e Encoder) appendEvent(dst []byte, ev *WireEvent) []byte {
 		dst = e.key(dst, m, "medium")
 		dst = appendOptStr(dst, ev.Medium)
 		dst = e.key(dst, m, "group_idx")
-		dst = append(dst, 0x00)
+		dst = appendUint(dst, uint64(ev.GroupIdx))
 	case radix.Cleared:
 		if m {
 			dst = append(dst, 0x81)

@@ -54,7 +54,7 @@ func TestWriteFuzzCorpus(t *testing.T) {
 // FuzzDecode feeds arbitrary frames and payloads to ParseFrames and Decode:
 // never a panic, errors only of the documented classes, never more events
 // or blocks than payload bytes, scratch memory bounded by the payload, and
-// a deterministic result on a reused decoder.
+// a deterministic result on a reused, Reset decoder.
 func FuzzDecode(f *testing.F) {
 	for i, p := range fuzzSeeds(f) {
 		f.Add(uint8(3), []byte{0, 0, 0, 0, 0, 0, 0, byte(i)}, p)
@@ -87,7 +87,10 @@ func FuzzDecode(f *testing.F) {
 				continue
 			}
 			checkBounds(t, d, &b, len(payload))
+			// Reset forgets learned groups, so the reused decoder must
+			// reproduce the fresh decoder's result.
 			first := cloneBatch(b)
+			d.Reset()
 			b2, err := d.Decode(payload, w)
 			if err != nil || !reflect.DeepEqual(first, cloneBatch(b2)) {
 				t.Fatalf("second decode differs: %v", err)
@@ -124,9 +127,9 @@ func checkBounds(t *testing.T, d *Decoder, b *Batch, n int) {
 	// Scratch capacity is driven by decoded elements, never by declared
 	// lengths: append growth stays within about twice the payload.
 	limit := 2*n + 64
-	if cap(d.events) > limit || cap(d.spans) > limit || cap(d.blocks) > limit || cap(d.hashes) > limit || cap(d.tokens) > limit {
+	if cap(d.events) > limit || cap(d.meta) > limit || cap(d.blocks) > limit || cap(d.hashes) > limit || cap(d.tokens) > limit {
 		t.Fatalf("scratch capacities %d %d %d %d %d for %d bytes",
-			cap(d.events), cap(d.spans), cap(d.blocks), cap(d.hashes), cap(d.tokens), n)
+			cap(d.events), cap(d.meta), cap(d.blocks), cap(d.hashes), cap(d.tokens), n)
 	}
 }
 

@@ -153,7 +153,7 @@ func TestGoldenEncode(t *testing.T) {
 		Events: []WireEvent{{
 			Kind:        radix.Stored,
 			BlockHashes: []uint64{0x0abc434277575238, 0x951c1780b774a60b},
-			TokenIDs:    specTokens, BlockSize: 4, Medium: "GPU",
+			TokenIDs:    specTokens, BlockSize: 4, Medium: "GPU", SpecKind: "full_attention",
 		}},
 	}
 	for _, tc := range []struct {

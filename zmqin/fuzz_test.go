@@ -60,43 +60,72 @@ func FuzzDecode(f *testing.F) {
 		f.Add(uint8(3), []byte{0, 0, 0, 0, 0, 0, 0, byte(i)}, p)
 	}
 	f.Add(uint8(2), []byte{1}, []byte{0x90})
-	f.Fuzz(func(t *testing.T, nframes uint8, seq, payload []byte) {
-		frames := [][]byte{nil, seq, payload, nil}[:nframes%5]
-		if _, p, err := ParseFrames(frames); err != nil {
-			if !errors.Is(err, ErrFrames) {
-				t.Fatalf("ParseFrames error %v does not wrap ErrFrames", err)
-			}
-			if len(frames) == 3 && len(seq) == SeqLen {
-				t.Fatalf("valid frames rejected: %v", err)
-			}
-		} else if len(frames) != 3 || len(seq) != SeqLen || len(p) != len(payload) {
-			t.Fatalf("ParseFrames accepted %d frames with a %d-byte seq", len(frames), len(seq))
-		}
+	f.Fuzz(checkDecode)
+}
 
-		for _, bs := range []int{4, 16} {
-			d := NewDecoder(bs)
-			w := radix.WorkerKey{WorkerID: 1, DPRank: 2}
-			b, err := d.Decode(payload, w)
-			if err != nil {
-				if !errors.Is(err, ErrMalformed) {
-					t.Fatalf("Decode error %v does not wrap ErrMalformed", err)
-				}
-				if len(b.Events) != 0 {
-					t.Fatal("events returned with an error")
-				}
-				continue
-			}
-			checkBounds(t, d, &b, len(payload))
-			// Reset forgets learned groups, so the reused decoder must
-			// reproduce the fresh decoder's result.
-			first := cloneBatch(b)
-			d.Reset()
-			b2, err := d.Decode(payload, w)
-			if err != nil || !reflect.DeepEqual(first, cloneBatch(b2)) {
-				t.Fatalf("second decode differs: %v", err)
+// TestDecodeMutations runs the fuzz properties over deterministic random
+// mutations of the seeds, so that plain `go test` exercises them too.
+func TestDecodeMutations(t *testing.T) {
+	seeds := fuzzSeeds(t)
+	rng := rand.New(rand.NewPCG(5, 6))
+	n := 20000
+	if testing.Short() {
+		n = 2000
+	}
+	for range n {
+		p := append([]byte(nil), seeds[rng.IntN(len(seeds))]...)
+		for k := rng.IntN(4) + 1; k > 0 && len(p) > 0; k-- {
+			j := rng.IntN(len(p))
+			switch rng.IntN(3) {
+			case 0:
+				p[j] = byte(rng.Uint32())
+			case 1:
+				p = append(p[:j], p[j+1:]...)
+			default:
+				p = append(p[:j], append([]byte{byte(rng.Uint32())}, p[j:]...)...)
 			}
 		}
-	})
+		checkDecode(t, 3, []byte{0, 0, 0, 0, 0, 0, 0, 1}, p)
+	}
+}
+
+// checkDecode holds the fuzz properties for one (frames, payload) input.
+func checkDecode(t *testing.T, nframes uint8, seq, payload []byte) {
+	frames := [][]byte{nil, seq, payload, nil}[:nframes%5]
+	if _, p, err := ParseFrames(frames); err != nil {
+		if !errors.Is(err, ErrFrames) {
+			t.Fatalf("ParseFrames error %v does not wrap ErrFrames", err)
+		}
+		if len(frames) == 3 && len(seq) == SeqLen {
+			t.Fatalf("valid frames rejected: %v", err)
+		}
+	} else if len(frames) != 3 || len(seq) != SeqLen || len(p) != len(payload) {
+		t.Fatalf("ParseFrames accepted %d frames with a %d-byte seq", len(frames), len(seq))
+	}
+
+	for _, bs := range []int{4, 16} {
+		d := NewDecoder(bs)
+		w := radix.WorkerKey{WorkerID: 1, DPRank: 2}
+		b, err := d.Decode(payload, w)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("Decode error %v does not wrap ErrMalformed", err)
+			}
+			if len(b.Events) != 0 {
+				t.Fatal("events returned with an error")
+			}
+			continue
+		}
+		checkBounds(t, d, &b, len(payload))
+		// Reset forgets learned groups, so the reused decoder must
+		// reproduce the fresh decoder's result.
+		first := cloneBatch(b)
+		d.Reset()
+		b2, err := d.Decode(payload, w)
+		if err != nil || !reflect.DeepEqual(first, cloneBatch(b2)) {
+			t.Fatalf("second decode differs: %v", err)
+		}
+	}
 }
 
 func checkBounds(t *testing.T, d *Decoder, b *Batch, n int) {

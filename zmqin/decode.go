@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/kvselect/kvselect/radix"
 )
@@ -609,41 +610,46 @@ func (d *Decoder) readTokens(r *reader, ev *rawEvent) error {
 		ev.bad = ev.bad || bad
 		return hard
 	}
-	toks := d.tokens
+	// Fast path for the three encodings msgspec uses for token ids below
+	// 2^32 (fixint, cd, ce): one 8-byte load and a table lookup per id, the
+	// offset kept in a register, stores into a slice sized once. The token
+	// loop is the largest cost of a BlockStored (36-44% of BenchmarkDecode);
+	// a switch on the lead byte branches on data (ids above 65535 are
+	// common, so cd and ce mix). On the shared 2-core machine the versions
+	// measured within noise of each other (1.0-1.9 M events/s); re-measure
+	// on a quiet machine before building on this.
+	//
+	// Sizing by n is bounded: arrayLen guarantees n <= bytes left.
+	toks := slices.Grow(d.tokens[:0], n)[:n]
 	b := r.b
-	for ; n > 0; n-- {
-		// Fast path for the three encodings msgspec uses for token ids
-		// below 2^32 (fixint, cd, ce): one 8-byte load and a table lookup
-		// per id, in an inner loop that keeps the offset in a register.
-		// The profile had the token loop at 36% of BenchmarkDecode with a
-		// switch on the lead byte, whose branch is data-dependent (ids
-		// above 65535 are common, so cd and ce mix). On the shared 2-core
-		// machine both versions measured 1.3-1.9 M events/s, within noise;
-		// re-measure on a quiet machine before building on this.
-		off := r.off
-		for ; n > 0 && off+8 <= len(b); n-- {
+	off := r.off
+	for i := 0; i < n; {
+		for ; i < n && off+8 <= len(b); i++ {
 			f := tokenFormats[b[off]]
 			if f.width == 0 {
 				break
 			}
 			v := binary.BigEndian.Uint64(b[off:])
-			toks = append(toks, uint32(v>>f.shift)&f.mask)
+			toks[i] = uint32(v>>f.shift) & f.mask
 			off += int(f.width)
 		}
-		r.off = off
-		if n == 0 {
+		if i == n {
 			break
 		}
+		r.off = off
 		t, err := r.token()
-		if bad, hard := soft(r, err); hard != nil {
-			d.tokens = toks
+		bad, hard := soft(r, err)
+		if hard != nil {
+			d.tokens = toks[:0]
 			return hard
-		} else if bad {
-			ev.bad = true
-			continue
 		}
-		toks = append(toks, t)
+		// An unusable id leaves 0 in its slot; the event is dropped.
+		ev.bad = ev.bad || bad
+		toks[i] = t
+		i++
+		off = r.off
 	}
+	r.off = off
 	d.tokens = toks
 	return nil
 }

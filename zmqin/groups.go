@@ -53,7 +53,8 @@ func (d *Decoder) filterGroup(rank uint32, kind radix.EventKind, m *eventMeta) (
 	}
 	key := uint64(rank)<<32 | uint64(m.group)
 	if kind == radix.Stored && m.hasGroup && m.kind != kindNone {
-		if _, ok := d.groups[key]; ok || len(d.groups) < maxGroups {
+		// Read before writing: nearly every store repeats what is known.
+		if old, ok := d.groups[key]; (ok && old != m.kind) || (!ok && len(d.groups) < maxGroups) {
 			if d.groups == nil {
 				d.groups = make(map[uint64]kindClass)
 			}

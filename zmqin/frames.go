@@ -1,0 +1,34 @@
+package zmqin
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// ErrFrames marks a live ZMQ message that is not [topic, seq, payload] with
+// an 8-byte seq. Such a message is counted and skipped by the listener; it
+// never reaches the decoder and never moves the sequence watermark.
+var ErrFrames = errors.New("zmqin: bad frames")
+
+// SeqLen is the size of the sequence frame: a big-endian u64.
+const SeqLen = 8
+
+// ReplayEndSeq is the sequence the publisher's replay socket sends (with an
+// empty payload) after the last replayed batch; it never appears live.
+const ReplayEndSeq = ^uint64(0)
+
+// ParseFrames splits one live message of a vLLM/SGLang KV event publisher,
+// [topic, seq (8 bytes, big-endian), payload], into its sequence number and
+// payload. The topic is ignored (the SUB socket subscribes to everything).
+// Any other frame count, or a seq frame that is not exactly 8 bytes, is an
+// error wrapping ErrFrames. payload aliases frames[2].
+func ParseFrames(frames [][]byte) (seq uint64, payload []byte, err error) {
+	if len(frames) != 3 {
+		return 0, nil, fmt.Errorf("%w: %d frames, want 3 [topic, seq, payload]", ErrFrames, len(frames))
+	}
+	if len(frames[1]) != SeqLen {
+		return 0, nil, fmt.Errorf("%w: seq frame of %d bytes, want %d", ErrFrames, len(frames[1]), SeqLen)
+	}
+	return binary.BigEndian.Uint64(frames[1]), frames[2], nil
+}

@@ -9,6 +9,5 @@ require (
 
 require (
 	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
-	github.com/puzpuzpuz/xsync/v3 v3.5.1 // indirect
 	golang.org/x/sys v0.30.0 // indirect
 )

@@ -2,9 +2,9 @@ package radix
 
 import (
 	"bufio"
-	"fmt"
 	"container/list"
 	"encoding/json"
+	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -424,4 +424,3 @@ func (w *simWorker) evict() uint64 {
 	}
 	return bl.ext
 }
-

@@ -53,4 +53,3 @@ func TestExtMapAgainstMap(t *testing.T) {
 		}
 	}
 }
-

@@ -28,7 +28,7 @@ type workerBlocks struct {
 type Tree struct {
 	root    node
 	workers map[WorkerKey]*workerBlocks
-	blocks  int64 // sum of lookup.Len() over workers; writer-only
+	blocks  int64     // sum of lookup.Len() over workers; writer-only
 	dup     []dupSlot // scratch of hasDuplicates; writer-only
 }
 

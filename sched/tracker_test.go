@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -64,20 +65,20 @@ func checkInvariants(t *testing.T, tr *Tracker) {
 			t.Errorf("request %s on an unregistered worker", r.id)
 			return true
 		}
-		r.w.mu.RLock()
+		r.w.mu.Lock()
 		s.prefill += r.prefill.Load()
 		if r.booked {
 			s.n++
 			s.fixed += r.outputFixed + r.private*r.privateWeight
 		}
-		r.w.mu.RUnlock()
+		r.w.mu.Unlock()
 		return true
 	})
 	for w, s := range per {
-		w.mu.RLock()
+		w.mu.Lock()
 		w.trie.check() // panics on a broken trie
 		s.fixed += w.trie.fixed
-		w.mu.RUnlock()
+		w.mu.Unlock()
 		if got := w.c.prefillTokens.Load(); got != s.prefill {
 			t.Errorf("%v prefill %d, recount %d", w.key, got, s.prefill)
 		}
@@ -537,13 +538,24 @@ func TestLifecycleRacesBooking(t *testing.T) {
 	}
 }
 
+func firstChild(n *pnode) (first *pnode) {
+	n.rangeChildren(func(_ uint64, c *pnode) {
+		if first == nil {
+			first = c
+		}
+	})
+	return first
+}
+
 // TestTrieCheckCatchesCorruption proves the invariant checker can fail.
 func TestTrieCheckCatchesCorruption(t *testing.T) {
 	for _, corrupt := range []func(*promptTrie){
 		func(tr *promptTrie) { tr.blocks++ },
 		func(tr *promptTrie) { tr.fixed-- },
-		func(tr *promptTrie) { tr.root.kids[0].n.refs = 0 },
-		func(tr *promptTrie) { tr.root.kids[0].n.parent = nil },
+		func(tr *promptTrie) { firstChild(&tr.root).refs = 0 },
+		func(tr *promptTrie) { firstChild(&tr.root).parent = nil },
+		func(tr *promptTrie) { c := firstChild(&tr.root); c.chain = slices.Clone(c.chain) },
+		func(tr *promptTrie) { c := firstChild(firstChild(&tr.root)); c.chain = c.chain[1:] },
 	} {
 		var tr promptTrie
 		tr.acquire(chain(seqN(1, 4)))

@@ -178,17 +178,26 @@ func TestOutputBlocksAndDecay(t *testing.T) {
 	wantLoads(t, w, Loads{Blocks: 5, Requests: 2}) // 4 shared + b's 1
 	checkInvariants(t, tr)
 
-	// A new owner of a decayed node restores its full weight.
+	// A new owner of a decayed node does not restore its weight: as in
+	// Dynamo's block tracker, the fraction stays with the node (here split
+	// at a[:5], both halves keeping weight 0) until the node is removed.
 	must(t, tr.Book(&Booking{RequestID: "c", Worker: w.Key(), SequenceHashes: a[:5], AssumeKVReuse: true}, t0))
-	wantLoads(t, w, Loads{Blocks: 6, Requests: 3})
+	wantLoads(t, w, Loads{Blocks: 5, Requests: 3})
+	checkInvariants(t, tr)
+	// a's next decay reaches its block 6 only (block 5 has two owners now).
+	must(t, tr.OutputBlock("a", &half))
+	if got, want := w.c.blocksFixed.Load(), 5*fullWeight+fullWeight/2+5*fullWeight/2; got != want {
+		t.Fatalf("blocksFixed = %d, want %d (4 shared + b's 1 + block 5 at 0 + block 6 at 0.5 + 5 outputs × 0.5)", got, want)
+	}
+	wantLoads(t, w, Loads{Blocks: 8, Requests: 3})
 	checkInvariants(t, tr)
 
 	// Private blocks (no KV reuse) decay too.
 	must(t, tr.Book(&Booking{RequestID: "p", Worker: w.Key(), SequenceHashes: seqN(50, 4), AssumeKVReuse: false}, t0))
-	wantLoads(t, w, Loads{Blocks: 10, Requests: 4})
+	wantLoads(t, w, Loads{Blocks: 12, Requests: 4})
 	quarter := 0.25
 	must(t, tr.OutputBlock("p", &quarter))
-	wantLoads(t, w, Loads{Blocks: 7, Requests: 4}) // 6 + 4×0.25 + 0.25 = 7.25
+	wantLoads(t, w, Loads{Blocks: 9, Requests: 4}) // 8 + 4×0.25 + 0.25 = 9.25
 	checkInvariants(t, tr)
 
 	for _, id := range []string{"a", "b", "c", "p"} {

@@ -304,9 +304,12 @@ func (t *promptTrie) sharedDepth(path []uint64) int {
 }
 
 // acquire adds one owner of path, which the trie may retain and must not be
-// modified afterwards (lock-free readers may read it at any time). It returns the terminal node (nil for an empty path),
-// to pass to release, and the change of fixed. A node that gains an owner
-// gets its full weight back (a block another request needs is not decaying).
+// modified afterwards (lock-free readers may read it at any time). It
+// returns the terminal node (nil for an empty path), to pass to release, and
+// the change of fixed: the weight of the new blocks. A node that gains an
+// owner keeps its weight: like Dynamo's block tracker, a decay fraction
+// stays with its node until the node is removed (a split keeps it on both
+// halves).
 func (t *promptTrie) acquire(path []uint64) (term *pnode, delta int64) {
 	if len(path) == 0 {
 		return nil, 0
@@ -328,12 +331,6 @@ func (t *promptTrie) acquire(path []uint64) (term *pnode, delta int64) {
 			child = t.split(child, m)
 		}
 		child.refs++
-		if child.weight != fullWeight {
-			d := int64(len(child.hashes)) * (fullWeight - child.weight)
-			child.weight = fullWeight
-			t.fixed += d
-			delta += d
-		}
 		i += m
 		n = child
 	}

@@ -107,28 +107,27 @@ func (w *WorkerLoad) Loads() Loads {
 //     (readers write nothing) nor leave [0, len(seq)].
 //
 // Measured against the read-locked walk it replaces (base commit 0fee6c2),
-// with the two alternately, 6 rounds each, on 2 cores shared with other
-// builds (load average 4 to 6):
+// with the two alternately, 6 rounds each, twice, on 2 cores shared with
+// other builds (load average 1 to 6):
 //
 //	go test -run '^$' -bench 'NewBlocks64|FillWhileBooking|BookFree512' \
 //	        -benchmem -benchtime=200ms -count=1 ./sched/
 //
-// median (min) in µs per op; targets: 10 µs for NewBlocks64Workers, 5 µs
-// for BookFree512:
+// median (min) in µs per op, first run / second run; targets: 10 µs for
+// NewBlocks64Workers, 5 µs for BookFree512:
 //
-//	                          read lock             lock-free
-//	NewBlocks64Workers/mixed   6.2 (5.3)             8.2 (6.2)
-//	NewBlocks64Workers/full    1.4 (1.0)             1.5 (0.9)
-//	NewBlocks64Workers/none    1.3 (1.0)             1.7 (1.2)
-//	FillWhileBooking          11.2 (6.6)            10.5 (6.7)
-//	BookFree512                2.2 (1.5)  5 allocs   2.3 (1.5)  6 allocs
-//	BookFree512Shared          2.2 (1.6)  5 allocs   2.7 (1.5)  7 allocs
+//	                          read lock                 lock-free
+//	NewBlocks64Workers/mixed   6.2 (5.3) / 7.5 (6.7)     8.2 (6.2) / 6.3 (5.7)
+//	NewBlocks64Workers/full    1.4 (1.0) / 1.7 (1.0)     1.5 (0.9) / 1.0 (0.8)
+//	NewBlocks64Workers/none    1.3 (1.0) / 1.8 (1.3)     1.7 (1.2) / 1.1 (0.8)
+//	FillWhileBooking          11.2 (6.6) / 10.0 (6.3)   10.5 (6.7) / 9.8 (7.3)
+//	BookFree512                2.2 (1.5) / 4.0 (2.4)     2.3 (1.5) / 4.4 (2.1)
+//	BookFree512Shared          2.2 (1.6) / 4.3 (3.4)     2.7 (1.5) / 3.7 (2.1)
 //
-// The lookups cost the same within this machine's noise (a second run of
-// 8 rounds of mixed alone gave 7.1 (6.6) against 7.6 (6.4)); what changes
-// is that a scorer no longer waits behind a writer, nor bounces the lock's
-// cache line (0 allocations either way). The extra allocations are the
-// copy-on-write child sets.
+// Allocations per op: none for the lookups either way; BookFree512 5 → 6,
+// BookFree512Shared 5 → 7 (the copy-on-write child sets). The costs are
+// the same within this machine's noise; what changes is that a scorer no
+// longer waits behind a writer, nor bounces the lock's cache line.
 //
 // Chosen by measurement over a reader-side presence set of every active
 // hash (lookup: last hash, first hash, then binary search), which makes

@@ -65,9 +65,9 @@ type pnode struct {
 }
 
 // kidSet is an immutable snapshot of a node's children: up to smallKids in
-// kids, or (big != nil, kids unused) any number in a concurrent
-// map, which the writer then updates in place. Every other change replaces
-// the whole kidSet (copy on write: one 144-byte allocation per change).
+// kids, or (big != nil, kids unused) any number in a concurrent map, which
+// the writer then updates in place. Every other change replaces the whole
+// kidSet (copy on write: one 144-byte allocation per change).
 type kidSet struct {
 	n    int
 	kids [smallKids]childRef // the first n are set; pairs, so a probe reads one cache line

@@ -50,8 +50,9 @@
 // updates them with atomic adds right after the pick, so two concurrent
 // selections can see the same stale load only for the few microseconds
 // between Fill and Book (TestConcurrentBookingsSpread measures the result).
-// The only lock a scorer takes is one worker's prompt-trie read lock in
-// WorkerLoad.NewBlocks, held for the prefix lookup only.
+// Scoring takes no lock: WorkerLoad.NewBlocks walks the worker's prompt
+// trie lock-free (writers publish changes by atomic pointer stores, see
+// pnode), while Book, Free and OutputBlock serialize on the worker's mutex.
 //
 // # Errors
 //

@@ -36,8 +36,8 @@ type Constraints struct {
 	RequiredTaints []string
 	// PreferredTaints scale the logit by exp(−tanh(Σ matched weights)).
 	PreferredTaints []PreferredTaint
-	// Pinned, when set, is validated and becomes the only candidate, scored
-	// without the preferred-taint multiplier.
+	// Pinned, when set, is validated (see AppendCandidates) and becomes the
+	// only candidate, scored without the preferred-taint multiplier.
 	Pinned *radix.WorkerKey
 }
 
@@ -47,10 +47,14 @@ type Constraints struct {
 // AllowedWorkerIDs, RequiredTaints and Overloaded.
 //
 // Errors: ErrNoEndpoints when nothing passes the filters; ErrAllOverloaded
-// when something would but every such worker is overloaded. With a pin:
-// ErrPinnedNotAllowed when the pinned worker is unknown, not allowed, lacks a
-// required taint or its rank is out of range; ErrPinnedOverloaded when it is
-// overloaded. Allocation-free except for error values.
+// when something would but every such worker is overloaded. With a pin, in
+// Dynamo's order (scheduling/filter.rs validate_pinned_worker_allowed, then
+// validate_worker_rank): ErrPinnedNotAllowed when the pinned worker is
+// outside AllowedWorkerIDs (known or not); ErrNoEndpoints when it is
+// unknown, its rank is out of range or it lacks a required taint (Dynamo
+// maps every other rank-validation failure of a pin to NoEndpoints);
+// ErrPinnedOverloaded when it is overloaded. Allocation-free except for
+// error values.
 func AppendCandidates(dst []Candidate, workers []Worker, c *Constraints) ([]Candidate, error) {
 	if c.Pinned != nil {
 		return appendPinned(dst, workers, c)
@@ -82,23 +86,26 @@ func AppendCandidates(dst []Candidate, workers []Worker, c *Constraints) ([]Cand
 
 func appendPinned(dst []Candidate, workers []Worker, c *Constraints) ([]Candidate, error) {
 	pin := *c.Pinned
+	if c.AllowedWorkerIDs != nil && !containsID(c.AllowedWorkerIDs, pin.WorkerID) {
+		return dst, fmt.Errorf("%w: pinned worker %d", ErrPinnedNotAllowed, pin.WorkerID)
+	}
 	for i := range workers {
 		w := &workers[i]
 		if w.ID != pin.WorkerID {
 			continue
 		}
-		if !c.admits(w) {
-			return dst, fmt.Errorf("%w: pinned worker %d", ErrPinnedNotAllowed, pin.WorkerID)
-		}
 		if pin.DPRank < w.DPStart || pin.DPRank-w.DPStart >= w.DPSize {
-			return dst, fmt.Errorf("%w: pinned worker %d has no dp_rank %d", ErrPinnedNotAllowed, pin.WorkerID, pin.DPRank)
+			return dst, fmt.Errorf("%w: pinned worker %d has no dp_rank %d", ErrNoEndpoints, pin.WorkerID, pin.DPRank)
+		}
+		if !c.admits(w) {
+			return dst, fmt.Errorf("%w: pinned worker %d does not satisfy routing constraints", ErrNoEndpoints, pin.WorkerID)
 		}
 		if w.Overloaded {
 			return dst, fmt.Errorf("%w: pinned worker %d", ErrPinnedOverloaded, pin.WorkerID)
 		}
 		return append(dst, Candidate{Worker: pin, TaintMultiplier: 1}), nil
 	}
-	return dst, fmt.Errorf("%w: pinned worker %d", ErrPinnedNotAllowed, pin.WorkerID)
+	return dst, fmt.Errorf("%w: pinned worker %d is unavailable", ErrNoEndpoints, pin.WorkerID)
 }
 
 // admits applies the allow-set and required taints.

@@ -86,10 +86,16 @@ func TestAppendCandidatesErrors(t *testing.T) {
 		{"allowed set excludes all", workers, Constraints{AllowedWorkerIDs: []uint64{9}}, ErrNoEndpoints, 503},
 		{"missing required taint", workers, Constraints{RequiredTaints: []string{"b"}}, ErrNoEndpoints, 503},
 		{"all overloaded", workers, Constraints{AllowedWorkerIDs: []uint64{2}}, ErrAllOverloaded, 429},
+		// Pins follow Dynamo's validate_pinned_worker_allowed then
+		// validate_worker_rank: only the allow-set is a 400; any other
+		// rank-validation failure but overload is NoEndpoints.
 		{"pinned outside allowed set", workers, Constraints{AllowedWorkerIDs: []uint64{2}, Pinned: pin(1, 0)}, ErrPinnedNotAllowed, 400},
-		{"pinned unknown", workers, Constraints{Pinned: pin(7, 0)}, ErrPinnedNotAllowed, 400},
-		{"pinned rank out of range", workers, Constraints{Pinned: pin(1, 2)}, ErrPinnedNotAllowed, 400},
-		{"pinned lacks required taint", workers, Constraints{RequiredTaints: []string{"b"}, Pinned: pin(1, 0)}, ErrPinnedNotAllowed, 400},
+		{"pinned unknown and outside allowed set", workers, Constraints{AllowedWorkerIDs: []uint64{2}, Pinned: pin(7, 0)}, ErrPinnedNotAllowed, 400},
+		{"pinned overloaded and outside allowed set", workers, Constraints{AllowedWorkerIDs: []uint64{1}, Pinned: pin(2, 0)}, ErrPinnedNotAllowed, 400},
+		{"pinned unknown", workers, Constraints{Pinned: pin(7, 0)}, ErrNoEndpoints, 503},
+		{"pinned rank out of range", workers, Constraints{Pinned: pin(1, 2)}, ErrNoEndpoints, 503},
+		{"pinned lacks required taint", workers, Constraints{RequiredTaints: []string{"b"}, Pinned: pin(1, 0)}, ErrNoEndpoints, 503},
+		{"pinned overloaded, rank out of range", workers, Constraints{Pinned: pin(2, 1)}, ErrNoEndpoints, 503},
 		{"pinned overloaded", workers, Constraints{Pinned: pin(2, 0)}, ErrPinnedOverloaded, 429},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,16 +13,16 @@ import "errors"
 // compare bodies with Dynamo's see the same words; details (ids) are appended
 // after a colon by the wrapping call site.
 var (
-	// ErrNoEndpoints: no (worker, dp_rank) is eligible. 503.
+	// ErrNoEndpoints: no (worker, dp_rank) is eligible, or the pinned one
+	// is unknown, out of range or lacks a required taint. 503.
 	ErrNoEndpoints = errors.New("no endpoints available to route work")
 	// ErrAllOverloaded: candidates exist if overload is ignored, but every
 	// one is flagged overloaded. 429.
 	ErrAllOverloaded = errors.New("all eligible workers are overloaded")
 	// ErrPinnedOverloaded: the pinned worker is flagged overloaded. 429.
 	ErrPinnedOverloaded = errors.New("pinned worker is overloaded")
-	// ErrPinnedNotAllowed: the pinned worker is unknown, outside
-	// allowed_worker_ids, lacks a required taint, or its dp_rank is outside
-	// the worker's range. 400.
+	// ErrPinnedNotAllowed: the pinned worker is outside
+	// allowed_worker_ids. 400.
 	ErrPinnedNotAllowed = errors.New("pinned worker is not in allowed worker set")
 	// ErrDuplicateRequest: a booking reuses a live request id, whatever the
 	// worker. 409.

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -348,4 +349,31 @@ func testSeed(t testing.TB) uint64 {
 	}
 	t.Logf("seed %d (replay with SCHED_SEED=%d)", seed, seed)
 	return seed
+}
+
+// TestRequestValidate covers ErrInvalidRequest (400) and request_blocks.
+func TestRequestValidate(t *testing.T) {
+	for _, tt := range []struct {
+		req    Request
+		ok     bool
+		blocks int64
+	}{
+		{Request{ISLTokens: 512, BlockSize: 16}, true, 32},
+		{Request{ISLTokens: 513, BlockSize: 16}, true, 33},
+		{Request{ISLTokens: 1, BlockSize: 64}, true, 1},
+		{Request{ISLTokens: 0, BlockSize: 16}, false, 0},
+		{Request{ISLTokens: -1, BlockSize: 16}, false, 0},
+		{Request{ISLTokens: 16, BlockSize: 0}, false, 0},
+	} {
+		err := tt.req.Validate()
+		if tt.ok {
+			if err != nil || tt.req.RequestBlocks() != tt.blocks {
+				t.Errorf("%+v: err %v, blocks %d; want nil, %d", tt.req, err, tt.req.RequestBlocks(), tt.blocks)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrInvalidRequest) || statusOf(err) != 400 {
+			t.Errorf("%+v: err %v (status %d), want ErrInvalidRequest (400)", tt.req, err, statusOf(err))
+		}
+	}
 }

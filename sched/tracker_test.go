@@ -3,7 +3,9 @@ package sched
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -64,20 +66,20 @@ func checkInvariants(t *testing.T, tr *Tracker) {
 			t.Errorf("request %s on an unregistered worker", r.id)
 			return true
 		}
-		r.w.mu.RLock()
+		r.w.mu.Lock()
 		s.prefill += r.prefill.Load()
 		if r.booked {
 			s.n++
 			s.fixed += r.outputFixed + r.private*r.privateWeight
 		}
-		r.w.mu.RUnlock()
+		r.w.mu.Unlock()
 		return true
 	})
 	for w, s := range per {
-		w.mu.RLock()
+		w.mu.Lock()
 		w.trie.check() // panics on a broken trie
 		s.fixed += w.trie.fixed
-		w.mu.RUnlock()
+		w.mu.Unlock()
 		if got := w.c.prefillTokens.Load(); got != s.prefill {
 			t.Errorf("%v prefill %d, recount %d", w.key, got, s.prefill)
 		}
@@ -177,17 +179,26 @@ func TestOutputBlocksAndDecay(t *testing.T) {
 	wantLoads(t, w, Loads{Blocks: 5, Requests: 2}) // 4 shared + b's 1
 	checkInvariants(t, tr)
 
-	// A new owner of a decayed node restores its full weight.
+	// A new owner of a decayed node does not restore its weight: as in
+	// Dynamo's block tracker, the fraction stays with the node (here split
+	// at a[:5], both halves keeping weight 0) until the node is removed.
 	must(t, tr.Book(&Booking{RequestID: "c", Worker: w.Key(), SequenceHashes: a[:5], AssumeKVReuse: true}, t0))
-	wantLoads(t, w, Loads{Blocks: 6, Requests: 3})
+	wantLoads(t, w, Loads{Blocks: 5, Requests: 3})
+	checkInvariants(t, tr)
+	// a's next decay reaches its block 6 only (block 5 has two owners now).
+	must(t, tr.OutputBlock("a", &half))
+	if got, want := w.c.blocksFixed.Load(), 5*fullWeight+fullWeight/2+5*fullWeight/2; got != want {
+		t.Fatalf("blocksFixed = %d, want %d (4 shared + b's 1 + block 5 at 0 + block 6 at 0.5 + 5 outputs × 0.5)", got, want)
+	}
+	wantLoads(t, w, Loads{Blocks: 8, Requests: 3})
 	checkInvariants(t, tr)
 
 	// Private blocks (no KV reuse) decay too.
 	must(t, tr.Book(&Booking{RequestID: "p", Worker: w.Key(), SequenceHashes: seqN(50, 4), AssumeKVReuse: false}, t0))
-	wantLoads(t, w, Loads{Blocks: 10, Requests: 4})
+	wantLoads(t, w, Loads{Blocks: 12, Requests: 4})
 	quarter := 0.25
 	must(t, tr.OutputBlock("p", &quarter))
-	wantLoads(t, w, Loads{Blocks: 7, Requests: 4}) // 6 + 4×0.25 + 0.25 = 7.25
+	wantLoads(t, w, Loads{Blocks: 9, Requests: 4}) // 8 + 4×0.25 + 0.25 = 9.25
 	checkInvariants(t, tr)
 
 	for _, id := range []string{"a", "b", "c", "p"} {
@@ -310,9 +321,13 @@ func TestRemoveWorker(t *testing.T) {
 }
 
 // TestTrackerMatchesModel runs random operation sequences against a naive
-// model (per worker: the union of the live requests' hash sets; prefix
-// depth by linear scan) and checks loads, NewBlocks and invariants after
-// every operation. The seed is logged; SCHED_SEED=<seed> replays it.
+// model (per worker: the union of the live requests' hash sets with a
+// weight per hash; prefix depth by linear scan) and checks loads, NewBlocks
+// and invariants after every operation. Decay follows Dynamo's block
+// tracker: f goes to every output block of the request and to its prompt
+// hashes from the last one back while only this request holds them, and a
+// hash keeps its weight until no request holds it. The seed is logged;
+// SCHED_SEED=<seed> replays it.
 func TestTrackerMatchesModel(t *testing.T) {
 	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 11))
@@ -326,9 +341,23 @@ func TestTrackerMatchesModel(t *testing.T) {
 		hashes  []uint64
 		reuse   bool
 		prefill int64
-		outputs int64
+		outputs []float64 // weight of each output block
+		private float64   // weight of each block without KV reuse
 	}
 	model := map[string]*mreq{}
+	weight := map[radix.WorkerKey]map[uint64]float64{} // prompt hashes not at weight 1
+	for _, k := range keys {
+		weight[k] = map[uint64]float64{}
+	}
+	holders := func(k radix.WorkerKey, h uint64) int {
+		n := 0
+		for _, r := range model {
+			if r.w == k && r.reuse && slices.Contains(r.hashes, h) {
+				n++
+			}
+		}
+		return n
+	}
 	families := make([][]uint64, 4)
 	for i := range families {
 		families[i] = seqN(1000*(i+1), 12)
@@ -344,23 +373,32 @@ func TestTrackerMatchesModel(t *testing.T) {
 	modelLoads := func(k radix.WorkerKey) (Loads, map[uint64]bool) {
 		set := map[uint64]bool{}
 		var l Loads
-		var private int64
+		var blocks float64
 		for _, r := range model {
 			if r.w != k {
 				continue
 			}
 			l.Requests++
 			l.PrefillTokens += r.prefill
-			private += r.outputs
+			for _, o := range r.outputs {
+				blocks += o
+			}
 			if r.reuse {
 				for _, h := range r.hashes {
 					set[h] = true
 				}
 			} else {
-				private += int64(len(r.hashes))
+				blocks += float64(len(r.hashes)) * r.private
 			}
 		}
-		l.Blocks = int64(len(set)) + private
+		for h := range set {
+			if f, ok := weight[k][h]; ok {
+				blocks += f
+			} else {
+				blocks++
+			}
+		}
+		l.Blocks = int64(math.Round(blocks))
 		return l, set
 	}
 	next := 0
@@ -370,7 +408,7 @@ func TestTrackerMatchesModel(t *testing.T) {
 		case op < 4 || len(ids) == 0: // book
 			id := fmt.Sprintf("r%d", next)
 			next++
-			r := &mreq{w: keys[rng.IntN(len(keys))], hashes: randSeq(), reuse: rng.IntN(5) != 0, prefill: rng.Int64N(3) * 16}
+			r := &mreq{w: keys[rng.IntN(len(keys))], hashes: randSeq(), reuse: rng.IntN(5) != 0, prefill: rng.Int64N(3) * 16, private: 1}
 			must(t, tr.Book(&Booking{RequestID: id, Worker: r.w, SequenceHashes: r.hashes, PrefillTokens: r.prefill, AssumeKVReuse: r.reuse}, t0))
 			model[id] = r
 			ids = append(ids, id)
@@ -382,12 +420,28 @@ func TestTrackerMatchesModel(t *testing.T) {
 			if r := model[id]; r != nil {
 				r.prefill = 0
 			}
-		case op < 7: // output block
+		case op < 7: // output block, with a decay fraction half of the time
 			id := ids[rng.IntN(len(ids))]
-			err := tr.OutputBlock(id, nil)
+			var f *float64
+			if rng.IntN(2) == 0 {
+				v := float64(rng.IntN(5)) / 4 // exact in fixed point
+				f = &v
+			}
+			err := tr.OutputBlock(id, f)
 			if r := model[id]; r != nil {
 				must(t, err)
-				r.outputs++
+				r.outputs = append(r.outputs, 1)
+				if f != nil {
+					for i := range r.outputs {
+						r.outputs[i] = *f
+					}
+					r.private = *f
+					if r.reuse {
+						for i := len(r.hashes) - 1; i >= 0 && holders(r.w, r.hashes[i]) == 1; i-- {
+							weight[r.w][r.hashes[i]] = *f
+						}
+					}
+				}
 			} else if !errors.Is(err, ErrRequestNotFound) {
 				t.Fatalf("seed %d step %d: OutputBlock(freed) = %v", seed, step, err)
 			}
@@ -396,7 +450,14 @@ func TestTrackerMatchesModel(t *testing.T) {
 			if got, want := tr.Free(id), model[id] != nil; got != want {
 				t.Fatalf("seed %d step %d: Free(%s) = %v, want %v", seed, step, id, got, want)
 			}
-			delete(model, id)
+			if r := model[id]; r != nil {
+				delete(model, id)
+				for _, h := range r.hashes {
+					if holders(r.w, h) == 0 {
+						delete(weight[r.w], h) // the block left; it comes back at weight 1
+					}
+				}
+			}
 		}
 		for _, k := range keys {
 			w, _ := tr.Worker(k)
@@ -537,13 +598,24 @@ func TestLifecycleRacesBooking(t *testing.T) {
 	}
 }
 
+func firstChild(n *pnode) (first *pnode) {
+	n.rangeChildren(func(_ uint64, c *pnode) {
+		if first == nil {
+			first = c
+		}
+	})
+	return first
+}
+
 // TestTrieCheckCatchesCorruption proves the invariant checker can fail.
 func TestTrieCheckCatchesCorruption(t *testing.T) {
 	for _, corrupt := range []func(*promptTrie){
 		func(tr *promptTrie) { tr.blocks++ },
 		func(tr *promptTrie) { tr.fixed-- },
-		func(tr *promptTrie) { tr.root.kids[0].n.refs = 0 },
-		func(tr *promptTrie) { tr.root.kids[0].n.parent = nil },
+		func(tr *promptTrie) { firstChild(&tr.root).refs = 0 },
+		func(tr *promptTrie) { firstChild(&tr.root).parent = nil },
+		func(tr *promptTrie) { c := firstChild(&tr.root); c.chain = slices.Clone(c.chain) },
+		func(tr *promptTrie) { c := firstChild(firstChild(&tr.root)); c.chain = c.chain[1:] },
 	} {
 		var tr promptTrie
 		tr.acquire(chain(seqN(1, 4)))

@@ -1,5 +1,11 @@
 package sched
 
+import (
+	"sync/atomic"
+
+	"github.com/puzpuzpuz/xsync/v3"
+)
+
 // fullWeight is the fixed-point weight 1.0 of one active block. Block weights
 // (decay fractions) are kept as integers in units of 1/fullWeight so that
 // adding and then removing the same weights returns every total to exactly
@@ -22,25 +28,50 @@ func roundBlocks(fixed int64) int64 {
 // pnode is one node of a promptTrie: a compressed edge of consecutive
 // sequence hashes.
 //
-// Invariants: len(hashes) > 0 except for the root; refs > 0 for every node
+// A node has two kinds of fields. The reader fields (chain, kids) are what
+// the lock-free walk of promptTrie.sharedDepth reads: chain is immutable
+// once the node is linked into the trie, and kids is only ever replaced by
+// an atomic pointer store. The writer fields are read and written only under
+// the owning WorkerLoad's mutex.
+//
+// Invariants: len(hashes) > 0 except for the root; hashes aliases the tail
+// of chain (hashes == chain[len(chain)-len(hashes):], same backing array);
+// len(parent.chain) == len(chain) - len(hashes); refs > 0 for every node
 // reachable from the root except the root; refs >= the sum of the children's
 // refs (the difference is the number of requests whose prompt ends here);
 // parent.child(hashes[0]) == n.
 type pnode struct {
+	// chain is the prompt of the request that created the node, cut at the
+	// end of this node's edge: chain[d] is the sequence hash of prompt block
+	// d for d < len(chain), the edge being the last len(hashes) of them.
+	// It aliases that request's owned copy and is never written; a split
+	// gives the new upper node a shorter chain and leaves this one alone.
+	chain []uint64
+	// kids are the children, keyed by the first hash of the child's edge
+	// (the hash at depth len(chain)). The kidSet behind the pointer is
+	// immutable except for its big map, which is safe for concurrent use.
+	kids atomic.Pointer[kidSet]
+
+	// Writer fields (under the WorkerLoad's mutex):
+
 	// hashes is the edge: entry i is the sequence hash of prompt block
-	// depth(parent)+i. It aliases the first owner's copy of its prompt and is
-	// never written.
+	// depth(parent)+i. A split shortens it (from the front).
 	hashes []uint64
 	// refs counts the live requests whose prompt path covers this node.
 	refs int32
 	// weight is the fixed-point weight of each block of the edge.
 	weight int64
 	parent *pnode
-	// The children, keyed by the first hash of the child's edge: in kids
-	// while there are at most smallKids of them, in big (and kids nil)
-	// after that. See child for why.
-	kids []childRef
-	big  map[uint64]*pnode
+}
+
+// kidSet is an immutable snapshot of a node's children: up to smallKids in
+// kids, or (big != nil, kids unused) any number in a concurrent map, which
+// the writer then updates in place. Every other change replaces the whole
+// kidSet (copy on write: one 144-byte allocation per change).
+type kidSet struct {
+	n    int
+	kids [smallKids]childRef // the first n are set; pairs, so a probe reads one cache line
+	big  *xsync.MapOf[uint64, *pnode]
 }
 
 type childRef struct {
@@ -48,77 +79,132 @@ type childRef struct {
 	n     *pnode
 }
 
-// smallKids is the most children a node keeps in a slice. Almost every node
-// of a prompt trie has one or two children; a linear scan of a few
-// (first hash, pointer) pairs costs a couple of nanoseconds where a Go map
-// probe costs 10 to 20. Measured with BenchmarkNewBlocks64Workers/mixed (up
-// to 8 branch points per lookup): 8.5 µs with maps only, 7.3 to 7.9 µs with
-// slices on a busier machine (load average 5 on 2 cores), so a modest gain;
-// booking is unchanged (one small allocation either way). Roots and hot
-// branch points with many children switch to a map.
+// smallKids is the most children a node keeps in kidSet.kids. Almost every
+// node of a prompt trie has one or two children; a linear scan of a few
+// hashes costs a couple of nanoseconds where a map probe costs 10 to 20.
+// Measured with BenchmarkNewBlocks64Workers/mixed (up to 8 branch points
+// per lookup) when children were plain slices and maps: 8.5 µs with maps
+// only, 7.3 to 7.9 µs with slices on a busier machine (load average 5 on 2
+// cores), so a modest gain. Roots and hot branch points with many children
+// switch to a map.
 const smallKids = 8
 
-// child returns the child whose edge starts with h, or nil.
+// child returns the child whose edge starts with h, or nil. Lock-free: one
+// atomic load and a scan of an immutable array (or one concurrent map load).
+// sharedDepth has its own copy of this.
 func (n *pnode) child(h uint64) *pnode {
-	if n.big != nil {
-		return n.big[h]
+	s := n.kids.Load()
+	if s == nil {
+		return nil
 	}
-	for i := range n.kids {
-		if n.kids[i].first == h {
-			return n.kids[i].n
+	if s.big == nil {
+		for _, k := range s.kids[:s.n] {
+			if k.first == h {
+				return k.n
+			}
 		}
+		return nil
 	}
-	return nil
+	return s.bigChild(h)
 }
 
-// setChild adds or replaces the child keyed h.
+// bigChild is child's map case, kept out of line (sharedDepth's copy of
+// child stays small).
+//
+//go:noinline
+func (s *kidSet) bigChild(h uint64) *pnode {
+	c, _ := s.big.Load(h)
+	return c
+}
+
+// setChild adds or replaces the child keyed h and publishes the change.
+// c must be complete (chain, hashes, kids) before the call: readers may
+// reach it as soon as this stores. Writer only.
 func (n *pnode) setChild(h uint64, c *pnode) {
-	if n.big != nil {
-		n.big[h] = c
+	old := n.kids.Load()
+	if old != nil && old.big != nil {
+		old.big.Store(h, c)
 		return
 	}
-	for i := range n.kids {
-		if n.kids[i].first == h {
-			n.kids[i].n = c
+	s := &kidSet{}
+	if old != nil {
+		*s = *old
+	}
+	for i := range s.n {
+		if s.kids[i].first == h {
+			s.kids[i].n = c
+			n.kids.Store(s)
 			return
 		}
 	}
-	if len(n.kids) < smallKids {
-		n.kids = append(n.kids, childRef{h, c})
+	if s.n < smallKids {
+		s.kids[s.n] = childRef{h, c}
+		s.n++
+		n.kids.Store(s)
 		return
 	}
-	n.big = make(map[uint64]*pnode, 2*smallKids)
-	for _, k := range n.kids {
-		n.big[k.first] = k.n
+	m := xsync.NewMapOf[uint64, *pnode](xsync.WithPresize(4 * smallKids))
+	for _, k := range s.kids[:s.n] {
+		m.Store(k.first, k.n)
 	}
-	n.kids = nil
-	n.big[h] = c
+	m.Store(h, c)
+	n.kids.Store(&kidSet{big: m})
 }
 
-// deleteChild removes the child keyed h. A map does not shrink back to a
-// slice.
+// deleteChild removes the child keyed h and publishes the change. A map
+// does not shrink back to kids. Writer only.
 func (n *pnode) deleteChild(h uint64) {
-	if n.big != nil {
-		delete(n.big, h)
+	old := n.kids.Load()
+	if old == nil {
 		return
 	}
-	for i := range n.kids {
-		if n.kids[i].first == h {
-			last := len(n.kids) - 1
-			n.kids[i] = n.kids[last]
-			n.kids[last] = childRef{}
-			n.kids = n.kids[:last]
+	if old.big != nil {
+		old.big.Delete(h)
+		return
+	}
+	for i := range old.n {
+		if old.kids[i].first != h {
+			continue
+		}
+		if old.n == 1 {
+			n.kids.Store(nil)
 			return
 		}
+		s := &kidSet{}
+		*s = *old
+		last := s.n - 1
+		s.kids[i] = s.kids[last]
+		s.kids[last] = childRef{}
+		s.n = last
+		n.kids.Store(s)
+		return
 	}
 }
 
 // numChildren returns the number of children.
 func (n *pnode) numChildren() int {
-	if n.big != nil {
-		return len(n.big)
+	s := n.kids.Load()
+	switch {
+	case s == nil:
+		return 0
+	case s.big != nil:
+		return s.big.Size()
 	}
-	return len(n.kids)
+	return s.n
+}
+
+// rangeChildren calls f for every child with its key.
+func (n *pnode) rangeChildren(f func(h uint64, c *pnode)) {
+	s := n.kids.Load()
+	switch {
+	case s == nil:
+	case s.big != nil:
+		s.big.Range(func(h uint64, c *pnode) bool { f(h, c); return true })
+	default:
+		for _, k := range s.kids[:s.n] {
+			f(k.first, k.n)
+		}
+	}
 }
 
 // promptTrie is the active-prompt membership of one (worker, dp_rank): the
@@ -169,29 +255,61 @@ func commonPrefix(a, b []uint64) int {
 	return lo
 }
 
-// prefixDepth returns how many leading hashes of path are present: the
-// length of the longest prefix of path that is a path of the trie.
-func (t *promptTrie) prefixDepth(path []uint64) int {
+// sharedDepth returns how many leading hashes of path are present: the
+// length of the longest prefix of path that is a path of the trie. It takes
+// no lock and may run concurrently with the writer (acquire, split,
+// release, setExclusiveWeight): it reads only the reader fields of the
+// nodes (chain, kids), see WorkerLoad.NewBlocks for what a concurrent
+// change can do to the answer.
+//
+// At depth i it compares path with the child's chain from position i, not
+// with the child's edge: a split that ran since the child was found moves
+// the start of its edge past i, but chain still holds the hashes of every
+// depth below the edge's end.
+func (t *promptTrie) sharedDepth(path []uint64) int {
 	n, i := &t.root, 0
 	for i < len(path) {
-		child := n.child(path[i])
-		if child == nil {
+		// n.child(path[i]) by hand: child does not fit the inlining
+		// budget, and a call per branch point on each of 64 ranks was
+		// measurable (BenchmarkNewBlocks64Workers/mixed).
+		s := n.kids.Load()
+		if s == nil {
 			return i
 		}
-		m := commonPrefix(child.hashes, path[i:])
-		i += m
-		if m < len(child.hashes) {
+		var c *pnode
+		if s.big == nil {
+			h := path[i]
+			for _, k := range s.kids[:s.n] {
+				if k.first == h {
+					c = k.n
+					break
+				}
+			}
+		} else {
+			c = s.bigChild(path[i])
+		}
+		if c == nil {
 			return i
 		}
-		n = child
+		// c was linked under n when its edge started at depth len(n.chain)
+		// == i, and a split only moves that start deeper, so i < len(c.chain).
+		end := len(c.chain)
+		i += commonPrefix(c.chain[i:end], path[i:])
+		if i < end {
+			return i
+		}
+		n = c
 	}
 	return i
 }
 
 // acquire adds one owner of path, which the trie may retain and must not be
-// modified afterwards. It returns the terminal node (nil for an empty path),
-// to pass to release, and the change of fixed. A node that gains an owner
-// gets its full weight back (a block another request needs is not decaying).
+// modified afterwards (lock-free readers may read it at any time). It
+// returns the terminal node (nil for an empty path), to pass to release, and
+// the change of fixed: the weight of the new blocks. A node that gains an
+// owner keeps its weight: like Dynamo's block tracker, a decay fraction
+// stays with its node until the node is removed (a split keeps it on both
+// halves).
 func (t *promptTrie) acquire(path []uint64) (term *pnode, delta int64) {
 	if len(path) == 0 {
 		return nil, 0
@@ -200,7 +318,8 @@ func (t *promptTrie) acquire(path []uint64) (term *pnode, delta int64) {
 	for i < len(path) {
 		child := n.child(path[i])
 		if child == nil {
-			child = &pnode{hashes: path[i:len(path):len(path)], refs: 1, weight: fullWeight, parent: n}
+			full := path[:len(path):len(path)]
+			child = &pnode{chain: full, hashes: full[i:], refs: 1, weight: fullWeight, parent: n}
 			n.setChild(path[i], child)
 			t.blocks += len(child.hashes)
 			d := int64(len(child.hashes)) * fullWeight
@@ -212,12 +331,6 @@ func (t *promptTrie) acquire(path []uint64) (term *pnode, delta int64) {
 			child = t.split(child, m)
 		}
 		child.refs++
-		if child.weight != fullWeight {
-			d := int64(len(child.hashes)) * (fullWeight - child.weight)
-			child.weight = fullWeight
-			t.fixed += d
-			delta += d
-		}
 		i += m
 		n = child
 	}
@@ -225,18 +338,23 @@ func (t *promptTrie) acquire(path []uint64) (term *pnode, delta int64) {
 }
 
 // split cuts n after its first m hashes (0 < m < len(n.hashes)) and returns
-// the new upper node, which takes n's place under n's parent.
+// the new upper node, which takes n's place under n's parent. The upper node
+// is complete, with n as its only child, before it is published, so a
+// concurrent reader sees either n or the upper node under the parent, and
+// n's reader fields do not change.
 func (t *promptTrie) split(n *pnode, m int) *pnode {
+	start := len(n.chain) - len(n.hashes)
 	upper := &pnode{
+		chain:  n.chain[: start+m : start+m],
 		hashes: n.hashes[:m:m],
 		refs:   n.refs,
 		weight: n.weight,
 		parent: n.parent,
 	}
-	n.parent.setChild(upper.hashes[0], upper)
+	upper.setChild(n.hashes[m], n)
 	n.hashes = n.hashes[m:]
+	n.parent.setChild(upper.hashes[0], upper)
 	n.parent = upper
-	upper.setChild(n.hashes[0], n)
 	return upper
 }
 
@@ -286,28 +404,26 @@ func (t *promptTrie) check() {
 }
 
 func checkNode(n *pnode) (blocks int, fixed int64) {
-	if n.big != nil && n.kids != nil {
-		panic("BUG: sched: prompt trie node has both a child slice and a child map")
+	if s := n.kids.Load(); s != nil && s.big == nil && s.n == 0 {
+		panic("BUG: sched: prompt trie node has an empty child set")
 	}
 	var childRefs int32
-	visit := func(c *pnode) {
-		if c.parent != n || n.child(c.hashes[0]) != c {
+	n.rangeChildren(func(h uint64, c *pnode) {
+		if c.parent != n || n.child(h) != c || len(c.hashes) == 0 || c.hashes[0] != h {
 			panic("BUG: sched: prompt trie child not linked to its parent")
 		}
-		if c.refs <= 0 || len(c.hashes) == 0 {
-			panic("BUG: sched: prompt trie node without owners or hashes")
+		start := len(c.chain) - len(c.hashes)
+		if start != len(n.chain) || &c.chain[start] != &c.hashes[0] || len(c.chain) != cap(c.chain) {
+			panic("BUG: sched: prompt trie node's chain does not end with its edge")
+		}
+		if c.refs <= 0 {
+			panic("BUG: sched: prompt trie node without owners")
 		}
 		childRefs += c.refs
 		b, f := checkNode(c)
 		blocks += b + len(c.hashes)
 		fixed += f + int64(len(c.hashes))*c.weight
-	}
-	for _, k := range n.kids {
-		visit(k.n)
-	}
-	for _, c := range n.big {
-		visit(c)
-	}
+	})
 	if n.parent != nil && childRefs > n.refs {
 		panic("BUG: sched: prompt trie children hold more refs than their parent")
 	}

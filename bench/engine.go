@@ -121,7 +121,7 @@ type rankPool struct {
 	// Value is the hash. Invariant: len(blocks) == lru.Len() <= capacity.
 	blocks map[uint64]*list.Element
 	// lru orders cached blocks from most (front) to least recently used.
-	lru   *list.List
+	lru     *list.List
 	stats   EngineStats
 	rank    uint32
 	batch   zmqin.WireBatch // scratch, reused under mu

@@ -3,7 +3,6 @@ package zmqin
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -294,8 +293,6 @@ func (l *rankListener) gap(from, to uint64) {
 	}
 }
 
-var errReplayReply = errors.New("zmqin: bad replay reply")
-
 // replay asks the replay endpoint for every batch from seq start on, over
 // a fresh DEALER connection, and applies the answers in order until the
 // end marker. Replies are ["", seq, payload] (vLLM <= 0.25, SGLang) or
@@ -328,15 +325,11 @@ func (l *rankListener) replay(start uint64) error {
 		if msg.Type != zmq4.UsrMsg {
 			continue
 		}
-		f := msg.Frames
-		if len(f) == 4 {
-			f = [][]byte{f[0], f[2], f[3]} // drop the topic
+		seq, payload, end, err := ParseReplayReply(msg.Frames)
+		if err != nil {
+			return err
 		}
-		if len(f) != 3 || len(f[0]) != 0 || len(f[1]) != SeqLen {
-			return fmt.Errorf("%w: %d frames", errReplayReply, len(msg.Frames))
-		}
-		seq := binary.BigEndian.Uint64(f[1])
-		if seq == ReplayEndSeq && len(f[2]) == 0 {
+		if end {
 			return nil
 		}
 		if first && seq > start {
@@ -346,7 +339,7 @@ func (l *rankListener) replay(start uint64) error {
 		if l.has && seq <= l.last {
 			continue
 		}
-		if l.apply(seq, f[2]) {
+		if l.apply(seq, payload) {
 			l.in.st.replayedBatches.Add(1)
 		}
 	}

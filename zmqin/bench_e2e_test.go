@@ -1,0 +1,85 @@
+package zmqin
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/radix"
+)
+
+// e2eBatch fills b with batch i of a steady stream: one BlockStored of
+// blocks new blocks (block size bs) and, once the stream is warm, one
+// BlockRemoved of the blocks stored window batches earlier, so the index
+// stays the same size.
+func e2eBatch(b *WireBatch, i uint64, blocks, bs int, toks []uint32) {
+	const window = 1024
+	b.Timestamp = float64(i)
+	b.Events = b.Events[:0]
+	st := WireEvent{Kind: radix.Stored, BlockSize: bs, Medium: "GPU", SpecKind: "full_attention", TokenIDs: toks[:blocks*bs]}
+	for k := range blocks {
+		st.BlockHashes = append(st.BlockHashes, i<<8|uint64(k)+1)
+	}
+	for k := range toks[:blocks*bs] {
+		toks[k] = uint32(i)*uint32(blocks*bs) + uint32(k)
+	}
+	b.Events = append(b.Events, st)
+	if i >= window {
+		rm := WireEvent{Kind: radix.Removed, Medium: "GPU"}
+		for k := range blocks {
+			rm.BlockHashes = append(rm.BlockHashes, (i-window)<<8|uint64(k)+1)
+		}
+		b.Events = append(b.Events, rm)
+	}
+}
+
+// BenchmarkEndToEnd publishes b.N batches from a local Publisher (loopback
+// TCP) as fast as it can, through one rank listener (frames, queue,
+// sequence checks, decode, writer) into a radix.Index, and stops the clock
+// when the last batch is applied. batches/s counts batches applied; lost
+// counts batches dropped anywhere (publisher HWM, listener queue), which
+// must be 0 for the rate to count as lossless.
+//
+//	go test -run '^$' -bench EndToEnd -benchtime 200ms ./zmqin/
+func BenchmarkEndToEnd(b *testing.B) {
+	for _, blocks := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("blocks=%d", blocks), func(b *testing.B) {
+			const bs = 16
+			p := newPublisher(b, PublisherConfig{HWM: 1 << 22})
+			in := newIngress(b, Config{QueueLimit: 1 << 16, DialBackoffMin: time.Millisecond})
+			ix, _ := radix.New(radix.Config{})
+			in.Sync(1, bs, []core.RankSource{{Endpoint: p.Endpoint()}}, benchSink{ix})
+			waitSubscribed(b, p, 1)
+			var wb WireBatch
+			toks := make([]uint32, blocks*bs)
+			var enc Encoder
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range uint64(b.N) {
+				e2eBatch(&wb, i, blocks, bs, toks)
+				p.PublishPayload(enc.AppendBatch(nil, &wb))
+			}
+			n := uint64(b.N)
+			for {
+				s := in.Stats()
+				if s.BatchesApplied+s.Overflow+p.Stats().Dropped >= n && s.QueueDepth == 0 {
+					break
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+			b.StopTimer()
+			s := in.Stats()
+			b.ReportMetric(float64(s.BatchesApplied)/b.Elapsed().Seconds(), "batches/s")
+			b.ReportMetric(float64(s.EventsApplied)/b.Elapsed().Seconds(), "events/s")
+			b.ReportMetric(float64(n-s.BatchesApplied), "lost")
+		})
+	}
+}
+
+type benchSink struct{ ix *radix.Index }
+
+func (s benchSink) ApplyBatch(evs []radix.Event) { s.ix.ApplyBatch(evs) }
+func (s benchSink) ClearRank(w radix.WorkerKey) {
+	s.ix.Apply(&radix.Event{Worker: w, Kind: radix.Cleared})
+}

@@ -191,3 +191,32 @@ func cutSubscribers(p *Publisher) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// subs returns p's current subscribers.
+func subs(p *Publisher) map[*subscriber]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := make(map[*subscriber]bool, len(p.mu.subs))
+	for s := range p.mu.subs {
+		m[s] = true
+	}
+	return m
+}
+
+// waitNewSubscriber waits until p has exactly one subscriber, subscribed,
+// and not one of old.
+func waitNewSubscriber(t testing.TB, p *Publisher, old map[*subscriber]bool) {
+	t.Helper()
+	waitFor(t, "a new subscriber", func() bool {
+		cur := subs(p)
+		if len(cur) != 1 {
+			return false
+		}
+		for s := range cur {
+			if old[s] {
+				return false
+			}
+		}
+		return p.Stats().Subscribers == 1
+	})
+}

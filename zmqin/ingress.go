@@ -40,6 +40,10 @@ type Config struct {
 	// a replay reply; a replay that times out ends and live processing
 	// resumes. 0 means 5s.
 	ReplayTimeout time.Duration
+	// MaxFrameSize is the largest ZMTP frame a listener accepts; a peer
+	// announcing a larger one loses its connection (counted as a receive
+	// error) before anything is allocated for it. 0 means 64 MiB.
+	MaxFrameSize int
 }
 
 // DefaultWriters is the writer count used when Config.Writers is 0: one per
@@ -50,7 +54,7 @@ func DefaultWriters() int { return max(1, runtime.GOMAXPROCS(0)/2) }
 
 // Validate reports a Config that cannot work.
 func (c Config) Validate() error {
-	if c.Writers < 0 || c.Writers > 1024 || c.QueueLimit < 0 || c.WriterQueue < 0 || c.MaxApplyEvents < 0 {
+	if c.Writers < 0 || c.Writers > 1024 || c.QueueLimit < 0 || c.WriterQueue < 0 || c.MaxApplyEvents < 0 || c.MaxFrameSize < 0 {
 		return fmt.Errorf("zmqin: invalid config: negative or huge count in %+v", c)
 	}
 	if c.DialBackoffMin < 0 || c.DialBackoffMax < 0 || c.ReplayTimeout < 0 {
@@ -86,6 +90,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReplayTimeout == 0 {
 		c.ReplayTimeout = 5 * time.Second
+	}
+	if c.MaxFrameSize == 0 {
+		c.MaxFrameSize = 64 << 20
 	}
 	return c
 }

@@ -1,6 +1,7 @@
 package zmqin
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -402,5 +403,53 @@ func TestConfigValidate(t *testing.T) {
 		if _, _, err := ParseEndpoint(ep); err != nil {
 			t.Errorf("endpoint %q: %v", ep, err)
 		}
+	}
+}
+
+// TestFrameTooLarge: a frame announcing more than MaxFrameSize drops the
+// connection before its body is read; the listener reconnects and goes on.
+func TestFrameTooLarge(t *testing.T) {
+	checkNoLeak(t)
+	p := newPublisher(t, PublisherConfig{})
+	cfg := testConfig()
+	cfg.MaxFrameSize = 512
+	in := newIngress(t, cfg)
+	sink := newIndexSink(t)
+	in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: p.Endpoint()}}, sink)
+	waitSubscribed(t, p, 1)
+	big := tokens(1, 64) // 256 tokens: a payload well over 512 bytes
+	hashes := make([]uint64, 64)
+	for i := range hashes {
+		hashes[i] = uint64(i + 1)
+	}
+	old := subs(p)
+	p.Publish(stored(0, hashes, big))
+	waitFor(t, "connection dropped", func() bool { return in.Stats().RecvErrors == 1 })
+	if st := status(in, 1)[0]; !strings.Contains(st.LastError, "too large") {
+		t.Fatalf("status %+v", st)
+	}
+	waitNewSubscriber(t, p, old)
+	p.Publish(stored(0, []uint64{1000}, tokens(5000, 1)))
+	w := radix.WorkerKey{WorkerID: 1}
+	waitFor(t, "small batch", func() bool { return sink.depth(w, tokens(5000, 1)) == 1 })
+	if sink.depth(w, big) != 0 {
+		t.Fatal("oversized batch applied")
+	}
+}
+
+func TestScanFrames(t *testing.T) {
+	c := &bufConn{maxFrame: 300, skip: greetingLen}
+	stream := make([]byte, greetingLen)
+	stream = append(stream, 0x00, 3, 'a', 'b', 'c')           // short frame
+	stream = append(stream, 0x02, 0, 0, 0, 0, 0, 0, 1, 0)     // long frame of 256
+	stream = append(stream, make([]byte, 256)...)             // its body
+	stream = append(stream, 0x04, 5, 'R', 'E', 'A', 'D', 'Y') // command
+	for i := range stream {                                   // byte by byte: splitting must not matter
+		if err := c.scan(stream[i : i+1]); err != nil {
+			t.Fatalf("byte %d: %v", i, err)
+		}
+	}
+	if err := c.scan([]byte{0x02, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("huge frame: %v", err)
 	}
 }

@@ -137,7 +137,7 @@ func (l *rankListener) read() {
 	backoff := cfg.DialBackoffMin
 	var conn uint64
 	for l.ctx.Err() == nil {
-		zc, err := dialZMTP(l.ctx, l.src.Endpoint, zmq4.Sub)
+		zc, err := dialZMTP(l.ctx, l.src.Endpoint, zmq4.Sub, l.in.cfg.MaxFrameSize)
 		if err == nil {
 			// ZMTP 3.0 subscription message: 1 then the topic ("" = all).
 			err = zc.send([]byte{1})
@@ -302,7 +302,7 @@ func (l *rankListener) replay(start uint64) error {
 	l.replays.Add(1)
 	timeout := l.in.cfg.ReplayTimeout
 	ctx, cancel := context.WithTimeout(l.ctx, timeout)
-	zc, err := dialZMTP(ctx, l.src.ReplayEndpoint, zmq4.Dealer)
+	zc, err := dialZMTP(ctx, l.src.ReplayEndpoint, zmq4.Dealer, l.in.cfg.MaxFrameSize)
 	cancel()
 	if err != nil {
 		return err

@@ -98,6 +98,10 @@ type Publisher struct {
 	replayedBatch  atomic.Uint64
 }
 
+// publisherMaxFrame limits what a Publisher reads from its peers:
+// subscriptions and replay requests are a few bytes.
+const publisherMaxFrame = 4 << 10
+
 type ringEntry struct {
 	seq     uint64
 	payload []byte // immutable once published
@@ -303,7 +307,7 @@ func (p *Publisher) acceptSubs() {
 // the subscriber.
 func (p *Publisher) serveSub(c net.Conn) {
 	defer p.wg.Done()
-	zc, err := openZMTP(p.ctx, c, zmq4.Pub, true)
+	zc, err := openZMTP(p.ctx, c, zmq4.Pub, true, publisherMaxFrame)
 	if err != nil {
 		return
 	}
@@ -397,7 +401,7 @@ func (p *Publisher) acceptReplay() {
 // connection); anything else is ignored without a reply.
 func (p *Publisher) serveReplay(c net.Conn) {
 	defer p.wg.Done()
-	zc, err := openZMTP(p.ctx, c, zmq4.Router, true)
+	zc, err := openZMTP(p.ctx, c, zmq4.Router, true, publisherMaxFrame)
 	if err != nil {
 		return
 	}

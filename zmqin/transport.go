@@ -96,20 +96,80 @@ func listenAddr(network, addr string) string {
 	return addr
 }
 
+// ErrFrameTooLarge marks a ZMTP frame whose announced size exceeds the
+// connection's limit; the connection is dropped before the frame's body is
+// allocated (zmq4 itself allocates whatever size a peer announces).
+var ErrFrameTooLarge = errors.New("zmqin: ZMTP frame too large")
+
+// greetingLen is the size of the ZMTP 3.x greeting that precedes frames.
+const greetingLen = 64
+
 // bufConn is a net.Conn whose reads come through a buffer and whose writes
 // go into one; Flush sends them. Reads and writes may run on two goroutines
 // (one each): the two buffers are independent.
+//
+// With maxFrame > 0, reads also follow the ZMTP framing of the incoming
+// byte stream (greeting, then frames: flags, a 1- or 8-byte size, the
+// body) and fail with ErrFrameTooLarge, returning no byte of the size,
+// as soon as a frame announces more than maxFrame bytes. The scan state
+// below belongs to the reading goroutine.
 type bufConn struct {
 	net.Conn
 	r *bufio.Reader
 	w *bufio.Writer
+
+	maxFrame uint64
+	skip     uint64 // bytes of greeting or body still to pass
+	sizeLeft int    // size bytes still to read; 0 when at a flags byte or in skip
+	size     uint64 // the size read so far
 }
 
-func newBufConn(c net.Conn) *bufConn {
-	return &bufConn{Conn: c, r: bufio.NewReaderSize(c, bufSize), w: bufio.NewWriterSize(c, bufSize)}
+func newBufConn(c net.Conn, maxFrame int) *bufConn {
+	return &bufConn{Conn: c, r: bufio.NewReaderSize(c, bufSize), w: bufio.NewWriterSize(c, bufSize),
+		maxFrame: uint64(max(maxFrame, 0)), skip: greetingLen}
 }
 
-func (c *bufConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
+func (c *bufConn) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if c.maxFrame == 0 || n == 0 {
+		return n, err
+	}
+	if ferr := c.scan(p[:n]); ferr != nil {
+		return 0, ferr
+	}
+	return n, err
+}
+
+// scan advances the framing state over b.
+func (c *bufConn) scan(b []byte) error {
+	for len(b) > 0 {
+		switch {
+		case c.skip > 0:
+			k := min(c.skip, uint64(len(b)))
+			c.skip -= k
+			b = b[k:]
+		case c.sizeLeft > 0:
+			c.size = c.size<<8 | uint64(b[0])
+			c.sizeLeft--
+			b = b[1:]
+			if c.sizeLeft == 0 {
+				if c.size > c.maxFrame {
+					return fmt.Errorf("%w: %d bytes announced, limit %d", ErrFrameTooLarge, c.size, c.maxFrame)
+				}
+				c.skip = c.size
+			}
+		default: // a flags byte
+			c.size = 0
+			c.sizeLeft = 1
+			if b[0]&0x02 != 0 { // long frame: 8-byte size
+				c.sizeLeft = 8
+			}
+			b = b[1:]
+		}
+	}
+	return nil
+}
+
 func (c *bufConn) Write(p []byte) (int, error) { return c.w.Write(p) }
 func (c *bufConn) Flush() error                { return c.w.Flush() }
 
@@ -124,10 +184,11 @@ type zconn struct {
 }
 
 // openZMTP performs the ZMTP greeting and NULL handshake on c as socket type
-// typ; server is true on the accepting side. The handshake is bounded by
+// typ; server is true on the accepting side. maxFrame > 0 limits the size
+// of incoming frames (see bufConn). The handshake is bounded by
 // handshakeTimeout and by ctx. On error c is closed.
-func openZMTP(ctx context.Context, c net.Conn, typ zmq4.SocketType, server bool) (*zconn, error) {
-	bc := newBufConn(c)
+func openZMTP(ctx context.Context, c net.Conn, typ zmq4.SocketType, server bool, maxFrame int) (*zconn, error) {
+	bc := newBufConn(c, maxFrame)
 	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
 	// zmq4.Open writes its greeting and READY through bc; flushing is
@@ -168,7 +229,7 @@ func (c *handshakeConn) Write(p []byte) (int, error) {
 
 // dialZMTP dials ep and opens a ZMTP connection as socket type typ. The
 // dial and the handshake end when ctx is done.
-func dialZMTP(ctx context.Context, ep string, typ zmq4.SocketType) (*zconn, error) {
+func dialZMTP(ctx context.Context, ep string, typ zmq4.SocketType, maxFrame int) (*zconn, error) {
 	network, addr, err := ParseEndpoint(ep)
 	if err != nil {
 		return nil, err
@@ -180,7 +241,7 @@ func dialZMTP(ctx context.Context, ep string, typ zmq4.SocketType) (*zconn, erro
 	if err != nil {
 		return nil, err
 	}
-	return openZMTP(ctx, c, typ, false)
+	return openZMTP(ctx, c, typ, false, maxFrame)
 }
 
 // recv reads one message; commands (none are expected in ZMTP 3.0 after the

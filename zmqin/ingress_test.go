@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/radix"
@@ -452,4 +453,69 @@ func TestScanFrames(t *testing.T) {
 	if err := c.scan([]byte{0x02, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}); !errors.Is(err, ErrFrameTooLarge) {
 		t.Fatalf("huge frame: %v", err)
 	}
+}
+
+// TestReplayEdgeCases: replay is ignored for a multi-rank worker; history
+// older than the replay buffer is reported lost; an unreachable replay
+// endpoint fails the replay and live processing goes on.
+func TestReplayEdgeCases(t *testing.T) {
+	lose := func(p *Publisher, n int, from uint32) {
+		for i := range n {
+			p.publish(Encoder{}.AppendBatch(nil, stored(0, []uint64{uint64(from) + uint64(i)}, tokens(from+uint32(100*i), 1))), false)
+		}
+	}
+	t.Run("multi-rank", func(t *testing.T) {
+		checkNoLeak(t)
+		p0 := newPublisher(t, PublisherConfig{ReplayEndpoint: "tcp://127.0.0.1:0"})
+		p1 := newPublisher(t, PublisherConfig{})
+		in := newIngress(t, testConfig())
+		sink := newIndexSink(t)
+		in.Sync(1, testBlockSize, []core.RankSource{
+			{DPRank: 0, Endpoint: p0.Endpoint(), ReplayEndpoint: p0.ReplayEndpoint()},
+			{DPRank: 1, Endpoint: p1.Endpoint()},
+		}, sink)
+		waitSubscribed(t, p0, 1)
+		lose(p0, 2, 10)
+		p0.Publish(stored(0, []uint64{99}, tokens(9000, 1)))
+		waitFor(t, "live batch", func() bool { return sink.depth(radix.WorkerKey{WorkerID: 1}, tokens(9000, 1)) == 1 })
+		if s := in.Stats(); s.Gaps != 1 || s.Replays != 0 || p0.Stats().ReplayRequests != 0 {
+			t.Fatalf("stats %+v", s)
+		}
+	})
+	t.Run("history-lost", func(t *testing.T) {
+		checkNoLeak(t)
+		p := newPublisher(t, PublisherConfig{ReplayEndpoint: "tcp://127.0.0.1:0", ReplayBuffer: 2})
+		in := newIngress(t, testConfig())
+		sink := newIndexSink(t)
+		in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: p.Endpoint(), ReplayEndpoint: p.ReplayEndpoint()}}, sink)
+		waitSubscribed(t, p, 1)
+		lose(p, 4, 10) // seqs 0..3 lost live; seq 4 is live; the buffer keeps 3 and 4
+		p.Publish(stored(0, []uint64{99}, tokens(9000, 1)))
+		w := radix.WorkerKey{WorkerID: 1}
+		waitFor(t, "live batch", func() bool { return sink.depth(w, tokens(9000, 1)) == 1 })
+		s := in.Stats()
+		if s.Gaps != 1 || s.Replays != 1 || s.ReplayLost != 1 || s.ReplayedBatches != 2 || s.Stale != 1 {
+			t.Fatalf("stats %+v", s)
+		}
+		if sink.depth(w, tokens(10+300, 1)) != 1 || sink.depth(w, tokens(10, 1)) != 0 {
+			t.Fatal("replayed batches not as buffered")
+		}
+	})
+	t.Run("unreachable", func(t *testing.T) {
+		checkNoLeak(t)
+		p := newPublisher(t, PublisherConfig{})
+		cfg := testConfig()
+		cfg.ReplayTimeout = 200 * time.Millisecond
+		in := newIngress(t, cfg)
+		sink := newIndexSink(t)
+		in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: p.Endpoint(), ReplayEndpoint: freeEndpoint(t)}}, sink)
+		waitSubscribed(t, p, 1)
+		lose(p, 1, 10)
+		p.Publish(stored(0, []uint64{99}, tokens(9000, 1)))
+		waitFor(t, "live batch", func() bool { return sink.depth(radix.WorkerKey{WorkerID: 1}, tokens(9000, 1)) == 1 })
+		st := status(in, 1)[0]
+		if s := in.Stats(); s.ReplayFailures != 1 || st.State != "live" || !strings.Contains(st.LastError, "replay") {
+			t.Fatalf("stats %+v status %+v", s, st)
+		}
+	})
 }

@@ -83,3 +83,49 @@ func (s benchSink) ApplyBatch(evs []radix.Event) { s.ix.ApplyBatch(evs) }
 func (s benchSink) ClearRank(w radix.WorkerKey) {
 	s.ix.Apply(&radix.Event{Worker: w, Kind: radix.Cleared})
 }
+
+// BenchmarkEndToEndPaced offers batches of 4 blocks at a fixed rate, in
+// 1 ms steps, to a listener with the default Config (queue of 1024), and
+// reports what was lost: the highest rate with lost = 0 is the lossless
+// rate of the default configuration on this machine.
+//
+//	go test -run '^$' -bench EndToEndPaced -benchtime 200ms ./zmqin/
+func BenchmarkEndToEndPaced(b *testing.B) {
+	for _, rate := range []int{10000, 25000, 50000, 100000} {
+		b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) {
+			const bs, blocks = 16, 4
+			p := newPublisher(b, PublisherConfig{HWM: 1 << 22})
+			in := newIngress(b, Config{DialBackoffMin: time.Millisecond})
+			ix, _ := radix.New(radix.Config{})
+			in.Sync(1, bs, []core.RankSource{{Endpoint: p.Endpoint()}}, benchSink{ix})
+			waitSubscribed(b, p, 1)
+			var wb WireBatch
+			toks := make([]uint32, blocks*bs)
+			var enc Encoder
+			perStep := max(1, rate/1000)
+			tick := time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+			b.ResetTimer()
+			for i := uint64(0); i < uint64(b.N); {
+				for k := 0; k < perStep && i < uint64(b.N); k++ {
+					e2eBatch(&wb, i, blocks, bs, toks)
+					p.PublishPayload(enc.AppendBatch(nil, &wb))
+					i++
+				}
+				<-tick.C
+			}
+			n := uint64(b.N)
+			for {
+				s := in.Stats()
+				if s.BatchesApplied+s.Overflow+p.Stats().Dropped >= n && s.QueueDepth == 0 {
+					break
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+			b.StopTimer()
+			s := in.Stats()
+			b.ReportMetric(float64(s.BatchesApplied)/b.Elapsed().Seconds(), "batches/s")
+			b.ReportMetric(float64(n-s.BatchesApplied), "lost")
+		})
+	}
+}

@@ -202,3 +202,27 @@ func FuzzReplayReply(f *testing.F) {
 		}
 	})
 }
+
+// FuzzScanFrames: the frame-size scanner never panics and gives the same
+// verdict however the stream is split into reads.
+func FuzzScanFrames(f *testing.F) {
+	greeting := make([]byte, greetingLen)
+	f.Add(append(append([]byte(nil), greeting...), 0x00, 3, 'a', 'b', 'c', 0x02, 0, 0, 0, 0, 0, 0, 1, 0), uint8(7))
+	f.Add(append(append([]byte(nil), greeting...), 0x02, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff), uint8(1))
+	f.Fuzz(func(t *testing.T, stream []byte, chunk uint8) {
+		whole := &bufConn{maxFrame: 300, skip: greetingLen}
+		errWhole := whole.scan(stream)
+		split := &bufConn{maxFrame: 300, skip: greetingLen}
+		var errSplit error
+		step := int(chunk%16) + 1
+		for i := 0; i < len(stream) && errSplit == nil; i += step {
+			errSplit = split.scan(stream[i:min(i+step, len(stream))])
+		}
+		if (errWhole == nil) != (errSplit == nil) {
+			t.Fatalf("verdict depends on read sizes: %v vs %v", errWhole, errSplit)
+		}
+		if errWhole != nil && !errors.Is(errWhole, ErrFrameTooLarge) {
+			t.Fatalf("error %v", errWhole)
+		}
+	})
+}

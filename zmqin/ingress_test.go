@@ -519,3 +519,23 @@ func TestReplayEdgeCases(t *testing.T) {
 		}
 	})
 }
+
+// TestIPCEndpoint: ipc:// endpoints (unix sockets) work for live and replay.
+func TestIPCEndpoint(t *testing.T) {
+	checkNoLeak(t)
+	dir := t.TempDir()
+	p := newPublisher(t, PublisherConfig{Endpoint: "ipc://" + dir + "/pub.sock", ReplayEndpoint: "ipc://" + dir + "/replay.sock"})
+	if !strings.HasPrefix(p.Endpoint(), "ipc://") {
+		t.Fatalf("endpoint %q", p.Endpoint())
+	}
+	in := newIngress(t, testConfig())
+	sink := newIndexSink(t)
+	in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: p.Endpoint(), ReplayEndpoint: p.ReplayEndpoint()}}, sink)
+	waitSubscribed(t, p, 1)
+	p.publish(Encoder{}.AppendBatch(nil, stored(0, []uint64{1}, tokens(1, 1))), false)
+	p.Publish(stored(1, []uint64{2}, tokens(5, 1)))
+	waitFor(t, "both blocks", func() bool { return sink.depth(radix.WorkerKey{WorkerID: 1}, tokens(1, 2)) == 2 })
+	if s := in.Stats(); s.Replays != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}

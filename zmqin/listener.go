@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,7 +152,9 @@ func (l *rankListener) read() {
 			}
 			l.in.st.dialErrors.Add(1)
 			l.setErr(fmt.Errorf("dial %s: %w", l.src.Endpoint, err))
-			t := time.NewTimer(backoff)
+			// Full backoff, less up to a quarter of jitter, so that the
+			// listeners of a restarted fleet do not dial in lockstep.
+			t := time.NewTimer(backoff - time.Duration(rand.Int64N(int64(backoff)/4+1)))
 			select {
 			case <-l.ctx.Done():
 				t.Stop()

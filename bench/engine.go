@@ -184,6 +184,10 @@ func (e *Engine) ReplayEndpoints() []string {
 	return out
 }
 
+// DropSubscribers cuts rank r's subscriber connections (fault injection:
+// what the rank publishes until they reconnect is lost to them).
+func (e *Engine) DropSubscribers(r int) int { return e.ranks[r].pub.DropSubscribers() }
+
 // Subscribers returns the number of subscribers attached to rank r.
 func (e *Engine) Subscribers(r int) int { return e.ranks[r].pub.Stats().Subscribers }
 

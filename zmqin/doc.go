@@ -51,20 +51,33 @@
 // or none (before the first batch and after a restart). For each live
 // message with sequence number seq, in order:
 //
-//  1. Restart. If the message is the first one processed from a new
-//     connection, and seq <= W, where W is the watermark as it stood when
-//     that connection was established, the publisher is a new incarnation:
-//     the rank's blocks are cleared (sink.ClearRank, through the writer),
-//     the Decoder reset, the watermark set to none, and Restarts counted.
+//  1. Restart, rule 1. If the message is the first one processed from a new
+//     connection, and seq <= W, where W is the watermark as the reader read
+//     it just before dialing that connection, and no restart has been
+//     handled since W was read, the publisher is a new incarnation: the
+//     rank's blocks are cleared (sink.ClearRank, through the writer), the
+//     Decoder reset, the watermark set to none, and Restarts counted.
 //     Why this is sound: a PUB socket sends a new subscriber only batches
-//     published after the subscription, so the same incarnation's first
-//     batch on a new connection has a seq greater than any seq it had
-//     published before, hence greater than W. A publisher restarted at the
-//     same address starts again from 0, so the first seq the listener sees
-//     from it is the number of batches it published before the new
-//     subscription took effect: it is detected when that number is at most
-//     W (the reconnect backoff is at most DialBackoffMax).
-//  2. Gap. With no watermark and seq > 0, the range [0, seq) is missing;
+//     published after the subscription; every seq in W was published
+//     before the dial, so the same incarnation's first batch on the new
+//     connection has a seq above W. (Read after subscribing, W could
+//     include batches a concurrent replay fetched after the subscription;
+//     read across a restart the processor handled meanwhile, W would be an
+//     older incarnation's.) A publisher restarted at the same address
+//     starts again from 0, so the first seq the listener sees from it is
+//     the number of batches it published before the new subscription took
+//     effect: rule 1 detects it when that number is at most W (the
+//     reconnect backoff is at most DialBackoffMax).
+//  2. Restart, rule 2 (with a replay endpoint). Otherwise, if the first
+//     message of a new connection has seq > L (the watermark), the
+//     listener replays from L itself: the same incarnation answers first
+//     with the very batch it applied at L (compared by a hash of the
+//     payload bytes, which the publisher replays verbatim); another batch
+//     under seq L means a new incarnation, handled as in rule 1 (then the
+//     gap [0, seq) is replayed). If the answer starts after L (L is no
+//     longer buffered), nothing can be concluded and the replay proceeds
+//     as a gap replay. This also heals any gap of the reconnection.
+//  3. Gap. With no watermark and seq > 0, the range [0, seq) is missing;
 //     with watermark L and seq > L+1, the range [L+1, seq). The gap is
 //     counted (Gaps, MissedBatches) and, with a replay endpoint, replayed:
 //     a fresh DEALER connection sends ["", from (8 bytes BE)], every reply
@@ -75,19 +88,25 @@
 //     history (ReplayLost). A failed replay (dial, ReplayTimeout per reply,
 //     bad reply) is counted (ReplayFailures) and live processing resumes;
 //     the batches stay lost. Live messages keep queueing meanwhile.
-//  3. Stale. With watermark L and seq <= L (also after a replay that
+//  4. Stale. With watermark L and seq <= L (also after a replay that
 //     covered seq), the batch is dropped and counted (Stale).
-//  4. Apply. The payload is decoded; a malformed payload is counted
+//  5. Apply. The payload is decoded; a malformed payload is counted
 //     (DecodeErrors) and skipped without moving the watermark; otherwise
 //     its events go to the writer and the watermark becomes seq.
 //
-// Not detected: a restarted publisher that has published more than W
-// batches before the listener reconnects looks like a gap (vLLM puts no
-// incarnation id on the wire); a restart whose first seq on the new
-// connection is above W but not above the watermark at processing time (the
-// processor lagging behind) is dropped as stale until the sequence passes
+// Not detected (vLLM puts no incarnation id on the wire): without a replay
+// endpoint (or once the publisher's replay buffer has moved past the
+// watermark), a restarted publisher that published more than W batches
+// before the listener resubscribed looks like a gap, and one whose first
+// seq is above W but not above the watermark at processing time (the
+// processor lagging behind) is dropped as stale until its sequence passes
 // the watermark. Re-registering the worker with a different endpoint, or
-// Detach then Sync, clears the rank in both cases.
+// Detach then Sync, clears the rank in both cases. A batch whose
+// data_parallel_rank differs from the listener's rank is applied under the
+// batch's rank, which a restart does not clear.
+//
+// TestChaos (package bench) checks these rules end to end against engines
+// that restart, lose connections and clear, with the engines as the model.
 //
 // # Goroutines
 //

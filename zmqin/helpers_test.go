@@ -163,34 +163,8 @@ func waitSubscribed(t testing.TB, p *Publisher, n int) {
 func status(in *Ingress, id uint64) []core.RankStatus { return in.Status(id, nil) }
 
 // cutSubscribers closes every subscriber connection of p from the
-// publisher's side and waits until p has forgotten them, so that a later
-// Stats().Subscribers counts only new subscribers.
-func cutSubscribers(p *Publisher) {
-	p.mu.Lock()
-	old := make([]*subscriber, 0, len(p.mu.subs))
-	for s := range p.mu.subs {
-		_ = s.zc.Close()
-		old = append(old, s)
-	}
-	p.mu.Unlock()
-	for _, s := range old {
-		<-s.done
-	}
-	for {
-		p.mu.Lock()
-		n := 0
-		for _, s := range old {
-			if _, ok := p.mu.subs[s]; ok {
-				n++
-			}
-		}
-		p.mu.Unlock()
-		if n == 0 {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+// publisher's side.
+func cutSubscribers(p *Publisher) { p.DropSubscribers() }
 
 // subs returns p's current subscribers.
 func subs(p *Publisher) map[*subscriber]bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -20,10 +21,14 @@ type queued struct {
 	payload []byte
 	// conn numbers the connection the message came on (1 for the first).
 	conn uint64
-	// wm and hasWM are the rank's published watermark when that
-	// connection was established: the reference for restart detection.
+	// wm and hasWM are the rank's published watermark just before that
+	// connection was dialed: the reference for restart detection.
 	wm    uint64
 	hasWM bool
+	// epoch is the processor's restart count when wm was taken: a
+	// restart handled since makes wm a watermark of an older incarnation,
+	// useless as a reference.
+	epoch uint64
 }
 
 // rankListener is the listener of one (worker, rank): a reader goroutine
@@ -49,13 +54,19 @@ type rankListener struct {
 		replaying bool   // processor: a replay is in progress
 		stopped   bool
 		lastErr   string
+		// epoch counts the restarts the processor has handled; it and
+		// wmPlus1 change together under mu on a restart, so the reader
+		// snapshots a watermark with the epoch it belongs to. Written by
+		// the processor only (which may read it without mu).
+		epoch uint64
 	}
 
 	// The published watermark: written by the processor after each
 	// applied batch, read by Status and by the reader at connect time.
-	// lastSeq is meaningful only when hasSeq.
-	lastSeq atomic.Uint64
-	hasSeq  atomic.Bool
+	// wmPlus1 is the watermark plus one, 0 for none, in one word so that
+	// a reader never pairs a seq with the wrong "has" (the end marker
+	// 0xff..ff never is a batch seq, so seq+1 does not wrap).
+	wmPlus1 atomic.Uint64
 
 	batches, gaps, replays, restarts atomic.Uint64
 
@@ -64,6 +75,8 @@ type rankListener struct {
 	last     uint64 // watermark: the last seq applied (or skipped as undecodable by replay)
 	has      bool   // false before the first batch and after a restart
 	lastConn uint64 // conn of the last processed message
+	lastHash uint64 // maphash of the payload applied at last (rule 2)
+	seed     maphash.Seed
 }
 
 func (in *Ingress) startRank(workerID uint64, blockSize int, src core.RankSource, sink core.EventSink, w *writer) *rankListener {
@@ -75,6 +88,7 @@ func (in *Ingress) startRank(workerID uint64, blockSize int, src core.RankSource
 		w:    w,
 		q:    make(chan queued, in.cfg.QueueLimit),
 		dec:  NewDecoder(blockSize),
+		seed: maphash.MakeSeed(),
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wg.Add(2)
@@ -106,8 +120,8 @@ func (l *rankListener) status() core.RankStatus {
 	st := core.RankStatus{
 		DPRank:   l.key.DPRank,
 		Endpoint: l.src.Endpoint,
-		LastSeq:  l.lastSeq.Load(),
-		HasSeq:   l.hasSeq.Load(),
+		LastSeq:  max(l.wmPlus1.Load(), 1) - 1,
+		HasSeq:   l.wmPlus1.Load() != 0,
 		Batches:  l.batches.Load(),
 		Gaps:     l.gaps.Load(),
 		Replays:  l.replays.Load(),
@@ -138,6 +152,15 @@ func (l *rankListener) read() {
 	backoff := cfg.DialBackoffMin
 	var conn uint64
 	for l.ctx.Err() == nil {
+		// The restart rule's reference watermark is taken before the
+		// connection exists: every seq in it was published before the
+		// subscription, so the same publisher's first batch on this
+		// connection is above it. (Taken after subscribing, a replay
+		// running meanwhile could apply batches published after the
+		// subscription and make a reconnect look like a restart.)
+		l.mu.Lock()
+		epoch, wmPlus1 := l.mu.epoch, l.wmPlus1.Load()
+		l.mu.Unlock()
 		zc, err := dialZMTP(l.ctx, l.src.Endpoint, zmq4.Sub, l.in.cfg.MaxFrameSize)
 		if err == nil {
 			// ZMTP 3.0 subscription message: 1 then the topic ("" = all).
@@ -175,8 +198,7 @@ func (l *rankListener) read() {
 		l.mu.conn, l.mu.connected = zc, true
 		l.mu.Unlock()
 		l.in.st.connects.Add(1)
-		wm, hasWM := l.lastSeq.Load(), l.hasSeq.Load()
-		err = l.receive(zc, queued{conn: conn, wm: wm, hasWM: hasWM})
+		err = l.receive(zc, queued{conn: conn, epoch: epoch, wm: max(wmPlus1, 1) - 1, hasWM: wmPlus1 != 0})
 		_ = zc.Close()
 		l.mu.Lock()
 		l.mu.conn, l.mu.connected = nil, false
@@ -235,14 +257,28 @@ func (l *rankListener) process() {
 func (l *rankListener) handle(m queued) {
 	if m.conn != l.lastConn {
 		l.lastConn = m.conn
-		// The first message of a new connection. The publisher sends a
-		// new subscriber only batches published after it connected, whose
-		// seqs exceed every seq it had published before, and so the
-		// watermark as it stood when the connection was established. A
-		// seq at or below that watermark therefore comes from a new
-		// publisher incarnation.
-		if m.hasWM && m.seq <= m.wm && l.has {
-			l.restart(m.seq)
+		switch {
+		case l.has && m.hasWM && m.seq <= m.wm && m.epoch == l.mu.epoch:
+			// Rule 1. The publisher sends a new subscriber only batches
+			// published after it connected, whose seqs exceed every seq
+			// it had published before, and so the watermark as it stood
+			// when the connection was established. A seq at or below
+			// that watermark comes from a new publisher incarnation.
+			l.restart(fmt.Sprintf("seq %d on a new connection, watermark %d when it was established", m.seq, m.wm))
+		case l.has && m.seq > l.last && l.src.ReplayEndpoint != "":
+			// Rule 2. Ask the replay socket for the batches from the
+			// watermark itself: the same incarnation answers with the
+			// very batch applied at the watermark, a restarted one with
+			// another batch under that seq.
+			gap := m.seq > l.last+1
+			from, to := l.last+1, m.seq
+			restarted, err := l.replayMarked(l.last, true)
+			switch {
+			case restarted:
+				l.restart(fmt.Sprintf("batch %d replayed by the publisher differs from the one applied", from-1))
+			case err == nil && gap:
+				l.countGap(from, to)
+			}
 		}
 	}
 	switch {
@@ -261,46 +297,61 @@ func (l *rankListener) handle(m queued) {
 // restart handles a detected publisher restart: the rank's blocks are
 // cleared (through the writer, in order with its events), the decoder's
 // learned state dropped and the watermark reset.
-func (l *rankListener) restart(seq uint64) {
+func (l *rankListener) restart(why string) {
 	l.in.st.restarts.Add(1)
 	l.restarts.Add(1)
-	l.setErr(fmt.Errorf("publisher restart detected: seq %d on a new connection, watermark %d; rank cleared", seq, l.last))
+	l.setErr(fmt.Errorf("publisher restart detected (%s): rank cleared", why))
 	if !l.toWriter(wItem{op: opClear, sink: l.sink, key: l.key}) {
 		return
 	}
 	l.dec.Reset()
 	l.has, l.last = false, 0
-	l.hasSeq.Store(false)
-	l.lastSeq.Store(0)
+	l.mu.Lock()
+	l.mu.epoch++
+	l.wmPlus1.Store(0)
+	l.mu.Unlock()
 }
 
 // gap records the missing range [from, to) and, with a replay endpoint,
 // replays it.
 func (l *rankListener) gap(from, to uint64) {
+	l.countGap(from, to)
+	if l.src.ReplayEndpoint != "" {
+		_, _ = l.replayMarked(from, false)
+	}
+}
+
+func (l *rankListener) countGap(from, to uint64) {
 	l.in.st.gaps.Add(1)
 	l.in.st.missed.Add(to - from)
 	l.gaps.Add(1)
-	if l.src.ReplayEndpoint == "" {
-		return
-	}
+}
+
+// replayMarked runs replay with the status showing "replaying", and counts
+// and reports its failure.
+func (l *rankListener) replayMarked(start uint64, verify bool) (restarted bool, err error) {
 	l.mu.Lock()
 	l.mu.replaying = true
 	l.mu.Unlock()
-	err := l.replay(from)
+	restarted, err = l.replay(start, verify)
 	l.mu.Lock()
 	l.mu.replaying = false
 	l.mu.Unlock()
 	if err != nil && l.ctx.Err() == nil {
 		l.in.st.replayFailures.Add(1)
-		l.setErr(fmt.Errorf("replay from %s at seq %d: %w", l.src.ReplayEndpoint, from, err))
+		l.setErr(fmt.Errorf("replay from %s at seq %d: %w", l.src.ReplayEndpoint, start, err))
 	}
+	return restarted, err
 }
 
 // replay asks the replay endpoint for every batch from seq start on, over
-// a fresh DEALER connection, and applies the answers in order until the
-// end marker. Replies are ["", seq, payload] (vLLM <= 0.25, SGLang) or
-// ["", topic, seq, payload] (vLLM >= 0.26, Dynamo's mocker).
-func (l *rankListener) replay(start uint64) error {
+// a fresh DEALER connection, and applies the answers above the watermark
+// in order until the end marker. Replies are ["", seq, payload] (vLLM <=
+// 0.25, SGLang) or ["", topic, seq, payload] (vLLM >= 0.26, Dynamo's
+// mocker). With verify, start is the watermark: if the first answer is the
+// batch at start and differs from the one applied (lastHash), replay stops
+// and reports restarted.
+func (l *rankListener) replay(start uint64, verify bool) (restarted bool, err error) {
 	l.in.st.replays.Add(1)
 	l.replays.Add(1)
 	timeout := l.in.cfg.ReplayTimeout
@@ -308,7 +359,7 @@ func (l *rankListener) replay(start uint64) error {
 	zc, err := dialZMTP(ctx, l.src.ReplayEndpoint, zmq4.Dealer, l.in.cfg.MaxFrameSize)
 	cancel()
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer zc.Close()
 	stop := context.AfterFunc(l.ctx, func() { _ = zc.Close() })
@@ -316,29 +367,43 @@ func (l *rankListener) replay(start uint64) error {
 	var s [SeqLen]byte
 	binary.BigEndian.PutUint64(s[:], start)
 	if err := zc.send(nil, s[:]); err != nil {
-		return err
+		return false, err
+	}
+	// want is the first seq the listener needs: lost history if the
+	// answer starts later.
+	want := start
+	if verify {
+		want = start + 1
 	}
 	first := true
 	for {
 		zc.setReadDeadline(time.Now().Add(timeout))
 		msg, err := zc.recv()
 		if err != nil {
-			return err
+			return false, err
 		}
 		if msg.Type != zmq4.UsrMsg {
 			continue
 		}
 		seq, payload, end, err := ParseReplayReply(msg.Frames)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if end {
-			return nil
+			return false, nil
 		}
-		if first && seq > start {
-			l.in.st.replayLost.Add(1)
+		if first {
+			first = false
+			if verify && seq == start && l.has && seq == l.last {
+				if maphash.Bytes(l.seed, payload) != l.lastHash {
+					return true, nil
+				}
+				continue
+			}
+			if seq > want {
+				l.in.st.replayLost.Add(1)
+			}
 		}
-		first = false
 		if l.has && seq <= l.last {
 			continue
 		}
@@ -369,8 +434,8 @@ func (l *rankListener) apply(seq uint64, payload []byte) bool {
 		}
 	}
 	l.last, l.has = seq, true
-	l.lastSeq.Store(seq)
-	l.hasSeq.Store(true)
+	l.lastHash = maphash.Bytes(l.seed, payload)
+	l.wmPlus1.Store(seq + 1)
 	l.batches.Add(1)
 	return true
 }

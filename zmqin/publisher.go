@@ -112,7 +112,8 @@ type ringEntry struct {
 type subscriber struct {
 	zc   *zconn
 	q    chan [][]byte // bounded by HWM; frames are shared and immutable
-	done chan struct{} // closed when the subscriber is dropped
+	done chan struct{} // closed when the subscriber's reader exits
+	gone chan struct{} // closed once the subscriber is out of Publisher.mu.subs
 
 	mu     sync.Mutex
 	topics []string // subscribed prefixes; guarded by mu
@@ -262,6 +263,26 @@ func (p *Publisher) Stats() PublisherStats {
 	return st
 }
 
+// DropSubscribers closes every subscriber connection, as a network fault
+// would; the subscribers' listeners reconnect, and what is published
+// meanwhile is lost to them (a sequence gap). It returns once the
+// Publisher has forgotten them, so that Stats().Subscribers counts only
+// subscribers connected afterwards. Fault injection for tests and the
+// mocker.
+func (p *Publisher) DropSubscribers() int {
+	p.mu.Lock()
+	old := make([]*subscriber, 0, len(p.mu.subs))
+	for s := range p.mu.subs {
+		_ = s.zc.Close()
+		old = append(old, s)
+	}
+	p.mu.Unlock()
+	for _, s := range old {
+		<-s.gone
+	}
+	return len(old)
+}
+
 // Close stops accepting, disconnects every peer and returns when every
 // goroutine of the Publisher has exited.
 func (p *Publisher) Close() error {
@@ -311,7 +332,7 @@ func (p *Publisher) serveSub(c net.Conn) {
 	if err != nil {
 		return
 	}
-	s := &subscriber{zc: zc, q: make(chan [][]byte, p.cfg.HWM), done: make(chan struct{})}
+	s := &subscriber{zc: zc, q: make(chan [][]byte, p.cfg.HWM), done: make(chan struct{}), gone: make(chan struct{})}
 	p.mu.Lock()
 	if p.mu.closed {
 		p.mu.Unlock()
@@ -325,6 +346,7 @@ func (p *Publisher) serveSub(c net.Conn) {
 		delete(p.mu.subs, s)
 		p.mu.Unlock()
 		_ = zc.Close()
+		close(s.gone)
 	}()
 
 	p.wg.Add(1)

@@ -260,11 +260,12 @@ func (l *rankListener) handle(m queued) {
 		switch {
 		case l.has && m.hasWM && m.seq <= m.wm && m.epoch == l.mu.epoch:
 			// Rule 1. The publisher sends a new subscriber only batches
-			// published after it connected, whose seqs exceed every seq
-			// it had published before, and so the watermark as it stood
-			// when the connection was established. A seq at or below
-			// that watermark comes from a new publisher incarnation.
-			l.restart(fmt.Sprintf("seq %d on a new connection, watermark %d when it was established", m.seq, m.wm))
+			// published after it subscribed, whose seqs exceed every seq
+			// it had published before, and so the watermark read just
+			// before the dial (unless a restart was handled since: then
+			// that watermark is an older incarnation's). A seq at or
+			// below it comes from a new publisher incarnation.
+			l.restart(fmt.Sprintf("seq %d on a new connection, watermark %d before it was dialed", m.seq, m.wm))
 		case l.has && m.seq > l.last && l.src.ReplayEndpoint != "":
 			// Rule 2. Ask the replay socket for the batches from the
 			// watermark itself: the same incarnation answers with the

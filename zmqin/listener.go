@@ -255,6 +255,7 @@ func (l *rankListener) process() {
 // handle applies the sequence rules to one live message (see the package
 // doc, "Sequence numbers, replay and restarts").
 func (l *rankListener) handle(m queued) {
+	replay := l.src.ReplayEndpoint != ""
 	if m.conn != l.lastConn {
 		l.lastConn = m.conn
 		switch {
@@ -266,7 +267,7 @@ func (l *rankListener) handle(m queued) {
 			// that watermark is an older incarnation's). A seq at or
 			// below it comes from a new publisher incarnation.
 			l.restart(fmt.Sprintf("seq %d on a new connection, watermark %d before it was dialed", m.seq, m.wm))
-		case l.has && m.seq > l.last && l.src.ReplayEndpoint != "":
+		case l.has && m.seq > l.last && replay:
 			// Rule 2. Ask the replay socket for the batches from the
 			// watermark itself: the same incarnation answers with the
 			// very batch applied at the watermark, a restarted one with
@@ -279,14 +280,16 @@ func (l *rankListener) handle(m queued) {
 				l.restart(fmt.Sprintf("batch %d replayed by the publisher differs from the one applied", from-1))
 			case err == nil && gap:
 				l.countGap(from, to)
+			case err != nil:
+				replay = false // failed just now: do not wait for it twice
 			}
 		}
 	}
 	switch {
 	case !l.has && m.seq > 0:
-		l.gap(0, m.seq)
+		l.gap(0, m.seq, replay)
 	case l.has && m.seq > l.last+1:
-		l.gap(l.last+1, m.seq)
+		l.gap(l.last+1, m.seq, replay)
 	}
 	if l.has && m.seq <= l.last {
 		l.in.st.stale.Add(1)
@@ -313,11 +316,10 @@ func (l *rankListener) restart(why string) {
 	l.mu.Unlock()
 }
 
-// gap records the missing range [from, to) and, with a replay endpoint,
-// replays it.
-func (l *rankListener) gap(from, to uint64) {
+// gap records the missing range [from, to) and, if replay, replays it.
+func (l *rankListener) gap(from, to uint64, replay bool) {
 	l.countGap(from, to)
-	if l.src.ReplayEndpoint != "" {
+	if replay {
 		_, _ = l.replayMarked(from, false)
 	}
 }

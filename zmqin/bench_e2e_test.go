@@ -91,7 +91,7 @@ func (s benchSink) ClearRank(w radix.WorkerKey) {
 //
 //	go test -run '^$' -bench EndToEndPaced -benchtime 200ms ./zmqin/
 func BenchmarkEndToEndPaced(b *testing.B) {
-	for _, rate := range []int{10000, 25000, 50000, 100000} {
+	for _, rate := range []int{10000, 50000, 100000, 200000} {
 		b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) {
 			const bs, blocks = 16, 4
 			p := newPublisher(b, PublisherConfig{HWM: 1 << 22})

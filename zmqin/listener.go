@@ -76,6 +76,8 @@ type rankListener struct {
 	has      bool   // false before the first batch and after a restart
 	lastConn uint64 // conn of the last processed message
 	lastHash uint64 // maphash of the payload applied at last (rule 2)
+	// nextEventID numbers the events handed to the writer.
+	nextEventID uint64
 	seed     maphash.Seed
 }
 
@@ -430,6 +432,12 @@ func (l *rankListener) apply(seq uint64, payload []byte) bool {
 		if n != 0 {
 			l.in.st.events[i].Add(n)
 		}
+	}
+	// Number accepted events per rank listener, as Dynamo's listener
+	// assigns its own monotonically increasing event_id.
+	for i := range b.Events {
+		b.Events[i].EventID = l.nextEventID
+		l.nextEventID++
 	}
 	if len(b.Events) > 0 {
 		if !l.toWriter(wItem{op: opEvents, sink: l.sink, buf: copyEvents(b.Events)}) {

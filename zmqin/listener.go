@@ -78,7 +78,7 @@ type rankListener struct {
 	lastHash uint64 // maphash of the payload applied at last (rule 2)
 	// nextEventID numbers the events handed to the writer.
 	nextEventID uint64
-	seed     maphash.Seed
+	seed        maphash.Seed
 }
 
 func (in *Ingress) startRank(workerID uint64, blockSize int, src core.RankSource, sink core.EventSink, w *writer) *rankListener {

@@ -211,10 +211,10 @@ func openZMTP(ctx context.Context, c net.Conn, typ zmq4.SocketType, server bool,
 // handshakeConn flushes every write: zmq4.Open alternates writes and reads
 // of the handshake and knows nothing of buffering. After the handshake the
 // zmq4.Conn keeps using it, so sends still flush per write unless the
-// caller batches with sendBuffered.
+// caller batches with sendHeld.
 type handshakeConn struct {
 	*bufConn
-	// hold suppresses the per-write flush while sendBuffered writes a
+	// hold suppresses the per-write flush while sendHeld writes a
 	// batch of messages; only the goroutine that sends touches it.
 	hold bool
 }

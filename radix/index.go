@@ -3,7 +3,6 @@ package radix
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -17,13 +16,18 @@ type Config struct {
 	Shards int
 }
 
-// DefaultShards is the shard count used when Config.Shards is 0.
+// DefaultShards is the shard count used when Config.Shards is 0: one.
 //
-// Measured (BenchmarkMixed*, 2 cores, see radix/README.md): matches cost one
-// tree walk per shard, while the writer lock is uncontended with one writer
-// goroutine per shard. One shard per two procs, at least one, balances the
-// two.
-func DefaultShards() int { return max(1, runtime.GOMAXPROCS(0)/2) }
+// Measured with BenchmarkMixed on 2 cores (matches on every core, one or two
+// writer goroutines; block ops/s, one run, 2026-11-29):
+//
+//	writers=1: shards=1 205 M, shards=2 156 M, shards=4 145 M
+//	writers=2: shards=1  93 M, shards=2  95 M, shards=4  79 M
+//
+// Every match walks every shard, so shards cost reads; they pay only when
+// several writer goroutines contend for one writer lock on more cores than
+// this machine has. Set Config.Shards to measure that on a bigger machine.
+func DefaultShards() int { return 1 }
 
 // ErrConfig marks an invalid Config.
 var ErrConfig = errors.New("radix: invalid config")
@@ -152,24 +156,24 @@ func (s *shard) applyLocked(ev *Event) bool {
 				ok = false // applied up to the conflict
 			}
 		} else {
-			if hasDuplicates(ev) {
+			if s.tree.hasDuplicates(ev) {
 				s.drop(DropInvalidSequence)
 				return false
 			}
 			s.lower[ev.Tier].store(ev)
 		}
 	case Removed:
-		for _, h := range ev.Hashes {
-			var held bool
-			if ev.Tier == TierDevice {
-				held = s.tree.Remove(ev.Worker, h)
-			} else {
-				held = s.lower[ev.Tier].remove(ev.Worker, h)
-			}
-			if !held {
-				s.drop(DropUnknownBlock)
+		unknown := 0
+		if ev.Tier == TierDevice {
+			unknown = s.tree.RemoveMany(ev.Worker, ev.Hashes)
+		} else {
+			for _, h := range ev.Hashes {
+				if !s.lower[ev.Tier].remove(ev.Worker, h) {
+					unknown++
+				}
 			}
 		}
+		s.stats.dropped[DropUnknownBlock].Add(uint64(unknown))
 	case Cleared:
 		s.clearLocked(ev.Worker)
 	default:
@@ -193,7 +197,7 @@ func (s *shard) clearLocked(w WorkerKey) {
 func (s *shard) refreshLocked(w WorkerKey) {
 	var n int64
 	if wb := s.tree.workers[w]; wb != nil {
-		n += int64(len(wb.lookup))
+		n += int64(wb.lookup.Len())
 	}
 	s.stats.blocks[TierDevice].Store(s.tree.blocks)
 	for t := TierHostPinned; t < numTiers; t++ {

@@ -206,3 +206,22 @@ func TestConcurrentReaders(t *testing.T) {
 		}
 	}
 }
+
+func TestMatchAllocatesNothing(t *testing.T) {
+	ix, _ := New(Config{})
+	q := chain(512, 512, 0)
+	for w := range 64 {
+		storeChain(ix, WorkerKey{uint64(w), 0}, q, uint64(w))
+	}
+	storeChain(ix, WorkerKey{99, 0}, q[:100], 99)
+	ix.Apply(&Event{Worker: WorkerKey{5, 0}, Tier: TierHostPinned, Kind: Stored, HasParent: true, ParentHash: 5<<40 | 512,
+		Blocks: []Block{{Hash: 1, Local: 7}}})
+	var r Result
+	ix.Match(q, &r)
+	if len(r.Matches) != 65 {
+		t.Fatalf("%d matches, want 65", len(r.Matches))
+	}
+	if allocs := testing.AllocsPerRun(100, func() { ix.Match(q, &r) }); allocs != 0 {
+		t.Fatalf("Match allocated %.1f times with a reused Result", allocs)
+	}
+}

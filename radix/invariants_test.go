@@ -68,21 +68,25 @@ func checkTree(t *Tree) error {
 	}
 	var total int64
 	for w, wb := range t.workers {
-		if len(wb.lookup) == 0 {
+		if wb.lookup.Len() == 0 {
 			return fmt.Errorf("worker %v kept with an empty lookup", w)
 		}
-		if perWorker[w] != len(wb.lookup) {
-			return fmt.Errorf("worker %v: lookup has %d entries, tree coverage %d", w, len(wb.lookup), perWorker[w])
+		if perWorker[w] != wb.lookup.Len() {
+			return fmt.Errorf("worker %v: lookup has %d entries, tree coverage %d", w, wb.lookup.Len(), perWorker[w])
 		}
-		for e, r := range wb.lookup {
-			r = t.resolve(wb, e, r)
+		var bad error
+		wb.lookup.each(func(e uint64, rp *ref) {
+			r := t.resolve(wb, e, *rp)
 			st := r.n.state.Load()
 			i, ok := st.find(w)
-			if !ok || int(r.off) >= len(st.owners[i].ext) || st.owners[i].ext[r.off] != e {
-				return fmt.Errorf("worker %v: lookup of %d does not point at its block", w, e)
+			if bad == nil && (!ok || int(r.off) >= len(st.owners[i].ext) || st.owners[i].ext[r.off] != e) {
+				bad = fmt.Errorf("worker %v: lookup of %d does not point at its block", w, e)
 			}
+		})
+		if bad != nil {
+			return bad
 		}
-		total += int64(len(wb.lookup))
+		total += int64(wb.lookup.Len())
 	}
 	for w := range perWorker {
 		if _, ok := t.workers[w]; !ok {

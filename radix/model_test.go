@@ -48,9 +48,13 @@ func pathKey(p string, local uint64) string {
 
 func (m *model) apply(ev *Event) {
 	w := ev.Worker
+	if ev.Tier >= numTiers || ev.Kind < Stored || ev.Kind > Cleared {
+		m.drops[DropUnknownKind]++
+		return
+	}
 	switch ev.Kind {
 	case Stored:
-		if hasDuplicates(ev) {
+		if (&Tree{}).hasDuplicates(ev) {
 			m.drops[DropInvalidSequence]++
 			return
 		}

@@ -16,9 +16,9 @@ type ref struct {
 // external block hash to the block's place in the tree.
 //
 // Invariant: lookup[e] resolves to (n, off) exactly when n's owner entry for
-// this worker has ext[off] == e. So a worker's block count is len(lookup).
+// this worker has ext[off] == e. So a worker's block count is lookup.Len().
 type workerBlocks struct {
-	lookup map[uint64]ref
+	lookup extMap
 }
 
 // Tree is the device-tier compressed radix tree of one partition (or of one
@@ -28,7 +28,8 @@ type workerBlocks struct {
 type Tree struct {
 	root    node
 	workers map[WorkerKey]*workerBlocks
-	blocks  int64 // sum of len(lookup) over workers; writer-only
+	blocks  int64     // sum of lookup.Len() over workers; writer-only
+	dup     []dupSlot // scratch of hasDuplicates; writer-only
 }
 
 // NewTree returns an empty tree.
@@ -60,7 +61,7 @@ func (t *Tree) resolve(wb *workerBlocks, e uint64, r ref) ref {
 		moved = true
 	}
 	if moved {
-		wb.lookup[e] = r
+		wb.lookup.put(e, r)
 	}
 	return r
 }
@@ -93,34 +94,45 @@ var dropNames = [numDropReasons]string{"parent_not_found", "invalid_block_sequen
 func (r DropReason) String() string { return dropNames[r] }
 
 // hasDuplicates reports whether a store names one external hash twice, or
-// names its own parent.
-func hasDuplicates(ev *Event) bool {
-	n := len(ev.Blocks)
-	if n <= 16 {
-		for i := range n {
-			h := ev.Blocks[i].Hash
-			if ev.HasParent && h == ev.ParentHash {
+// names its own parent. It uses t.dup, a scratch open-addressing set reused
+// across calls (a map per event was 13% of the apply profile).
+func (t *Tree) hasDuplicates(ev *Event) bool {
+	n := len(ev.Blocks) + 1
+	size := 16
+	for size < 2*n {
+		size *= 2
+	}
+	if cap(t.dup) < size {
+		t.dup = make([]dupSlot, size)
+	}
+	set := t.dup[:size]
+	clear(set)
+	mask := uint64(size - 1)
+	insert := func(h uint64) bool {
+		for i := (h * 0x9E3779B97F4A7C15) >> 40 & mask; ; i = (i + 1) & mask {
+			if !set[i].used {
+				set[i] = dupSlot{h, true}
 				return true
 			}
-			for j := i + 1; j < n; j++ {
-				if ev.Blocks[j].Hash == h {
-					return true
-				}
+			if set[i].key == h {
+				return false
 			}
 		}
-		return false
 	}
-	seen := make(map[uint64]struct{}, n+1)
 	if ev.HasParent {
-		seen[ev.ParentHash] = struct{}{}
+		insert(ev.ParentHash)
 	}
 	for _, b := range ev.Blocks {
-		if _, dup := seen[b.Hash]; dup {
+		if !insert(b.Hash) {
 			return true
 		}
-		seen[b.Hash] = struct{}{}
 	}
 	return false
+}
+
+type dupSlot struct {
+	key  uint64
+	used bool
 }
 
 // Store applies a Stored event of the device tier. It returns the number of
@@ -130,7 +142,7 @@ func (t *Tree) Store(ev *Event) (applied int, reason DropReason, dropped bool) {
 	if len(ev.Blocks) == 0 {
 		return 0, 0, false
 	}
-	if hasDuplicates(ev) {
+	if t.hasDuplicates(ev) {
 		return 0, DropInvalidSequence, true
 	}
 	wb := t.workers[w]
@@ -139,7 +151,7 @@ func (t *Tree) Store(ev *Event) (applied int, reason DropReason, dropped bool) {
 		if wb == nil {
 			return 0, DropParentNotFound, true
 		}
-		r, ok := wb.lookup[ev.ParentHash]
+		r, ok := wb.lookup.get(ev.ParentHash)
 		if !ok {
 			return 0, DropParentNotFound, true
 		}
@@ -151,7 +163,7 @@ func (t *Tree) Store(ev *Event) (applied int, reason DropReason, dropped bool) {
 		return 0, DropParentNotFound, true
 	}
 	if wb == nil {
-		wb = &workerBlocks{lookup: make(map[uint64]ref)}
+		wb = &workerBlocks{}
 		t.workers[w] = wb
 	}
 
@@ -197,7 +209,7 @@ func (t *Tree) Store(ev *Event) (applied int, reason DropReason, dropped bool) {
 // holds elsewhere.
 func (t *Tree) conflictAt(wb *workerBlocks, n *node, o int, blocks []Block) int {
 	for i, b := range blocks {
-		if r, ok := wb.lookup[b.Hash]; ok {
+		if r, ok := wb.lookup.get(b.Hash); ok {
 			r = t.resolve(wb, b.Hash, r)
 			if r.n != n || int(r.off) != o+i {
 				return i
@@ -234,11 +246,11 @@ func (t *Tree) cover(wb *workerBlocks, w WorkerKey, n *node, st *nodeState, o in
 			if old[pos] == b.Hash {
 				continue
 			}
-			delete(wb.lookup, old[pos]) // rebind this position to the new hash
+			wb.lookup.del(old[pos]) // rebind this position to the new hash
 			t.blocks--
 		}
 		ext[pos] = b.Hash
-		wb.lookup[b.Hash] = ref{n, uint32(pos)}
+		wb.lookup.put(b.Hash, ref{n, uint32(pos)})
 		t.blocks++
 	}
 	n.state.Store(st.withOwner(w, ext))
@@ -304,7 +316,7 @@ func (t *Tree) extend(wb *workerBlocks, w WorkerKey, n *node, st *nodeState, blo
 		// their own len, and every truncation capped the capacity.
 		edge = append(edge, b.Local)
 		ext = append(ext, b.Hash)
-		wb.lookup[b.Hash] = ref{n, uint32(base + j)}
+		wb.lookup.put(b.Hash, ref{n, uint32(base + j)})
 	}
 	t.blocks += int64(placed)
 	ns := st.withOwner(w, ext)
@@ -325,7 +337,7 @@ func (t *Tree) addChild(wb *workerBlocks, w WorkerKey, n *node, st *nodeState, b
 	ext := make([]uint64, placed)
 	for j, b := range blocks[:placed] {
 		edge[j], ext[j] = b.Local, b.Hash
-		wb.lookup[b.Hash] = ref{c, uint32(j)}
+		wb.lookup.put(b.Hash, ref{c, uint32(j)})
 	}
 	t.blocks += int64(placed)
 	c.state.Store(&nodeState{edge: edge, owners: []owner{{w, ext}}})
@@ -343,16 +355,53 @@ func (t *Tree) Remove(w WorkerKey, h uint64) bool {
 	if wb == nil {
 		return false
 	}
-	r, ok := wb.lookup[h]
+	r, ok := wb.lookup.get(h)
 	if !ok {
 		return false
 	}
 	r = t.resolve(wb, h, r)
 	t.cut(wb, w, r.n, int(r.off))
-	if len(wb.lookup) == 0 {
+	if wb.lookup.Len() == 0 {
 		delete(t.workers, w)
 	}
 	return true
+}
+
+// RemoveMany removes hashes in order, as repeated Remove calls would, and
+// returns how many w did not hold at their turn. Runs of hashes on one node
+// at decreasing offsets (an engine evicting a chain leaf first) are cut
+// once, at the lowest offset, instead of republishing the node per block.
+func (t *Tree) RemoveMany(w WorkerKey, hashes []uint64) (unknown int) {
+	wb := t.workers[w]
+	if wb == nil {
+		return len(hashes)
+	}
+	for i := 0; i < len(hashes); {
+		r, ok := wb.lookup.get(hashes[i])
+		if !ok {
+			unknown++
+			i++
+			continue
+		}
+		r = t.resolve(wb, hashes[i], r)
+		j := i + 1
+		for ; j < len(hashes); j++ {
+			r2, ok := wb.lookup.get(hashes[j])
+			if !ok {
+				break
+			}
+			if r2 = t.resolve(wb, hashes[j], r2); r2.n != r.n || r2.off >= r.off {
+				break // removed by the cut so far, or elsewhere: not part of the run
+			}
+			r.off = r2.off
+		}
+		t.cut(wb, w, r.n, int(r.off))
+		i = j
+	}
+	if wb.lookup.Len() == 0 {
+		delete(t.workers, w)
+	}
+	return unknown
 }
 
 // Clear drops every block of w.
@@ -363,17 +412,17 @@ func (t *Tree) Clear(w WorkerKey) {
 	}
 	nodes := make([]*node, 0, 16)
 	seen := make(map[*node]struct{})
-	for h, r := range wb.lookup {
-		r = t.resolve(wb, h, r)
-		if _, dup := seen[r.n]; !dup {
-			seen[r.n] = struct{}{}
-			nodes = append(nodes, r.n)
+	wb.lookup.each(func(h uint64, r *ref) {
+		res := t.resolve(wb, h, *r)
+		if _, dup := seen[res.n]; !dup {
+			seen[res.n] = struct{}{}
+			nodes = append(nodes, res.n)
 		}
-	}
+	})
 	for _, n := range nodes {
 		t.cut(wb, w, n, 0) // a no-op for nodes already cut below an ancestor
 	}
-	if len(wb.lookup) != 0 {
+	if wb.lookup.Len() != 0 {
 		panic("BUG: radix: Clear left lookup entries behind")
 	}
 	delete(t.workers, w)
@@ -397,7 +446,7 @@ func (t *Tree) cut(wb *workerBlocks, w WorkerKey, n *node, k int) {
 		st = n.state.Load() // children may have been unlinked
 	}
 	for _, e := range ext[k:] {
-		delete(wb.lookup, e)
+		wb.lookup.del(e)
 	}
 	t.blocks -= int64(len(ext) - k)
 	var kept []uint64

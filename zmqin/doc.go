@@ -1,10 +1,127 @@
 // Package zmqin is kvselect's ZeroMQ ingress for the KV-cache events that
-// vLLM and SGLang workers publish (spec/kv-events-wire.md).
+// vLLM and SGLang workers publish (spec/kv-events-wire.md): the wire codec,
+// the per-rank listeners behind core.Ingress (Ingress), and the publishing
+// side (Publisher) that simulated engines and tests use. It is the only
+// package that imports a ZMQ library (go-zeromq/zmq4, connection layer only:
+// see transport.go for why its Socket types are not used).
 //
-// The package currently holds the wire codec only; the per-rank SUB
-// listeners, their supervisor (reconnect, sequence watermark, gap detection,
-// replay over DEALER) and the replica-sync mesh are not yet built. It imports
-// no ZMQ library yet.
+// # Using an Ingress (the host's duties)
+//
+//  1. New(Config) starts the writer goroutines. Config's zero value is
+//     usable; Stats().QueueLimit etc. report the effective values.
+//  2. Sync(worker, blockSize, ranks, sink) whenever a worker is registered
+//     or re-registered, with the worker's partition sink (a comparable
+//     core.EventSink, e.g. a pointer) and block size. Reconciliation is rank
+//     by rank (see Ingress.Sync). A rank's replay endpoint is honoured only
+//     when the worker has exactly one rank (data_parallel_size 1). Validate
+//     endpoints beforehand with ParseEndpoint: Sync cannot fail, and a
+//     listener with an unusable endpoint keeps retrying with its error in
+//     Status.
+//  3. Detach(worker) on DELETE or when the worker leaves its partition; on
+//     return no event of the worker will reach its sink, so the host may
+//     then drop the worker's blocks.
+//  4. Status(worker, dst) for GET /workers; Stats() for metrics.
+//  5. Close() at shutdown, after the HTTP server stopped registering
+//     workers; it returns when every goroutine has exited.
+//
+// # Listeners
+//
+// Each (worker, rank) has a listener with two goroutines. The reader owns
+// the SUB connection: it dials the endpoint (retrying forever, backoff
+// doubling from DialBackoffMin to DialBackoffMax, so a worker may start
+// after the selector), subscribes to every topic, and receives. After any
+// receive error (the publisher closed, a frame over MaxFrameSize) the
+// connection is dropped and a new one dialed; zmq4's automatic reconnect is
+// never used. Messages that are not [topic, seq (8 bytes BE), payload] are
+// counted (BadFrames) and skipped. The rest go into the rank's queue,
+// bounded by QueueLimit: a message arriving at a full queue is dropped and
+// counted (Overflow), and shows later as a sequence gap.
+//
+// The processor owns the rank's sequence watermark and Decoder. It applies
+// the rules below, decodes, copies the events out of the Decoder and hands
+// them to the worker's writer. Writers (Config.Writers, a worker always maps
+// to the same one) call the sink's ApplyBatch in queue order, coalescing
+// consecutive batches of one sink into one call of at most MaxApplyEvents
+// events; they also run ClearRank and Detach's barrier, so everything a
+// sink sees about one worker comes from one goroutine, in order.
+//
+// # Sequence numbers, replay and restarts
+//
+// The watermark of a (worker, rank) is the seq of the last batch applied,
+// or none (before the first batch and after a restart). For each live
+// message with sequence number seq, in order:
+//
+//  1. Restart, rule 1. If the message is the first one processed from a new
+//     connection, and seq <= W, where W is the watermark as the reader read
+//     it just before dialing that connection, and no restart has been
+//     handled since W was read, the publisher is a new incarnation: the
+//     rank's blocks are cleared (sink.ClearRank, through the writer), the
+//     Decoder reset, the watermark set to none, and Restarts counted.
+//     Why this is sound: a PUB socket sends a new subscriber only batches
+//     published after the subscription; every seq in W was published
+//     before the dial, so the same incarnation's first batch on the new
+//     connection has a seq above W. (Read after subscribing, W could
+//     include batches a concurrent replay fetched after the subscription;
+//     read across a restart the processor handled meanwhile, W would be an
+//     older incarnation's.) A publisher restarted at the same address
+//     starts again from 0, so the first seq the listener sees from it is
+//     the number of batches it published before the new subscription took
+//     effect: rule 1 detects it when that number is at most W (the
+//     reconnect backoff is at most DialBackoffMax).
+//  2. Restart, rule 2 (with a replay endpoint). Otherwise, if the first
+//     message of a new connection has seq > L (the watermark), the
+//     listener replays from L itself: the same incarnation answers first
+//     with the very batch it applied at L (compared by a hash of the
+//     payload bytes, which the publisher replays verbatim); another batch
+//     under seq L means a new incarnation, handled as in rule 1 (then the
+//     gap [0, seq) is replayed). If the answer starts after L (L is no
+//     longer buffered), nothing can be concluded and the replay proceeds
+//     as a gap replay. This also heals any gap of the reconnection.
+//  3. Gap. With no watermark and seq > 0, the range [0, seq) is missing;
+//     with watermark L and seq > L+1, the range [L+1, seq). The gap is
+//     counted (Gaps, MissedBatches) and, with a replay endpoint, replayed:
+//     a fresh DEALER connection sends ["", from (8 bytes BE)], every reply
+//     (["", seq, payload] or ["", topic, seq, payload]) whose seq is above
+//     the watermark is decoded and applied in order, and the end marker
+//     (seq 0xff..ff with an empty payload) ends the replay. A first reply
+//     after the requested seq means the publisher no longer has that
+//     history (ReplayLost). A failed replay (dial, ReplayTimeout per reply,
+//     bad reply) is counted (ReplayFailures) and live processing resumes;
+//     the batches stay lost. Live messages keep queueing meanwhile.
+//  4. Stale. With watermark L and seq <= L (also after a replay that
+//     covered seq), the batch is dropped and counted (Stale).
+//  5. Apply. The payload is decoded; a malformed payload is counted
+//     (DecodeErrors) and skipped without moving the watermark; otherwise
+//     its events go to the writer and the watermark becomes seq.
+//
+// Not detected (vLLM puts no incarnation id on the wire): without a replay
+// endpoint (or once the publisher's replay buffer has moved past the
+// watermark), a restarted publisher that published more than W batches
+// before the listener resubscribed looks like a gap, and one whose first
+// seq is above W but not above the watermark at processing time (the
+// processor lagging behind) is dropped as stale until its sequence passes
+// the watermark. Re-registering the worker with a different endpoint, or
+// Detach then Sync, clears the rank in both cases. A batch whose
+// data_parallel_rank differs from the listener's rank is applied under the
+// batch's rank, which a restart does not clear.
+//
+// TestChaos (package bench) checks these rules end to end against engines
+// that restart, lose connections and clear, with the engines as the model.
+//
+// # Goroutines
+//
+//   - Ingress: Config.Writers writers, fed by the processors, Sync (clears)
+//     and Detach (barriers); each owns its coalescing scratch; they stop
+//     when Close closes their queues after every listener stopped.
+//   - Per (worker, rank): a reader (owns the SUB connection; feeds the
+//     rank queue) and a processor (owns the watermark, the Decoder and, for
+//     the length of a replay, a DEALER connection; feeds the writer). Both
+//     stop when Sync replaces or removes the rank, on Detach and on Close:
+//     the listener's context is cancelled and its connection closed, which
+//     unblocks any read; stop waits for both.
+//   - Publisher: an accept loop per bound socket; per subscriber a reader
+//     (subscriptions) and a writer (its bounded queue); per replay client
+//     one goroutine. Close closes the listeners and connections and waits.
 //
 // # Wire format handled
 //

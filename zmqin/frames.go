@@ -32,3 +32,29 @@ func ParseFrames(frames [][]byte) (seq uint64, payload []byte, err error) {
 	}
 	return binary.BigEndian.Uint64(frames[1]), frames[2], nil
 }
+
+// ParseReplayReply splits one message a DEALER receives from a replay
+// ROUTER (spec/kv-events-wire.md section 3): ["", seq, payload] (vLLM <=
+// 0.25, SGLang) or ["", topic, seq, payload] (vLLM >= 0.26, Dynamo's
+// mocker). end is true for the end marker: seq ReplayEndSeq with an empty
+// payload. Any other shape is an error wrapping ErrFrames. payload aliases
+// the last frame.
+func ParseReplayReply(frames [][]byte) (seq uint64, payload []byte, end bool, err error) {
+	var sf, pf []byte
+	switch len(frames) {
+	case 3:
+		sf, pf = frames[1], frames[2]
+	case 4:
+		sf, pf = frames[2], frames[3]
+	default:
+		return 0, nil, false, fmt.Errorf("%w: replay reply of %d frames, want 3 or 4", ErrFrames, len(frames))
+	}
+	if len(frames[0]) != 0 {
+		return 0, nil, false, fmt.Errorf("%w: replay reply without the empty delimiter", ErrFrames)
+	}
+	if len(sf) != SeqLen {
+		return 0, nil, false, fmt.Errorf("%w: replay seq frame of %d bytes, want %d", ErrFrames, len(sf), SeqLen)
+	}
+	seq = binary.BigEndian.Uint64(sf)
+	return seq, pf, seq == ReplayEndSeq && len(pf) == 0, nil
+}

@@ -176,3 +176,53 @@ func cloneBatch(b Batch) Batch {
 	b.Events = evs
 	return b
 }
+
+// FuzzReplayReply: ParseReplayReply never panics, accepts exactly the two
+// documented shapes, and flags the end marker only with an empty payload.
+func FuzzReplayReply(f *testing.F) {
+	end := []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	f.Add(uint8(3), []byte{}, []byte{}, end, []byte{})
+	f.Add(uint8(4), []byte{}, []byte("kv"), []byte{0, 0, 0, 0, 0, 0, 0, 5}, []byte{0x90})
+	f.Add(uint8(2), []byte{1}, []byte{}, end, []byte{1})
+	f.Fuzz(func(t *testing.T, n uint8, a, b, c, d []byte) {
+		frames := [][]byte{a, b, c, d}[:n%5]
+		seq, payload, isEnd, err := ParseReplayReply(frames)
+		if err != nil {
+			if !errors.Is(err, ErrFrames) {
+				t.Fatalf("error %v does not wrap ErrFrames", err)
+			}
+			return
+		}
+		if len(frames) < 3 || len(frames[0]) != 0 {
+			t.Fatalf("accepted %d frames", len(frames))
+		}
+		last := frames[len(frames)-1]
+		if len(payload) != len(last) || isEnd != (seq == ReplayEndSeq && len(last) == 0) {
+			t.Fatalf("seq %x payload %d end %v", seq, len(payload), isEnd)
+		}
+	})
+}
+
+// FuzzScanFrames: the frame-size scanner never panics and gives the same
+// verdict however the stream is split into reads.
+func FuzzScanFrames(f *testing.F) {
+	greeting := make([]byte, greetingLen)
+	f.Add(append(append([]byte(nil), greeting...), 0x00, 3, 'a', 'b', 'c', 0x02, 0, 0, 0, 0, 0, 0, 1, 0), uint8(7))
+	f.Add(append(append([]byte(nil), greeting...), 0x02, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff), uint8(1))
+	f.Fuzz(func(t *testing.T, stream []byte, chunk uint8) {
+		whole := &bufConn{maxFrame: 300, skip: greetingLen}
+		errWhole := whole.scan(stream)
+		split := &bufConn{maxFrame: 300, skip: greetingLen}
+		var errSplit error
+		step := int(chunk%16) + 1
+		for i := 0; i < len(stream) && errSplit == nil; i += step {
+			errSplit = split.scan(stream[i:min(i+step, len(stream))])
+		}
+		if (errWhole == nil) != (errSplit == nil) {
+			t.Fatalf("verdict depends on read sizes: %v vs %v", errWhole, errSplit)
+		}
+		if errWhole != nil && !errors.Is(errWhole, ErrFrameTooLarge) {
+			t.Fatalf("error %v", errWhole)
+		}
+	})
+}

@@ -1,0 +1,196 @@
+package zmqin
+
+import (
+	"net"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/radix"
+)
+
+// indexSink is the test's core.EventSink: a radix.Index, plus hooks.
+type indexSink struct {
+	ix      *radix.Index
+	applied atomic.Uint64 // events
+	cleared atomic.Uint64 // ClearRank calls
+	// gate, when non-nil, blocks ApplyBatch until it is closed.
+	gate chan struct{}
+	// closed, when set, makes any later call a test failure.
+	closed atomic.Bool
+	t      testing.TB
+}
+
+func newIndexSink(t testing.TB) *indexSink {
+	ix, err := radix.New(radix.Config{Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &indexSink{ix: ix, t: t}
+}
+
+func (s *indexSink) ApplyBatch(evs []radix.Event) {
+	if s.closed.Load() {
+		s.t.Errorf("ApplyBatch of %d events after Detach", len(evs))
+	}
+	if s.gate != nil {
+		<-s.gate
+	}
+	s.ix.ApplyBatch(evs)
+	s.applied.Add(uint64(len(evs)))
+}
+
+func (s *indexSink) ClearRank(w radix.WorkerKey) {
+	if s.closed.Load() {
+		s.t.Errorf("ClearRank(%v) after Detach", w)
+	}
+	s.cleared.Add(1)
+	s.ix.Apply(&radix.Event{Worker: w, Kind: radix.Cleared})
+}
+
+// depth returns how many leading blocks of tokens worker w holds on the
+// device tier.
+func (s *indexSink) depth(w radix.WorkerKey, tokens []uint32) uint32 {
+	q := radix.LocalHashes(nil, tokens, testBlockSize, radix.HashSeed("", ""))
+	var r radix.Result
+	s.ix.Match(q, &r)
+	for _, m := range r.Matches {
+		if m.Worker == w {
+			return m.Device
+		}
+	}
+	return 0
+}
+
+const testBlockSize = 4
+
+// tokens returns n blocks of tokens starting at token id from.
+func tokens(from uint32, nblocks int) []uint32 {
+	ts := make([]uint32, nblocks*testBlockSize)
+	for i := range ts {
+		ts[i] = from + uint32(i)
+	}
+	return ts
+}
+
+// stored returns a batch with one BlockStored of the given engine hashes
+// for toks, chained after parent when parent != 0.
+func stored(parent uint64, hashes []uint64, toks []uint32) *WireBatch {
+	return &WireBatch{Timestamp: 1.5, HasDPRank: false, Events: []WireEvent{{
+		Kind: radix.Stored, BlockHashes: hashes, ParentHash: parent, HasParent: parent != 0,
+		TokenIDs: toks, BlockSize: testBlockSize, Medium: "GPU", SpecKind: "full_attention",
+	}}}
+}
+
+func removed(hashes ...uint64) *WireBatch {
+	return &WireBatch{Timestamp: 2.5, Events: []WireEvent{{Kind: radix.Removed, BlockHashes: hashes, Medium: "GPU"}}}
+}
+
+// waitFor polls cond until it holds, failing the test after 10 s.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// checkNoLeak fails the test if goroutines started during it are still
+// running after cleanup; register it first so it runs last.
+func checkNoLeak(t testing.TB) {
+	base := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for runtime.NumGoroutine() > base {
+			if time.Now().After(deadline) {
+				buf := make([]byte, 1<<16)
+				n := runtime.Stack(buf, true)
+				t.Errorf("goroutine leak: %d running, %d before\n%s", runtime.NumGoroutine(), base, buf[:n])
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+}
+
+func testConfig() Config {
+	return Config{Writers: 2, DialBackoffMin: 2 * time.Millisecond, DialBackoffMax: 20 * time.Millisecond, ReplayTimeout: 5 * time.Second}
+}
+
+func newIngress(t testing.TB, cfg Config) *Ingress {
+	in, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = in.Close() })
+	return in
+}
+
+func newPublisher(t testing.TB, cfg PublisherConfig) *Publisher {
+	if cfg.Endpoint == "" {
+		cfg.Endpoint = "tcp://127.0.0.1:0"
+	}
+	p, err := NewPublisher(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// freeEndpoint returns a tcp endpoint on loopback with a port that was free
+// a moment ago.
+func freeEndpoint(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := "tcp://" + ln.Addr().String()
+	_ = ln.Close()
+	return ep
+}
+
+func waitSubscribed(t testing.TB, p *Publisher, n int) {
+	t.Helper()
+	waitFor(t, "subscribers", func() bool { return p.Stats().Subscribers >= n })
+}
+
+func status(in *Ingress, id uint64) []core.RankStatus { return in.Status(id, nil) }
+
+// cutSubscribers closes every subscriber connection of p from the
+// publisher's side.
+func cutSubscribers(p *Publisher) { p.DropSubscribers() }
+
+// subs returns p's current subscribers.
+func subs(p *Publisher) map[*subscriber]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := make(map[*subscriber]bool, len(p.mu.subs))
+	for s := range p.mu.subs {
+		m[s] = true
+	}
+	return m
+}
+
+// waitNewSubscriber waits until p has exactly one subscriber, subscribed,
+// and not one of old.
+func waitNewSubscriber(t testing.TB, p *Publisher, old map[*subscriber]bool) {
+	t.Helper()
+	waitFor(t, "a new subscriber", func() bool {
+		cur := subs(p)
+		if len(cur) != 1 {
+			return false
+		}
+		for s := range cur {
+			if old[s] {
+				return false
+			}
+		}
+		return p.Stats().Subscribers == 1
+	})
+}

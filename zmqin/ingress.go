@@ -1,0 +1,501 @@
+package zmqin
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/radix"
+)
+
+// Config configures an Ingress. The zero Config is valid: every zero field
+// takes the default named beside it.
+type Config struct {
+	// Writers is the number of writer goroutines that apply decoded events
+	// to sinks; a worker always maps to the same writer. 0 means
+	// DefaultWriters().
+	Writers int
+	// QueueLimit is the number of received messages one rank's reader may
+	// queue ahead of its processor (decode, sequence checks, replay). A
+	// message arriving at a full queue is dropped and counted (Overflow);
+	// the processor then sees a sequence gap. 0 means 1024.
+	QueueLimit int
+	// WriterQueue is the number of decoded batches a writer may have
+	// pending; a processor blocks when its writer's queue is full, and
+	// then its own queue fills. 0 means 256.
+	WriterQueue int
+	// MaxApplyEvents caps the events a writer passes to one
+	// EventSink.ApplyBatch call when it coalesces consecutive batches of
+	// one sink. 0 means 4096.
+	MaxApplyEvents int
+	// DialBackoffMin and DialBackoffMax bound the wait between two failed
+	// dials of an endpoint; the wait doubles from Min up to Max. 0 means
+	// 50ms and 5s.
+	DialBackoffMin, DialBackoffMax time.Duration
+	// ReplayTimeout bounds the dial of a replay endpoint and each read of
+	// a replay reply; a replay that times out ends and live processing
+	// resumes. 0 means 5s.
+	ReplayTimeout time.Duration
+	// MaxFrameSize is the largest ZMTP frame a listener accepts; a peer
+	// announcing a larger one loses its connection (counted as a receive
+	// error) before anything is allocated for it. 0 means 64 MiB.
+	MaxFrameSize int
+}
+
+// DefaultWriters is the writer count used when Config.Writers is 0: one per
+// two procs, at least one, like radix.DefaultShards. A CPU profile of
+// BenchmarkEndToEnd (4-block batches, 2 procs) puts the writers' index
+// work at about 13% of the CPU against 11% for reading frames and 12% for
+// decoding, so writers are not the bottleneck of one rank; more writers
+// only spread many workers.
+func DefaultWriters() int { return max(1, runtime.GOMAXPROCS(0)/2) }
+
+// Validate reports a Config that cannot work.
+func (c Config) Validate() error {
+	if c.Writers < 0 || c.Writers > 1024 || c.QueueLimit < 0 || c.WriterQueue < 0 || c.MaxApplyEvents < 0 || c.MaxFrameSize < 0 {
+		return fmt.Errorf("zmqin: invalid config: negative or huge count in %+v", c)
+	}
+	if c.DialBackoffMin < 0 || c.DialBackoffMax < 0 || c.ReplayTimeout < 0 {
+		return fmt.Errorf("zmqin: invalid config: negative duration in %+v", c)
+	}
+	if c.DialBackoffMax != 0 && c.DialBackoffMin > c.DialBackoffMax {
+		return fmt.Errorf("zmqin: invalid config: DialBackoffMin %v > DialBackoffMax %v", c.DialBackoffMin, c.DialBackoffMax)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Writers == 0 {
+		c.Writers = DefaultWriters()
+	}
+	if c.QueueLimit == 0 {
+		c.QueueLimit = 1024
+	}
+	if c.WriterQueue == 0 {
+		c.WriterQueue = 256
+	}
+	if c.MaxApplyEvents == 0 {
+		c.MaxApplyEvents = 4096
+	}
+	if c.DialBackoffMin == 0 {
+		c.DialBackoffMin = 50 * time.Millisecond
+	}
+	if c.DialBackoffMax == 0 {
+		c.DialBackoffMax = 5 * time.Second
+	}
+	if c.DialBackoffMax < c.DialBackoffMin {
+		c.DialBackoffMax = c.DialBackoffMin
+	}
+	if c.ReplayTimeout == 0 {
+		c.ReplayTimeout = 5 * time.Second
+	}
+	if c.MaxFrameSize == 0 {
+		c.MaxFrameSize = 64 << 20
+	}
+	return c
+}
+
+// Stats is a snapshot of an Ingress's counters, cumulative since New
+// (gauges say so). Cheap: atomics only, plus one pass over the ranks for
+// the queue depth.
+type Stats struct {
+	Ranks int // rank listeners running (gauge)
+
+	BatchesApplied uint64 // wire batches whose events reached a sink
+	EventsApplied  uint64 // events passed to sinks
+
+	// Drops by reason. BadFrames: messages that are not [topic, seq(8),
+	// payload]. Overflow: messages dropped at a full rank queue. Stale:
+	// batches with seq <= the watermark. DecodeErrors: payloads rejected
+	// as malformed (the watermark does not move). Events counts the
+	// events skipped inside decoded batches, by DropReason.
+	BadFrames    uint64
+	Overflow     uint64
+	Stale        uint64
+	DecodeErrors uint64
+	Events       DropCounts
+
+	Gaps            uint64 // seq > watermark+1 (or a first seq > 0)
+	MissedBatches   uint64 // sum of the gaps' sizes, before replay
+	Replays         uint64 // replay requests sent
+	ReplayedBatches uint64 // batches applied from replay answers
+	ReplayFailures  uint64 // replays that could not complete (dial, timeout, bad reply)
+	ReplayLost      uint64 // replays whose answer started after the requested seq (history gone)
+	Restarts        uint64 // publisher restarts detected (rank cleared, watermark reset)
+
+	Connects   uint64 // successful connections (first and re-)
+	DialErrors uint64 // failed dials or handshakes
+	RecvErrors uint64 // connections lost while receiving
+
+	QueueDepth int // messages queued over all ranks (gauge)
+	QueueLimit int // per-rank queue limit (Config.QueueLimit)
+}
+
+// stats are the Ingress's counters, written by every goroutine with atomic
+// adds.
+type stats struct {
+	batchesApplied, eventsApplied                        atomic.Uint64
+	badFrames, overflow, stale, decodeErrors             atomic.Uint64
+	events                                               [numDropReasons]atomic.Uint64
+	gaps, missed                                         atomic.Uint64
+	replays, replayedBatches, replayFailures, replayLost atomic.Uint64
+	restarts                                             atomic.Uint64
+	connects, dialErrors, recvErrors                     atomic.Uint64
+}
+
+// Ingress is the ZeroMQ implementation of core.Ingress: one supervised SUB
+// listener per (worker, rank), sticky writer goroutines, sequence
+// watermarks, replay and restart detection. See the package doc for the
+// contract and the goroutine inventory.
+type Ingress struct {
+	cfg     Config
+	writers []*writer
+	wg      sync.WaitGroup // writer goroutines
+
+	// syncMu serialises Sync, Detach and Close, which stop listeners
+	// synchronously; it is never taken by Status or Stats.
+	syncMu sync.Mutex
+
+	mu struct {
+		sync.RWMutex
+		// workers is the attached workers. A workerState's fields are
+		// replaced only under syncMu and mu; read under mu.
+		workers map[uint64]*workerState
+		closed  bool
+	}
+
+	st stats
+}
+
+var _ core.Ingress = (*Ingress)(nil)
+
+type workerState struct {
+	sink      core.EventSink
+	blockSize int
+	ranks     map[uint32]*rankListener
+}
+
+// New starts an Ingress's writer goroutines.
+func New(cfg Config) (*Ingress, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	in := &Ingress{cfg: cfg}
+	in.mu.workers = make(map[uint64]*workerState)
+	in.writers = make([]*writer, cfg.Writers)
+	for i := range in.writers {
+		w := &writer{in: in, q: make(chan wItem, cfg.WriterQueue)}
+		in.writers[i] = w
+		in.wg.Add(1)
+		go w.run()
+	}
+	return in, nil
+}
+
+func (in *Ingress) writerFor(workerID uint64) *writer {
+	return in.writers[(workerID*0x9E3779B97F4A7C15)>>32%uint64(len(in.writers))]
+}
+
+// Sync implements core.Ingress. Reconciliation, rank by rank: a rank whose
+// endpoint and effective replay endpoint are unchanged keeps its listener
+// (watermark, decoder state and blocks); a changed rank's listener is
+// stopped, its blocks cleared through the old sink, and a fresh listener
+// started; a rank no longer listed is stopped and cleared. A different sink
+// or block size stops and clears every old rank (through the old sink) and
+// starts fresh ones. The replay endpoint is honoured only when ranks has
+// exactly one entry (data_parallel_size 1); otherwise it is ignored. sink
+// must be comparable (a pointer). blockSize must be positive.
+//
+// Sync returns once the old listeners have stopped; their clears are queued
+// on the worker's writer ahead of any event of the new listeners.
+func (in *Ingress) Sync(workerID uint64, blockSize int, ranks []core.RankSource, sink core.EventSink) {
+	if blockSize <= 0 {
+		panic(fmt.Sprintf("zmqin: Sync of worker %d with block size %d", workerID, blockSize))
+	}
+	in.syncMu.Lock()
+	defer in.syncMu.Unlock()
+	in.mu.RLock()
+	closed := in.mu.closed
+	old := in.mu.workers[workerID]
+	in.mu.RUnlock()
+	if closed {
+		return
+	}
+	want := make(map[uint32]core.RankSource, len(ranks))
+	for _, r := range ranks {
+		if len(ranks) != 1 {
+			r.ReplayEndpoint = ""
+		}
+		want[r.DPRank] = r
+	}
+	w := in.writerFor(workerID)
+	next := &workerState{sink: sink, blockSize: blockSize, ranks: make(map[uint32]*rankListener, len(want))}
+	var stop []*rankListener
+	if old != nil {
+		moved := old.sink != sink || old.blockSize != blockSize
+		for rank, l := range old.ranks {
+			if src, ok := want[rank]; ok && !moved && src == l.src {
+				next.ranks[rank] = l
+			} else {
+				stop = append(stop, l)
+			}
+		}
+	}
+	for _, l := range stop {
+		l.stop()
+		w.enqueue(wItem{op: opClear, sink: l.sink, key: l.key})
+	}
+	for rank, src := range want {
+		if next.ranks[rank] == nil {
+			next.ranks[rank] = in.startRank(workerID, blockSize, src, sink, w)
+		}
+	}
+	in.mu.Lock()
+	if len(next.ranks) == 0 {
+		delete(in.mu.workers, workerID)
+	} else {
+		in.mu.workers[workerID] = next
+	}
+	in.mu.Unlock()
+}
+
+// Detach implements core.Ingress: it stops every listener of the worker,
+// then waits until the worker's writer has applied everything queued before
+// the stop, so that no event of the worker reaches its sink afterwards.
+func (in *Ingress) Detach(workerID uint64) {
+	in.syncMu.Lock()
+	defer in.syncMu.Unlock()
+	in.mu.Lock()
+	ws := in.mu.workers[workerID]
+	delete(in.mu.workers, workerID)
+	closed := in.mu.closed
+	in.mu.Unlock()
+	if ws == nil || closed {
+		return
+	}
+	for _, l := range ws.ranks {
+		l.stop()
+	}
+	in.writerFor(workerID).barrier()
+}
+
+// Status implements core.Ingress.
+func (in *Ingress) Status(workerID uint64, dst []core.RankStatus) []core.RankStatus {
+	in.mu.RLock()
+	ws := in.mu.workers[workerID]
+	var ls []*rankListener
+	if ws != nil {
+		ls = make([]*rankListener, 0, len(ws.ranks))
+		for _, l := range ws.ranks {
+			ls = append(ls, l)
+		}
+	}
+	in.mu.RUnlock()
+	slices.SortFunc(ls, func(a, b *rankListener) int { return int(a.key.DPRank) - int(b.key.DPRank) })
+	for _, l := range ls {
+		dst = append(dst, l.status())
+	}
+	return dst
+}
+
+// Stats returns a snapshot of the counters.
+func (in *Ingress) Stats() Stats {
+	s := &in.st
+	out := Stats{
+		BatchesApplied:  s.batchesApplied.Load(),
+		EventsApplied:   s.eventsApplied.Load(),
+		BadFrames:       s.badFrames.Load(),
+		Overflow:        s.overflow.Load(),
+		Stale:           s.stale.Load(),
+		DecodeErrors:    s.decodeErrors.Load(),
+		Gaps:            s.gaps.Load(),
+		MissedBatches:   s.missed.Load(),
+		Replays:         s.replays.Load(),
+		ReplayedBatches: s.replayedBatches.Load(),
+		ReplayFailures:  s.replayFailures.Load(),
+		ReplayLost:      s.replayLost.Load(),
+		Restarts:        s.restarts.Load(),
+		Connects:        s.connects.Load(),
+		DialErrors:      s.dialErrors.Load(),
+		RecvErrors:      s.recvErrors.Load(),
+		QueueLimit:      in.cfg.QueueLimit,
+	}
+	for i := range s.events {
+		out.Events[i] = s.events[i].Load()
+	}
+	in.mu.RLock()
+	for _, ws := range in.mu.workers {
+		for _, l := range ws.ranks {
+			out.Ranks++
+			out.QueueDepth += len(l.q)
+		}
+	}
+	in.mu.RUnlock()
+	return out
+}
+
+// Close implements core.Ingress: it stops every listener and writer and
+// returns when all of the Ingress's goroutines have exited. Events still
+// queued for writers are applied first.
+func (in *Ingress) Close() error {
+	in.syncMu.Lock()
+	defer in.syncMu.Unlock()
+	in.mu.Lock()
+	if in.mu.closed {
+		in.mu.Unlock()
+		return nil
+	}
+	in.mu.closed = true
+	workers := in.mu.workers
+	in.mu.workers = make(map[uint64]*workerState)
+	in.mu.Unlock()
+	for _, ws := range workers {
+		for _, l := range ws.ranks {
+			l.stop()
+		}
+	}
+	for _, w := range in.writers {
+		close(w.q)
+	}
+	in.wg.Wait()
+	return nil
+}
+
+// wItem is one unit of a writer's work.
+type wItem struct {
+	op   uint8
+	sink core.EventSink
+	buf  *evBuf          // opEvents: the batch's events; released after apply
+	key  radix.WorkerKey // opClear: the rank to clear
+	done chan struct{}   // opBarrier: closed when reached
+}
+
+const (
+	opEvents uint8 = iota
+	opClear
+	opBarrier
+)
+
+// writer applies the decoded batches of the workers mapped to it, in queue
+// order. Its goroutine is the only caller of its workers' sinks, which is
+// what makes "events of one worker arrive from one goroutine at a time"
+// (core.EventSink) hold.
+type writer struct {
+	in *Ingress
+	q  chan wItem // closed by Ingress.Close after every listener stopped
+
+	// scratch and pending are owned by the writer goroutine.
+	scratch []radix.Event
+	pending []*evBuf
+}
+
+func (w *writer) enqueue(it wItem) { w.q <- it }
+
+// barrier returns when every item queued before it has been handled.
+func (w *writer) barrier() {
+	done := make(chan struct{})
+	w.q <- wItem{op: opBarrier, done: done}
+	<-done
+}
+
+func (w *writer) run() {
+	defer w.in.wg.Done()
+	var next *wItem
+	for {
+		var it wItem
+		if next != nil {
+			it, next = *next, nil
+		} else {
+			var ok bool
+			if it, ok = <-w.q; !ok {
+				return
+			}
+		}
+		switch it.op {
+		case opClear:
+			it.sink.ClearRank(it.key)
+		case opBarrier:
+			close(it.done)
+		case opEvents:
+			// Coalesce the batches already queued for the same sink into
+			// one ApplyBatch call, up to MaxApplyEvents: one shard lock
+			// per run instead of one per wire batch.
+			w.scratch = append(w.scratch[:0], it.buf.evs...)
+			w.pending = append(w.pending[:0], it.buf)
+		more:
+			for len(w.scratch) < w.in.cfg.MaxApplyEvents {
+				select {
+				case n, ok := <-w.q:
+					if !ok {
+						break more
+					}
+					if n.op != opEvents || n.sink != it.sink {
+						next = &n
+						break more
+					}
+					w.scratch = append(w.scratch, n.buf.evs...)
+					w.pending = append(w.pending, n.buf)
+				default:
+					break more
+				}
+			}
+			it.sink.ApplyBatch(w.scratch)
+			w.in.st.batchesApplied.Add(uint64(len(w.pending)))
+			w.in.st.eventsApplied.Add(uint64(len(w.scratch)))
+			clear(w.scratch)
+			for i, b := range w.pending {
+				putEvBuf(b)
+				w.pending[i] = nil
+			}
+		}
+	}
+}
+
+// evBuf owns a copy of one decoded batch's events: evs[i].Blocks and
+// evs[i].Hashes point into blocks and hashes.
+type evBuf struct {
+	evs    []radix.Event
+	blocks []radix.Block
+	hashes []uint64
+}
+
+var evBufPool = sync.Pool{New: func() any { return new(evBuf) }}
+
+// copyEvents returns a pooled evBuf holding a deep copy of evs (which alias
+// a Decoder's memory). The writer releases it after applying.
+func copyEvents(evs []radix.Event) *evBuf {
+	b := evBufPool.Get().(*evBuf)
+	nb, nh := 0, 0
+	for i := range evs {
+		nb += len(evs[i].Blocks)
+		nh += len(evs[i].Hashes)
+	}
+	b.blocks = slices.Grow(b.blocks[:0], nb)
+	b.hashes = slices.Grow(b.hashes[:0], nh)
+	b.evs = append(b.evs[:0], evs...)
+	for i := range b.evs {
+		e := &b.evs[i]
+		if e.Blocks != nil {
+			lo := len(b.blocks)
+			b.blocks = append(b.blocks, e.Blocks...)
+			e.Blocks = b.blocks[lo:len(b.blocks):len(b.blocks)]
+		}
+		if e.Hashes != nil {
+			lo := len(b.hashes)
+			b.hashes = append(b.hashes, e.Hashes...)
+			e.Hashes = b.hashes[lo:len(b.hashes):len(b.hashes)]
+		}
+	}
+	return b
+}
+
+func putEvBuf(b *evBuf) {
+	clear(b.evs)
+	b.evs = b.evs[:0]
+	evBufPool.Put(b)
+}

@@ -1,0 +1,141 @@
+package zmqin
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/radix"
+)
+
+// debianPython is Debian's interpreter, which python3-zmq and python3-msgpack
+// install into (the python3 on PATH may be another one).
+const debianPython = "/usr/bin/python3"
+
+// requireDebianPyzmq skips the test, loudly, when Debian's python cannot
+// import zmq and msgpack; under CI (CI=true, where .ci/run installs them) it
+// fails instead, so the interoperability test never passes silently.
+func requireDebianPyzmq(t *testing.T) {
+	t.Helper()
+	out, err := exec.Command(debianPython, "-c", "import zmq, msgpack").CombinedOutput()
+	if err == nil {
+		return
+	}
+	msg := fmt.Sprintf("libzmq interop test needs %s with python3-zmq and python3-msgpack "+
+		"(apt-get install -y python3-zmq python3-msgpack): %v: %s", debianPython, err, strings.TrimSpace(string(out)))
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip("SKIPPING: " + msg)
+}
+
+// TestInteropLibzmq: a vLLM-shaped publisher on libzmq (pyzmq), encoding
+// events in msgspec's array and map forms, a legacy [ts, events] batch and
+// SGLang's 7-field array with a signed hash, is read by our listener; the
+// batch it withholds from the live stream is replayed from its libzmq
+// ROUTER by our DEALER.
+func TestInteropLibzmq(t *testing.T) {
+	requireDebianPyzmq(t)
+	checkNoLeak(t)
+	cmd := exec.Command(debianPython, "testdata/vllm_pub.py")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = stdin.Close() // the script exits when stdin closes
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("publisher script: %v", err)
+		}
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the script's ports: %v", err)
+	}
+	var pubPort, replayPort int
+	if _, err := fmt.Sscanf(line, "ports %d %d", &pubPort, &replayPort); err != nil {
+		t.Fatalf("script said %q: %v", line, err)
+	}
+
+	in := newIngress(t, testConfig())
+	sink := newIndexSink(t)
+	in.Sync(42, testBlockSize, []core.RankSource{{
+		Endpoint:       fmt.Sprintf("tcp://127.0.0.1:%d", pubPort),
+		ReplayEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", replayPort),
+	}}, sink)
+	w := radix.WorkerKey{WorkerID: 42}
+	seqToks := make([]uint32, 12)
+	for i := range seqToks {
+		seqToks[i] = uint32(i + 1)
+	}
+	waitFor(t, "last batch", func() bool { return sink.depth(w, []uint32{200, 201, 202, 203}) == 1 })
+	if d := sink.depth(w, seqToks); d != 3 {
+		t.Fatalf("depth %d of the array+replayed map chain, want 3", d)
+	}
+	if d := sink.depth(w, []uint32{100, 101, 102, 103}); d != 0 {
+		t.Fatalf("SGLang-style block not removed: depth %d", d)
+	}
+	waitFor(t, "replay over", func() bool { return status(in, 42)[0].State == "live" })
+	st := status(in, 42)[0]
+	if st.LastSeq != 4 || st.Gaps != 1 || st.Replays != 1 {
+		t.Fatalf("status %+v", st)
+	}
+	s := in.Stats()
+	if s.DecodeErrors != 0 || s.BadFrames != 0 || s.Events.Total() != 0 || s.ReplayFailures != 0 || s.ReplayedBatches < 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	in.Detach(42)
+}
+
+// TestInteropLibzmqSubscriber: a libzmq SUB (pyzmq, like vLLM's example
+// subscriber) reads our Publisher, and a libzmq DEALER replays from our
+// ROUTER: what the mocker publishes is readable by libzmq consumers.
+func TestInteropLibzmqSubscriber(t *testing.T) {
+	requireDebianPyzmq(t)
+	checkNoLeak(t)
+	p := newPublisher(t, PublisherConfig{ReplayEndpoint: "tcp://127.0.0.1:0", Topic: "kv-events", Encoder: Encoder{Encoding: EncodingMap}})
+	cmd := exec.Command(debianPython, "testdata/vllm_sub.py", p.Endpoint(), p.ReplayEndpoint(), "3")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(stdout)
+	if line, err := r.ReadString('\n'); err != nil || line != "subscribed\n" {
+		t.Fatalf("script: %q %v", line, err)
+	}
+	waitSubscribed(t, p, 1)
+	p.Publish(stored(0, []uint64{1}, tokens(1, 1)))
+	p.Publish(removed(1))
+	p.Publish(&WireBatch{Events: []WireEvent{{Kind: radix.Cleared}}})
+	var out []string
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			break
+		}
+		out = append(out, strings.TrimSpace(line))
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("script: %v (output %q)", err, out)
+	}
+	want := []string{"live 0 BlockStored 1", "live 1 BlockRemoved 1", "live 2 AllBlocksCleared 1", "replay 1", "replay 2", "end"}
+	if strings.Join(out, "|") != strings.Join(want, "|") {
+		t.Fatalf("script output %q, want %q", out, want)
+	}
+}

@@ -232,13 +232,6 @@ func TestLoadWorkload(t *testing.T) {
 			t.Fatalf("prompt %d body not encoded", i)
 		}
 	}
-	cfg.Workload = "trace:" + mooncakePath
-	if _, err := os.Stat(mooncakePath); err == nil {
-		ps, desc, err = LoadWorkload(&cfg)
-		if err != nil || len(ps) != 1000 || !strings.Contains(desc, "1000 records") {
-			t.Fatalf("%d prompts, %q, %v", len(ps), desc, err)
-		}
-	}
 	cfg.Workload = "trace:/nonexistent"
 	if _, _, err := LoadWorkload(&cfg); err == nil {
 		t.Fatal("missing trace file must fail")

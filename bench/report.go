@@ -186,7 +186,7 @@ func (rep *Report) WriteTable(out io.Writer) error {
 		row("schedule lag max ms", rep.ScheduleLagMaxMs, bs.ScheduleLagMaxMs, "%.3f", false)
 	}
 	row("client own µs/call", rep.Client.OwnUsPerRequest, bs.Client.OwnUsPerRequest, "%.2f", false)
-	row("client own share", rep.Client.OwnShare, bs.Client.OwnShare, "%.3f", false)
+	row("client own share %", 100*rep.Client.OwnShare, 100*bs.Client.OwnShare, "%.3f", false)
 	row("process CPU cores", rep.Client.ProcessCPUCores, bs.Client.ProcessCPUCores, "%.2f", false)
 	if err := tw.Flush(); err != nil {
 		return err

@@ -81,7 +81,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		fmt.Fprintf(logw, "no-op baseline at %s\n", url)
 		p := params
 		p.label, p.idPrefix = "no-op", "bench-"+nonce+"-noop"
-		res, _, err := drive(ctx, "noop", url, &cfg, p, prompts)
+		res, _, _, err := drive(ctx, "noop", url, &cfg, p, prompts)
 		stop()
 		if err != nil {
 			return nil, err
@@ -110,7 +110,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}()
 		}
 	}
-	res, leaked, err := drive(ctx, "selector", base, &cfg, p, prompts)
+	res, leaked, loadsErr, err := drive(ctx, "selector", base, &cfg, p, prompts)
 	if profStarted {
 		<-profDone // the window has passed; the fetches end with it
 	}
@@ -120,30 +120,37 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Result = res
 	rep.LeakedReservations = leaked
 	rep.Profiles, rep.Warnings = profFiles, profWarns
+	if loadsErr != nil {
+		// The load was measured; only the leak check is unknown, which the
+		// report must not pass off as zero.
+		rep.LeakedReservations = -1
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("leak check failed (leaked_reservations -1): %v", loadsErr))
+	}
 	rep.setRatios()
 	return rep, nil
 }
 
 // drive registers the workers with one target, waits for it to be ready,
 // runs the load, and returns the result and the active requests left in GET
-// /loads afterwards.
-func drive(ctx context.Context, name, url string, cfg *Config, p loadParams, prompts []Prompt) (Result, int64, error) {
+// /loads afterwards (or loadsErr when /loads could not be read). err is for a
+// run that could not be made.
+func drive(ctx context.Context, name, url string, cfg *Config, p loadParams, prompts []Prompt) (res Result, leaked int64, loadsErr, err error) {
 	t, err := newTarget(name, url, cfg.Concurrency+16, cfg.Timeout)
 	if err != nil {
-		return Result{}, 0, err
+		return Result{}, 0, nil, err
 	}
 	defer t.close()
 	if err := register(t, cfg); err != nil {
-		return Result{}, 0, err
+		return Result{}, 0, nil, err
 	}
 	callers := make([]*httpCaller, p.concurrency)
-	res := runLoad(ctx, p, prompts, func(g int) caller {
+	res = runLoad(ctx, p, prompts, func(g int) caller {
 		callers[g] = t.newCaller()
 		return callers[g]
 	})
 	for _, c := range callers {
 		c.release()
 	}
-	n, err := activeRequests(t, cfg.Timeout)
-	return res, n, err
+	leaked, loadsErr = activeRequests(t, cfg.Timeout)
+	return res, leaked, loadsErr, nil
 }

@@ -208,3 +208,16 @@ func TestRunCapturesProfiles(t *testing.T) {
 		}
 	}
 }
+
+// TestRunLoadsUnreadable: a target whose /loads cannot be read still gets a
+// report, with the leak check marked unknown rather than zero.
+func TestRunLoadsUnreadable(t *testing.T) {
+	srv := startCountingTestServer(t, func(s *countingTestServer) { s.brokenLoads = true })
+	rep, err := Run(context.Background(), smallRun(srv.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.LeakedReservations != -1 || len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "/loads") {
+		t.Fatalf("leaked %d, warnings %v", rep.LeakedReservations, rep.Warnings)
+	}
+}

@@ -100,6 +100,7 @@ type Report struct {
 
 	// LeakedReservations is the sum of active_requests in GET /loads after
 	// every goroutine has finished: bookings the run left behind (must be 0).
+	// -1 means /loads could not be read (see Warnings).
 	LeakedReservations int64    `json:"leaked_reservations"`
 	Baseline           *Result  `json:"baseline,omitempty"`
 	Ratios             *Ratios  `json:"ratios,omitempty"`

@@ -25,6 +25,8 @@ type countingTestServer struct {
 	failReserveEvery int
 	// leakDeletes makes DELETE answer 200 without freeing the reservation.
 	leakDeletes bool
+	// brokenLoads makes GET /loads answer 500.
+	brokenLoads bool
 	// stallAt > 0 makes the stallAt-th /select sleep for stall.
 	stallAt int
 	stall   time.Duration
@@ -94,6 +96,8 @@ func (s *countingTestServer) handle(ctx *fasthttp.RequestCtx) {
 			ctx.SetStatusCode(503)
 		}
 		fmt.Fprintf(ctx, `{"ready":%v,"schedulable_workers":%d,"workers":[]}`, len(s.mu.workers) > 0, len(s.mu.workers))
+	case method == "GET" && path == "/loads" && s.brokenLoads:
+		ctx.SetStatusCode(500)
 	case method == "GET" && path == "/loads":
 		fmt.Fprintf(ctx, `[{"model_name":"default","routing_group":"default","loads":[{"worker_id":1,"dp_rank":0,"active_requests":%d}],"pending_count":0,"pending_isl_tokens":0}]`, len(s.mu.active))
 	case method == "POST" && path == "/select":

@@ -118,7 +118,11 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 	}
 	fmt.Fprintf(stderr, "kvselect bench: done in %.1f s\n", time.Since(start).Seconds())
-	if rep.LeakedReservations != 0 {
+	switch {
+	case rep.LeakedReservations < 0:
+		fmt.Fprintln(stderr, "kvselect bench: FAIL: could not read GET /loads to check for leaked reservations")
+		return 1
+	case rep.LeakedReservations > 0:
 		fmt.Fprintf(stderr, "kvselect bench: FAIL: %d reservations left active after the run\n", rep.LeakedReservations)
 		return 1
 	}

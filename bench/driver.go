@@ -83,6 +83,12 @@ func runLoad(ctx context.Context, p loadParams, prompts []Prompt, newCaller func
 	end := measureStart.Add(p.duration)
 	var next atomic.Int64
 	var stop atomic.Bool
+	stopCh := make(chan struct{}) // closed with stop set
+	halt := func() {
+		if !stop.Swap(true) {
+			close(stopCh)
+		}
+	}
 	nsPerOp := 0.0
 	if p.rate > 0 {
 		nsPerOp = float64(time.Second) / p.rate
@@ -103,6 +109,7 @@ func runLoad(ctx context.Context, p loadParams, prompts []Prompt, newCaller func
 		}
 		ws[g] = w
 		wg.Go(func() {
+			var timer *time.Timer // reused for the open loop's waits
 			for !stop.Load() {
 				var intended time.Time
 				var k int64
@@ -116,7 +123,16 @@ func runLoad(ctx context.Context, p loadParams, prompts []Prompt, newCaller func
 						return
 					}
 					if d := time.Until(intended); d > 0 {
-						time.Sleep(d)
+						if timer == nil {
+							timer = time.NewTimer(d)
+						} else {
+							timer.Reset(d)
+						}
+						select {
+						case <-timer.C:
+						case <-stopCh: // cancelled: do not wait for a ticket that will not be sent
+							return
+						}
 					}
 				} else {
 					intended = time.Now()
@@ -177,12 +193,12 @@ func runLoad(ctx context.Context, p loadParams, prompts []Prompt, newCaller func
 		measured, cancelled = 0, true
 	}
 	if cancelled {
-		stop.Store(true)
+		halt()
 	}
 	select {
 	case <-allDone:
 	case <-ctx.Done():
-		stop.Store(true) // cancelled while draining: finish the started operations only
+		halt() // cancelled while draining: finish the started operations only
 		cancelled = true
 		<-allDone
 	}

@@ -201,3 +201,19 @@ func TestOpenLoopCountsUnsent(t *testing.T) {
 		}
 	})
 }
+
+// TestOpenLoopCancelWakesSleepers: goroutines holding tickets far ahead (a
+// low rate with many goroutines) stop at once on cancellation.
+func TestOpenLoopCancelWakesSleepers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(100*time.Millisecond, cancel)
+		newCaller := func(int) caller { return callerFunc(func(route, []byte, []byte) (int, error) { return 200, nil }) }
+		p := loadParams{concurrency: 64, rate: 1, duration: time.Hour, mix: MixSelect}
+		start := time.Now()
+		r := runLoad(ctx, p, onePrompt, newCaller)
+		if took := time.Since(start); took != 100*time.Millisecond || r.Operations != 1 {
+			t.Fatalf("returned after %v with %d operations; want 100ms and 1", took, r.Operations)
+		}
+	})
+}

@@ -70,10 +70,13 @@ type worker struct {
 // time, so time spent waiting for a free goroutine (because the server
 // stalled them all) is counted as latency instead of silently shifting the
 // schedule (coordinated omission). The later calls of the operation depend on
-// the first and are timed from their actual send.
+// the first and are timed from their actual send. Operations intended before
+// the end that are still waiting for a goroutine when it comes are sent
+// afterwards (the backlog is drained) for at most max(duration, 1 s); those
+// never sent are counted as errors["unsent"].
 //
 // An operation is recorded when its intended start is within [warmup,
-// warmup+duration).
+// warmup+duration); every call of a recorded operation is recorded.
 func runLoad(ctx context.Context, p loadParams, prompts []Prompt, newCaller func(g int) caller) Result {
 	if len(prompts) == 0 || p.concurrency < 1 || p.duration <= 0 {
 		panic("BUG: bench: runLoad without prompts, goroutines or duration")
@@ -267,7 +270,7 @@ func (w *worker) op(p loadParams, pr *Prompt, intended time.Time, rec bool) {
 	}
 	if rec {
 		w.ops++
-		if lag := now.Sub(intended); lag > 0 {
+		if lag := now.Sub(intended); p.rate > 0 && lag > 0 {
 			w.lagMax = max(w.lagMax, lag)
 			if lag > lateThreshold {
 				w.late++

@@ -141,8 +141,10 @@ func TestRunOpenLoopStallOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Operations != 150 || rep.P99ms < 100 || rep.LateOps < 30 {
-		t.Fatalf("ops %d, p99 %.1f ms, late %d: the stall is missing", rep.Operations, rep.P99ms, rep.LateOps)
+	// 150 operations are scheduled; on a starved machine some may stay
+	// unsent past the drain, but every one is accounted for.
+	if rep.Operations+rep.Errors["unsent"] != 150 || rep.P99ms < 100 || rep.LateOps < 30 {
+		t.Fatalf("ops %d, errors %v, p99 %.1f ms, late %d: the stall is missing", rep.Operations, rep.Errors, rep.P99ms, rep.LateOps)
 	}
 }
 

@@ -74,7 +74,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	if cfg.Baseline == "noop" {
-		url, stop, err := startNoop()
+		url, stop, err := StartNoop("127.0.0.1:0")
 		if err != nil {
 			return nil, err
 		}

@@ -7,7 +7,7 @@ import (
 
 func noopCaller(tb testing.TB) (*httpCaller, func()) {
 	tb.Helper()
-	url, stop, err := startNoop()
+	url, stop, err := StartNoop("127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -40,10 +40,13 @@ func noopHandler(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// startNoop serves noopHandler on 127.0.0.1 at a free port and returns its
-// base URL and a stop function that waits for the server to shut down.
-func startNoop() (string, func(), error) {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+// StartNoop serves the no-op baseline handler on addr ("127.0.0.1:0" picks a
+// free port) and returns its base URL and a stop function that waits for the
+// server to shut down. Run uses it for --baseline noop; a host can also serve
+// it from another process (kvselect bench --serve-noop) to measure the
+// client against a server it does not share a process with.
+func StartNoop(addr string) (string, func(), error) {
+	ln, err := net.Listen("tcp4", addr)
 	if err != nil {
 		return "", nil, fmt.Errorf("bench: no-op baseline: %w", err)
 	}

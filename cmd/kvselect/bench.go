@@ -49,6 +49,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		jsonPath  = fs.String("json", "", "write the report as JSON to this file")
 		kvEvents  = fs.String("kv-events-endpoints", "", "comma-separated ZMQ endpoints; worker i registers endpoint i mod n as its rank-0 kv_events_endpoints (default: none sent)")
 		noBar     = fs.Bool("no-progress", false, "no progress bar even on a terminal")
+		serveNoop = fs.String("serve-noop", "", "instead of a run, serve the no-op baseline handler on this address until interrupted (to measure the client against a server in another process)")
 		synthetic = cfg.Synthetic
 	)
 	fs.StringVar(&cfg.Target, "target", "", "base URL of a running selector, e.g. http://127.0.0.1:8092 (default: start one in-process)")
@@ -77,6 +78,9 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "kvselect bench: unexpected arguments %q\n", fs.Args())
 		return 2
+	}
+	if *serveNoop != "" {
+		return serveNoopUntilSignal(ctx, *serveNoop, stderr)
 	}
 	m, err := bench.ParseMix(*mix)
 	if err != nil {
@@ -126,5 +130,20 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "kvselect bench: FAIL: %d reservations left active after the run\n", rep.LeakedReservations)
 		return 1
 	}
+	return 0
+}
+
+// serveNoopUntilSignal is `kvselect bench --serve-noop ADDR`.
+func serveNoopUntilSignal(ctx context.Context, addr string, stderr io.Writer) int {
+	url, stop, err := bench.StartNoop(addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
+		return 2
+	}
+	fmt.Fprintf(stderr, "kvselect bench: no-op baseline serving at %s; interrupt to stop\n", url)
+	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	<-ctx.Done()
+	stop()
 	return 0
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -89,5 +90,16 @@ func TestBenchAgainstTarget(t *testing.T) {
 	errw.Reset()
 	if code := benchMain(context.Background(), args[:len(args)-4], &out, &errw); code != 1 || !strings.Contains(errw.String(), "3 reservations") {
 		t.Fatalf("leaky target: exit %d, %s", code, errw.String())
+	}
+}
+
+func TestBenchServeNoop(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var errw bytes.Buffer
+	done := make(chan int)
+	go func() { done <- benchMain(ctx, []string{"--serve-noop", "127.0.0.1:0"}, io.Discard, &errw) }()
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d: %s", code, errw.String())
 	}
 }

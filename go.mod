@@ -1,17 +1,22 @@
 module github.com/kvselect/kvselect
 
-go 1.26
+go 1.26.0
 
 require (
+	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/go-zeromq/zmq4 v0.17.0
 	github.com/puzpuzpuz/xsync/v3 v3.5.1
+	github.com/valyala/fasthttp v1.78.0
 	github.com/zeebo/xxh3 v1.1.0
 )
 
 require (
 	github.com/go-zeromq/goczmq/v4 v4.2.2 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
-	golang.org/x/sync v0.7.0 // indirect
-	golang.org/x/sys v0.30.0 // indirect
-	golang.org/x/text v0.15.0 // indirect
+	github.com/molecule-man/go-brrr v1.3.1 // indirect
+	github.com/valyala/bytebufferpool v1.0.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
 )

@@ -1,55 +1,305 @@
 package bench
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/kvselect/kvselect/radix"
 )
 
-// WorkloadConfig configures a synthetic prefix-sharing workload: every
-// prompt is one of Groups shared prefixes of PrefixBlocks blocks followed
-// by SuffixBlocks blocks of tokens unique to the prompt.
-type WorkloadConfig struct {
-	Groups       int
-	PrefixBlocks int
-	SuffixBlocks int
-	BlockSize    int
-	Seed         uint64 // the generator's seed, for reproducible runs
+// Prompt is one request's prompt in the hash-only form of the selection API
+// (block_hashes, sequence_hashes, isl_tokens).
+//
+// The harness sends hashes, not token_ids: a Mooncake trace has no tokens,
+// only block ids, and Dynamo's own callers hash once and send the trio. The
+// body is also 2.5 times smaller at block size 16 (two numbers per block
+// instead of sixteen), which keeps the client's share of the two cores down.
+// Every local hash is nevertheless the real XXH3 hash (radix.BlockHash, seed
+// 1337) of a concrete token block (SyntheticTokens, TraceBlockTokens), so a
+// simulated engine can publish KV events whose tokens hash to the same values.
+type Prompt struct {
+	ISL          int      // input length in tokens (isl_tokens)
+	OutputTokens int      // expected output tokens (sent as expected_output_tokens when > 0)
+	Local        []uint64 // local block hashes of the full blocks of the prompt; read-only
+	Seq          []uint64 // sequence hashes: the radix.SequenceHashes chain of Local; read-only
+	// Family, Conversation and Turn locate a synthetic prompt (Family is -1
+	// for trace prompts, Turn 0 is a conversation's first turn); Index is the
+	// record's position for trace prompts.
+	Family, Conversation, Turn, Index int
+	// Body is the JSON object `{"block_hashes":[...],"sequence_hashes":[...],
+	// "isl_tokens":N[,"expected_output_tokens":M]}` (signed 64-bit numbers,
+	// the bits of the u64 hashes). Body[1:] is spliced after a selection_id.
+	Body []byte
 }
 
-// Validate reports a config that cannot work.
-func (c WorkloadConfig) Validate() error {
-	if c.Groups <= 0 || c.PrefixBlocks < 0 || c.SuffixBlocks < 0 || c.PrefixBlocks+c.SuffixBlocks == 0 || c.BlockSize <= 0 {
-		return fmt.Errorf("bench: invalid workload %+v", c)
+// AppendPromptJSON appends p's request body (see Prompt.Body) to dst.
+func AppendPromptJSON(dst []byte, p *Prompt) []byte {
+	dst = append(dst, `{"block_hashes":[`...)
+	dst = appendI64s(dst, p.Local)
+	dst = append(dst, `],"sequence_hashes":[`...)
+	dst = appendI64s(dst, p.Seq)
+	dst = append(dst, `],"isl_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(p.ISL), 10)
+	if p.OutputTokens > 0 {
+		dst = append(dst, `,"expected_output_tokens":`...)
+		dst = strconv.AppendInt(dst, int64(p.OutputTokens), 10)
 	}
-	return nil
+	return append(dst, '}')
 }
 
-// Workload generates prompts. It is not safe for concurrent use.
-type Workload struct {
-	cfg  WorkloadConfig
-	rng  *rand.Rand
-	next uint32 // the next unique token id of a suffix
+func appendI64s(dst []byte, hs []uint64) []byte {
+	for i, h := range hs {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendInt(dst, int64(h), 10)
+	}
+	return dst
 }
 
-// NewWorkload returns a generator.
-func NewWorkload(cfg WorkloadConfig) (*Workload, error) {
+// LoadWorkload builds the prompts of cfg.Workload with their bodies encoded,
+// and a one-line description for the report.
+func LoadWorkload(cfg *Config) ([]Prompt, string, error) {
+	var ps []Prompt
+	var src string
+	switch {
+	case cfg.Workload == "synthetic":
+		ps = Synthetic(cfg.Synthetic, cfg.BlockSize, cfg.Seed)
+		src = fmt.Sprintf("synthetic seed %d (%d families, %d conversations)", cfg.Seed, cfg.Synthetic.Families, ps[len(ps)-1].Conversation+1)
+	case strings.HasPrefix(cfg.Workload, "trace:"):
+		path := strings.TrimPrefix(cfg.Workload, "trace:")
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, "", fmt.Errorf("bench: workload: %w", err)
+		}
+		recs, err := ReadTrace(f)
+		f.Close()
+		if err != nil {
+			return nil, "", fmt.Errorf("bench: workload %s: %w", path, err)
+		}
+		if len(recs) == 0 {
+			return nil, "", fmt.Errorf("bench: workload %s: no records", path)
+		}
+		ps, err = ExpandTrace(recs, cfg.BlockSize)
+		if err != nil {
+			return nil, "", err
+		}
+		src = fmt.Sprintf("trace %s (%d records)", path, len(recs))
+	default:
+		return nil, "", fmt.Errorf("%w: workload %q", ErrConfig, cfg.Workload)
+	}
+	var isl, blocks, size int
+	for i := range ps {
+		ps[i].Body = AppendPromptJSON(nil, &ps[i])
+		isl += ps[i].ISL
+		blocks += len(ps[i].Local)
+		size += len(ps[i].Body)
+	}
+	n := len(ps)
+	desc := fmt.Sprintf("%s: %d prompts, mean %d tokens, %d blocks, %d body bytes",
+		src, n, isl/n, blocks/n, size/n)
+	return ps, desc, nil
+}
+
+// ---- synthetic ----
+
+// Synthetic generates cfg.Prompts prompts, deterministic in seed and
+// blockSize. It keeps cfg.ActiveSessions conversations open; each step picks
+// one at random and emits its next turn: the family's system prompt, the
+// conversation's history (earlier user messages and answers) and a new user
+// message. A conversation that has had its turns is replaced by a new one
+// from a random family. So prompts of one family share the system prompt's
+// blocks, and a conversation's turn t+1 extends turn t's prompt.
+func Synthetic(cfg SyntheticConfig, blockSize int, seed int64) []Prompt {
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		panic("BUG: " + err.Error())
 	}
-	return &Workload{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x6b7673656c656374)), next: 1 << 30}, nil
+	if blockSize < 1 {
+		panic("BUG: bench: Synthetic with block size < 1")
+	}
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x6b7673656c656374))
+	between := func(lo, hi int) int { return lo + rng.IntN(hi-lo+1) }
+	tokens := func(dst []uint32, n int) []uint32 {
+		for range n {
+			dst = append(dst, rng.Uint32N(cfg.VocabSize))
+		}
+		return dst
+	}
+
+	type family struct {
+		tokens     []uint32
+		local, seq []uint64
+	}
+	fams := make([]family, cfg.Families)
+	for i := range fams {
+		f := &fams[i]
+		f.tokens = tokens(nil, between(cfg.SystemMin, cfg.SystemMax))
+		f.local, f.seq = extendHashes(nil, nil, f.tokens, blockSize)
+	}
+
+	type conv struct {
+		id, family, turn, turns int
+		tokens                  []uint32
+		local, seq              []uint64
+	}
+	nextID := 0
+	newConv := func() conv {
+		f := rng.IntN(len(fams))
+		c := conv{id: nextID, family: f, turns: between(cfg.TurnsMin, cfg.TurnsMax)}
+		nextID++
+		// Copies, so that a conversation's appends never write into the
+		// family's arrays that other conversations share.
+		c.tokens = append([]uint32(nil), fams[f].tokens...)
+		c.local = append([]uint64(nil), fams[f].local...)
+		c.seq = append([]uint64(nil), fams[f].seq...)
+		return c
+	}
+	active := make([]conv, cfg.ActiveSessions)
+	for i := range active {
+		active[i] = newConv()
+	}
+
+	out := make([]Prompt, 0, cfg.Prompts)
+	for len(out) < cfg.Prompts {
+		i := rng.IntN(len(active))
+		c := &active[i]
+		c.tokens = tokens(c.tokens, between(cfg.UserMin, cfg.UserMax))
+		c.local, c.seq = extendHashes(c.local, c.seq, c.tokens, blockSize)
+		n := len(c.local)
+		out = append(out, Prompt{
+			ISL:          len(c.tokens),
+			OutputTokens: between(cfg.OutputMin, cfg.OutputMax),
+			// Full slice expressions: later appends to the conversation
+			// never change what this prompt sees.
+			Local:  c.local[:n:n],
+			Seq:    c.seq[:n:n],
+			Family: c.family, Conversation: c.id, Turn: c.turn, Index: len(out),
+		})
+		c.tokens = tokens(c.tokens, out[len(out)-1].OutputTokens)
+		c.local, c.seq = extendHashes(c.local, c.seq, c.tokens, blockSize)
+		c.turn++
+		if c.turn == c.turns {
+			*c = newConv()
+		}
+	}
+	return out
 }
 
-// Next returns a new prompt (token ids) and its group.
-func (w *Workload) Next() ([]uint32, int) {
-	g := w.rng.IntN(w.cfg.Groups)
-	bs := w.cfg.BlockSize
-	toks := make([]uint32, 0, (w.cfg.PrefixBlocks+w.cfg.SuffixBlocks)*bs)
-	for i := range w.cfg.PrefixBlocks * bs {
-		toks = append(toks, uint32(g*w.cfg.PrefixBlocks*bs+i))
+// extendHashes appends the local and sequence hashes of the full blocks of
+// tokens that local does not cover yet. Invariant: len(local) == len(seq),
+// and seq is radix.SequenceHashes(local).
+func extendHashes(local, seq []uint64, tokens []uint32, bs int) ([]uint64, []uint64) {
+	for (len(local)+1)*bs <= len(tokens) {
+		i := len(local)
+		h := radix.BlockHash(tokens[i*bs:(i+1)*bs], radix.Seed)
+		local = append(local, h)
+		if i == 0 {
+			seq = append(seq, h)
+		} else {
+			seq = append(seq, radix.SeqHash(seq[i-1], h))
+		}
 	}
-	for range w.cfg.SuffixBlocks * bs {
-		toks = append(toks, w.next)
-		w.next++
+	return local, seq
+}
+
+// ---- Mooncake traces ----
+
+// MooncakeBlockTokens is the block size of a Mooncake trace's hash_ids.
+const MooncakeBlockTokens = 512
+
+// TraceRecord is one line of a Mooncake JSONL trace.
+type TraceRecord struct {
+	Timestamp    int64    `json:"timestamp"` // ms from the trace start
+	InputLength  int      `json:"input_length"`
+	OutputLength int      `json:"output_length"`
+	HashIDs      []uint64 `json:"hash_ids"` // one id per 512-token block; equal ids mean equal prefixes
+}
+
+// ReadTrace reads a Mooncake JSONL trace; blank lines are skipped.
+func ReadTrace(r io.Reader) ([]TraceRecord, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
+	var recs []TraceRecord
+	for line := 1; sc.Scan(); line++ {
+		b := sc.Bytes()
+		if len(bytes.TrimSpace(b)) == 0 {
+			continue
+		}
+		var rec TraceRecord
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		if rec.InputLength <= 0 || len(rec.HashIDs) == 0 {
+			return nil, fmt.Errorf("line %d: input_length must be > 0 and hash_ids non-empty", line)
+		}
+		recs = append(recs, rec)
 	}
-	return toks, g
+	return recs, sc.Err()
+}
+
+// ExpandTrace turns trace records into prompts at block size bs, which must
+// divide 512: hash id h becomes the k = 512/bs local hashes of the blocks
+// TraceBlockTokens(h, 0..k-1, bs), and the chain is cut to the
+// floor(input_length/bs) full blocks of the prompt (the last 512-token block
+// of a record is usually partial, and a partial block is never hashed).
+func ExpandTrace(recs []TraceRecord, bs int) ([]Prompt, error) {
+	if bs < 1 || MooncakeBlockTokens%bs != 0 {
+		return nil, fmt.Errorf("%w: block size %d does not divide %d", ErrConfig, bs, MooncakeBlockTokens)
+	}
+	k := MooncakeBlockTokens / bs
+	cache := make(map[uint64][]uint64) // hash id -> its k local hashes
+	var tok []uint32
+	out := make([]Prompt, len(recs))
+	for i, rec := range recs {
+		n := min(len(rec.HashIDs)*k, rec.InputLength/bs)
+		local := make([]uint64, 0, n)
+		for _, id := range rec.HashIDs {
+			if len(local) == n {
+				break
+			}
+			hs, ok := cache[id]
+			if !ok {
+				hs = make([]uint64, k)
+				for j := range k {
+					tok = TraceBlockTokens(tok[:0], id, j, bs)
+					hs[j] = radix.BlockHash(tok, radix.Seed)
+				}
+				cache[id] = hs
+			}
+			local = append(local, hs[:min(k, n-len(local))]...)
+		}
+		out[i] = Prompt{
+			ISL:          rec.InputLength,
+			OutputTokens: rec.OutputLength,
+			Local:        local,
+			Seq:          radix.SequenceHashes(make([]uint64, 0, n), local),
+			Family:       -1, Conversation: -1, Index: i,
+		}
+	}
+	return out, nil
+}
+
+// TraceBlockTokens appends to dst the bs tokens of sub-block j of trace hash
+// id: tokens j*bs .. j*bs+bs-1 of the 512 pseudo-random tokens that stand for
+// the id's content. The 512 tokens depend only on the id, so every block size
+// slices the same content.
+func TraceBlockTokens(dst []uint32, id uint64, j, bs int) []uint32 {
+	for p := j * bs; p < (j+1)*bs; p++ {
+		dst = append(dst, uint32(splitmix64(id*MooncakeBlockTokens+uint64(p))%128000))
+	}
+	return dst
+}
+
+func splitmix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
 }

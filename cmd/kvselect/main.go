@@ -26,7 +26,9 @@ func run(args []string) int {
 	switch cmd {
 	case "mocker":
 		return runMocker(args)
-	case "serve", "bench":
+	case "bench":
+		return runBench(args)
+	case "serve":
 		// Honest until the subsystems land: nothing pretends to serve.
 		fmt.Fprintf(os.Stderr, "kvselect %s: not built yet. Implemented so far: the KV prefix index (package radix) and\n"+
 			"the scheduler (package sched); run `make test` and `make bench` to exercise them.\n", cmd)

@@ -1,0 +1,248 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Mix names the sequence of calls one operation makes.
+type Mix int
+
+const (
+	// MixLifecycle is select_and_reserve, prefill_complete, OutputBlocks
+	// output_block calls and DELETE: what a caller of Dynamo's selection
+	// service does for one LLM request.
+	MixLifecycle Mix = iota
+	// MixSelect is one POST /select (a query; nothing is booked).
+	MixSelect
+	// MixReserve is select_and_reserve then DELETE.
+	MixReserve
+)
+
+var mixNames = [...]string{MixLifecycle: "lifecycle", MixSelect: "select", MixReserve: "reserve"}
+
+func (m Mix) String() string {
+	if int(m) < len(mixNames) {
+		return mixNames[m]
+	}
+	return fmt.Sprintf("Mix(%d)", int(m))
+}
+
+// ParseMix parses "select", "reserve" or "lifecycle".
+func ParseMix(s string) (Mix, error) {
+	for i, n := range mixNames {
+		if s == n {
+			return Mix(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: mix %q (want select, reserve or lifecycle)", ErrConfig, s)
+}
+
+// ErrConfig marks an invalid Config.
+var ErrConfig = errors.New("bench: invalid config")
+
+// ErrNoServer is returned by Run when Config.Target is empty and no
+// Config.StartServer hook was supplied: there is nothing to measure, and the
+// harness never pretends there is.
+var ErrNoServer = errors.New("bench: no target: --target URL is required because an in-process kvselect server is not wired into this binary yet")
+
+// Config is a load run. Zero fields take the defaults of DefaultConfig only
+// through DefaultConfig; Validate rejects what is still invalid.
+type Config struct {
+	// Target is the base URL of a running selector ("http://127.0.0.1:8092").
+	// Empty means: start one in-process with StartServer.
+	Target string
+	// StartServer starts an in-process selector and returns its base URL and
+	// a stop function. It is the seam through which cmd wires the server;
+	// nil means none is available (Run then returns ErrNoServer when Target
+	// is empty).
+	StartServer func() (url string, stop func(), err error)
+
+	// Concurrency is the number of client goroutines. In the closed loop each
+	// runs one operation after another; in the open loop it is the pool that
+	// serves the arrival schedule (the bound on operations in flight).
+	Concurrency int
+	// Rate, when positive, selects the open loop: operations (arrivals) per
+	// second on a fixed schedule, latency measured from the intended send
+	// time. Zero selects the closed loop.
+	Rate float64
+	// Warmup runs before Duration; nothing started in it is recorded.
+	Warmup   time.Duration
+	Duration time.Duration
+	Mix      Mix
+	// OutputBlocks is the number of output_block calls in a lifecycle.
+	OutputBlocks int
+
+	// Workload is "synthetic" or "trace:FILE".
+	Workload  string
+	Synthetic SyntheticConfig
+	// Seed makes the synthetic workload reproducible.
+	Seed int64
+	// BlockSize is the registered KV block size in tokens; it must divide the
+	// Mooncake block of 512 tokens for trace workloads.
+	BlockSize int
+
+	// Workers is the number of workers registered with POST /workers before
+	// the run (ids 1..Workers). Zero registers none and only waits for /ready.
+	Workers int
+	// KVEventsEndpoints, when non-empty, gives each worker i the ZMQ endpoint
+	// KVEventsEndpoints[i % len] as its rank-0 kv_events_endpoints entry.
+	KVEventsEndpoints []string
+	// TotalKVBlocks is registered as each worker's total_kv_blocks (0 omits it).
+	TotalKVBlocks int
+	// ReadyTimeout bounds the wait for GET /ready to answer 200.
+	ReadyTimeout time.Duration
+	// Timeout bounds each HTTP call of the load (read and write).
+	Timeout time.Duration
+
+	// Baseline is "" (none) or "noop": the same client and bodies against an
+	// in-process no-op fasthttp handler on loopback, in the same run.
+	Baseline string
+
+	// ProfileDir, when set, receives cpu, heap, mutex and block profiles
+	// fetched from PprofURL during the selector's measured window.
+	ProfileDir string
+	// PprofURL is the pprof base ("http://host:port/debug/pprof"); empty
+	// means Target + "/debug/pprof".
+	PprofURL string
+
+	// Progress, when non-nil, receives a one-line progress bar redrawn with
+	// carriage returns (give it a terminal; see IsTerminal).
+	Progress io.Writer
+	// Log receives short status lines (registration, phases); nil discards.
+	Log io.Writer
+}
+
+// SyntheticConfig shapes the synthetic workload: families of conversations
+// share a system prompt; each conversation grows by its previous answer and a
+// new user message per turn. Lengths are in tokens, drawn uniformly in
+// [Min, Max].
+type SyntheticConfig struct {
+	Prompts        int // prompts generated (the run cycles over them)
+	Families       int // distinct system prompts
+	SystemMin      int
+	SystemMax      int
+	TurnsMin       int
+	TurnsMax       int
+	UserMin        int
+	UserMax        int
+	OutputMin      int // answer length, appended to the history of the next turn
+	OutputMax      int
+	ActiveSessions int    // conversations interleaved at any time
+	VocabSize      uint32 // token ids are drawn from [0, VocabSize)
+}
+
+// DefaultSynthetic is 4,096 prompts from 16 families, 1-4k-token system
+// prompts, 1-8 turns of 32-512-token user messages and 64-512-token answers,
+// 64 conversations interleaved.
+func DefaultSynthetic() SyntheticConfig {
+	return SyntheticConfig{
+		Prompts: 4096, Families: 16,
+		SystemMin: 1024, SystemMax: 4096,
+		TurnsMin: 1, TurnsMax: 8,
+		UserMin: 32, UserMax: 512,
+		OutputMin: 64, OutputMax: 512,
+		ActiveSessions: 64,
+		VocabSize:      128000,
+	}
+}
+
+// DefaultConfig returns the defaults of `kvselect bench`: C1024 closed loop,
+// lifecycle mix with 3 output blocks, synthetic workload, 8 workers of block
+// size 16, 10 s measured after 2 s of warm-up.
+func DefaultConfig() Config {
+	return Config{
+		Concurrency:  1024,
+		Warmup:       2 * time.Second,
+		Duration:     10 * time.Second,
+		Mix:          MixLifecycle,
+		OutputBlocks: 3,
+		Workload:     "synthetic",
+		Synthetic:    DefaultSynthetic(),
+		Seed:         1,
+		BlockSize:    16,
+		Workers:      8,
+		ReadyTimeout: 10 * time.Second,
+		Timeout:      30 * time.Second,
+	}
+}
+
+// Validate reports the first invalid field.
+func (c *Config) Validate() error {
+	bad := func(f string, a ...any) error { return fmt.Errorf("%w: "+f, append([]any{ErrConfig}, a...)...) }
+	switch {
+	case c.Concurrency < 1:
+		return bad("concurrency %d < 1", c.Concurrency)
+	case c.Rate < 0:
+		return bad("rate %v < 0", c.Rate)
+	case c.Duration <= 0:
+		return bad("duration %v <= 0", c.Duration)
+	case c.Warmup < 0:
+		return bad("warmup %v < 0", c.Warmup)
+	case c.OutputBlocks < 0:
+		return bad("output blocks %d < 0", c.OutputBlocks)
+	case c.BlockSize < 1:
+		return bad("block size %d < 1", c.BlockSize)
+	case c.Workers < 0:
+		return bad("workers %d < 0", c.Workers)
+	case c.Mix < MixLifecycle || c.Mix > MixReserve:
+		return bad("mix %v", c.Mix)
+	case c.Baseline != "" && c.Baseline != "noop":
+		return bad("baseline %q (want noop or empty)", c.Baseline)
+	case c.Timeout <= 0 || c.ReadyTimeout <= 0:
+		return bad("timeouts must be positive")
+	}
+	if c.Workload != "synthetic" && !strings.HasPrefix(c.Workload, "trace:") {
+		return bad("workload %q (want synthetic or trace:FILE)", c.Workload)
+	}
+	if strings.HasPrefix(c.Workload, "trace:") && MooncakeBlockTokens%c.BlockSize != 0 {
+		return bad("block size %d does not divide the trace's %d-token blocks", c.BlockSize, MooncakeBlockTokens)
+	}
+	if c.Workload == "synthetic" {
+		if err := c.Synthetic.Validate(); err != nil {
+			return err
+		}
+	}
+	if c.Target != "" {
+		if _, _, err := splitTarget(c.Target); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Validate reports the first invalid field.
+func (s *SyntheticConfig) Validate() error {
+	switch {
+	case s.Prompts < 1, s.Families < 1, s.ActiveSessions < 1:
+		return fmt.Errorf("%w: synthetic prompts, families and sessions must be >= 1", ErrConfig)
+	case s.SystemMin < 0 || s.SystemMax < s.SystemMin,
+		s.TurnsMin < 1 || s.TurnsMax < s.TurnsMin,
+		s.UserMin < 1 || s.UserMax < s.UserMin,
+		s.OutputMin < 0 || s.OutputMax < s.OutputMin:
+		return fmt.Errorf("%w: synthetic ranges must satisfy 0 <= min <= max (turns and user >= 1)", ErrConfig)
+	case s.VocabSize < 2:
+		return fmt.Errorf("%w: synthetic vocab size %d < 2", ErrConfig, s.VocabSize)
+	}
+	return nil
+}
+
+// splitTarget returns host:port and the path prefix of an http:// base URL.
+func splitTarget(target string) (hostport, prefix string, err error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return "", "", fmt.Errorf("%w: target %q: %v", ErrConfig, target, err)
+	}
+	if u.Scheme != "http" || u.Host == "" {
+		return "", "", fmt.Errorf("%w: target %q: want http://host:port", ErrConfig, target)
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host += ":80"
+	}
+	return host, strings.TrimSuffix(u.Path, "/"), nil
+}

@@ -1,0 +1,181 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// countingTestServer is a test double for the harness's client, not a
+// stand-in for kvselect: it implements just enough of the selection API on a
+// real loopback fasthttp server to count calls per route, keep the set of
+// active reservations for GET /loads, and inject failures, so that a test can
+// check what the driver sent and how it counted the answers.
+type countingTestServer struct {
+	url string
+
+	// failReserveEvery > 0 answers every n-th select_and_reserve with 503.
+	failReserveEvery int
+	// leakDeletes makes DELETE answer 200 without freeing the reservation.
+	leakDeletes bool
+	// brokenLoads makes GET /loads answer 500.
+	brokenLoads bool
+	// stallAt > 0 makes the stallAt-th /select sleep for stall.
+	stallAt int
+	stall   time.Duration
+
+	mu struct {
+		sync.Mutex
+		calls    map[string]int // by route name (the report's names)
+		reserves int            // select_and_reserve calls seen
+		active   map[string]bool
+		workers  []workerRequest
+		badBody  int // bodies the server could not decode
+	}
+}
+
+func startCountingTestServer(t *testing.T, configure func(*countingTestServer)) *countingTestServer {
+	t.Helper()
+	s := &countingTestServer{}
+	s.mu.calls = map[string]int{}
+	s.mu.active = map[string]bool{}
+	if configure != nil {
+		configure(s)
+	}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &fasthttp.Server{Handler: s.handle}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		_ = srv.Shutdown()
+		<-done
+	})
+	s.url = "http://" + ln.Addr().String()
+	return s
+}
+
+// promptBody is what the server decodes from select bodies to check them.
+type promptBody struct {
+	SelectionID    string  `json:"selection_id"`
+	BlockHashes    []int64 `json:"block_hashes"`
+	SequenceHashes []int64 `json:"sequence_hashes"`
+	ISLTokens      int     `json:"isl_tokens"`
+}
+
+func (s *countingTestServer) handle(ctx *fasthttp.RequestCtx) {
+	path := string(ctx.Path())
+	method := string(ctx.Method())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	okBody := func() { ctx.SetBodyString(`{"status":"ok"}`) }
+	switch {
+	case method == "POST" && path == "/workers":
+		var w workerRequest
+		if err := json.Unmarshal(ctx.PostBody(), &w); err != nil {
+			ctx.SetStatusCode(422)
+			return
+		}
+		s.mu.workers = append(s.mu.workers, w)
+		ctx.SetStatusCode(201)
+		okBody()
+	case method == "GET" && path == "/ready":
+		if len(s.mu.workers) == 0 {
+			ctx.SetStatusCode(503)
+		}
+		fmt.Fprintf(ctx, `{"ready":%v,"schedulable_workers":%d,"workers":[]}`, len(s.mu.workers) > 0, len(s.mu.workers))
+	case method == "GET" && path == "/loads" && s.brokenLoads:
+		ctx.SetStatusCode(500)
+	case method == "GET" && path == "/loads":
+		fmt.Fprintf(ctx, `[{"model_name":"default","routing_group":"default","loads":[{"worker_id":1,"dp_rank":0,"active_requests":%d}],"pending_count":0,"pending_isl_tokens":0}]`, len(s.mu.active))
+	case method == "POST" && path == "/select":
+		s.mu.calls["select"]++
+		if !s.checkBody(ctx, false) {
+			return
+		}
+		if s.stallAt > 0 && s.mu.calls["select"] == s.stallAt {
+			s.mu.Unlock()
+			time.Sleep(s.stall) // the stall under test: hold this call only
+			s.mu.Lock()
+		}
+		ctx.SetBodyString(`{"worker_id":1,"dp_rank":0}`)
+	case method == "POST" && path == "/select_and_reserve":
+		s.mu.calls["select_and_reserve"]++
+		s.mu.reserves++
+		if !s.checkBody(ctx, true) {
+			return
+		}
+		if s.failReserveEvery > 0 && s.mu.reserves%s.failReserveEvery == 0 {
+			ctx.SetStatusCode(503)
+			ctx.SetBodyString(`{"error":"no schedulable workers are available"}`)
+			return
+		}
+		var b promptBody
+		_ = json.Unmarshal(ctx.PostBody(), &b)
+		if s.mu.active[b.SelectionID] {
+			ctx.SetStatusCode(409)
+			return
+		}
+		s.mu.active[b.SelectionID] = true
+		ctx.SetBodyString(`{"worker_id":1,"dp_rank":0}`)
+	case strings.HasPrefix(path, "/reservations/"):
+		rest := strings.TrimPrefix(path, "/reservations/")
+		id, op, _ := strings.Cut(rest, "/")
+		name := op
+		if method == "DELETE" && op == "" {
+			name = "delete"
+		}
+		s.mu.calls[name]++
+		if !s.mu.active[id] {
+			ctx.SetStatusCode(404)
+			return
+		}
+		if name == "output_block" && !bytes.Equal(ctx.PostBody(), []byte("{}")) {
+			s.mu.badBody++
+		}
+		if name == "delete" && !s.leakDeletes {
+			delete(s.mu.active, id)
+		}
+		okBody()
+	default:
+		ctx.SetStatusCode(404)
+	}
+}
+
+// checkBody decodes a select body and counts it as bad unless the hash
+// arrays have equal lengths and the id is present exactly when wantID.
+func (s *countingTestServer) checkBody(ctx *fasthttp.RequestCtx, wantID bool) bool {
+	var b promptBody
+	if string(ctx.Request.Header.ContentType()) != "application/json" || json.Unmarshal(ctx.PostBody(), &b) != nil ||
+		len(b.BlockHashes) != len(b.SequenceHashes) || b.ISLTokens <= 0 || (b.SelectionID != "") != wantID {
+		s.mu.badBody++
+		ctx.SetStatusCode(400)
+		return false
+	}
+	return true
+}
+
+func (s *countingTestServer) calls() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := map[string]int{}
+	for k, v := range s.mu.calls {
+		m[k] = v
+	}
+	m["bad_body"] = s.mu.badBody
+	m["workers"] = len(s.mu.workers)
+	m["active"] = len(s.mu.active)
+	return m
+}

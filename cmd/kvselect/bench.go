@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kvselect/kvselect/bench"
+)
+
+// startInProcessServer starts kvselect in this process for `kvselect bench`
+// without --target and returns its base URL and a stop function. It stays nil
+// until the serve wiring (core, httpapi, perf) lands; bench then refuses to
+// run without --target instead of measuring something else.
+var startInProcessServer func() (url string, stop func(), err error)
+
+const benchUsage = `usage: kvselect bench [flags]
+
+Drives a selector with the selection API's calls and reports throughput and
+latency, optionally as ratios to a no-op fasthttp server measured in the same
+run with the same client and bodies (--baseline noop).
+
+`
+
+// runBench is `kvselect bench`: parse flags, build a bench.Config, run, print
+// the table, write --json. Exit codes: 0 done, 1 reservations leaked, 2 the
+// run could not be made.
+func runBench(args []string) int {
+	return benchMain(context.Background(), args, os.Stdout, os.Stderr)
+}
+
+func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg := bench.DefaultConfig()
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, benchUsage)
+		fs.PrintDefaults()
+	}
+	var (
+		mix       = fs.String("mix", cfg.Mix.String(), "calls per operation: select, reserve (select_and_reserve + DELETE) or lifecycle (select_and_reserve, prefill_complete, output_block x N, DELETE)")
+		jsonPath  = fs.String("json", "", "write the report as JSON to this file")
+		kvEvents  = fs.String("kv-events-endpoints", "", "comma-separated ZMQ endpoints; worker i registers endpoint i mod n as its rank-0 kv_events_endpoints (default: none sent)")
+		noBar     = fs.Bool("no-progress", false, "no progress bar even on a terminal")
+		serveNoop = fs.String("serve-noop", "", "instead of a run, serve the no-op baseline handler on this address until interrupted (to measure the client against a server in another process)")
+		synthetic = cfg.Synthetic
+	)
+	fs.StringVar(&cfg.Target, "target", "", "base URL of a running selector, e.g. http://127.0.0.1:8092 (default: start one in-process)")
+	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "client goroutines (closed loop) or the pool serving the schedule (open loop)")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: operations per second, latency from the intended send time (0: closed loop)")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured window")
+	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "warm-up before the measured window (not recorded)")
+	fs.IntVar(&cfg.OutputBlocks, "output-blocks", cfg.OutputBlocks, "output_block calls per lifecycle")
+	fs.StringVar(&cfg.Workload, "workload", cfg.Workload, "synthetic or trace:FILE (Mooncake JSONL)")
+	fs.IntVar(&synthetic.Prompts, "prompts", synthetic.Prompts, "synthetic workload: prompts generated (the run cycles over them)")
+	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the synthetic workload")
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "workers registered with POST /workers before the run (0: none)")
+	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "KV block size in tokens registered for the workers")
+	fs.IntVar(&cfg.TotalKVBlocks, "total-kv-blocks", 0, "total_kv_blocks registered per worker (0: omitted)")
+	fs.StringVar(&cfg.Baseline, "baseline", "", "noop: also drive an in-process no-op fasthttp server in the same run and report ratios")
+	fs.StringVar(&cfg.ProfileDir, "profile", "", "write cpu, heap, mutex and block profiles of the server's measured window (from /debug/pprof) into this directory")
+	fs.StringVar(&cfg.PprofURL, "pprof", "", "pprof base URL for --profile (default: TARGET/debug/pprof)")
+	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-call read and write timeout")
+	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", cfg.ReadyTimeout, "how long to wait for GET /ready after registration")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "kvselect bench: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if *serveNoop != "" {
+		return serveNoopUntilSignal(ctx, *serveNoop, stderr)
+	}
+	m, err := bench.ParseMix(*mix)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
+		return 2
+	}
+	cfg.Mix = m
+	cfg.Synthetic = synthetic
+	if *kvEvents != "" {
+		cfg.KVEventsEndpoints = strings.Split(*kvEvents, ",")
+	}
+	cfg.StartServer = startInProcessServer
+	if cfg.Target == "" && cfg.StartServer == nil {
+		fmt.Fprintln(stderr, "kvselect bench: an in-process kvselect server is not wired into this binary yet;\n"+
+			"start one yourself and pass --target http://HOST:PORT (nothing was measured)")
+		return 2
+	}
+	if f, ok := stdout.(*os.File); ok && !*noBar && bench.IsTerminal(f) {
+		cfg.Progress = f
+	}
+	cfg.Log = stderr
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	rep, err := bench.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
+		return 2
+	}
+	if err := rep.WriteTable(stdout); err != nil {
+		fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
+		return 2
+	}
+	if *jsonPath != "" {
+		if err := rep.WriteJSONFile(*jsonPath); err != nil {
+			fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
+			return 2
+		}
+	}
+	fmt.Fprintf(stderr, "kvselect bench: done in %.1f s\n", time.Since(start).Seconds())
+	switch {
+	case rep.LeakedReservations < 0:
+		fmt.Fprintln(stderr, "kvselect bench: FAIL: could not read GET /loads to check for leaked reservations")
+		return 1
+	case rep.LeakedReservations > 0:
+		fmt.Fprintf(stderr, "kvselect bench: FAIL: %d reservations left active after the run\n", rep.LeakedReservations)
+		return 1
+	}
+	return 0
+}
+
+// serveNoopUntilSignal is `kvselect bench --serve-noop ADDR`.
+func serveNoopUntilSignal(ctx context.Context, addr string, stderr io.Writer) int {
+	url, stop, err := bench.StartNoop(addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
+		return 2
+	}
+	fmt.Fprintf(stderr, "kvselect bench: no-op baseline serving at %s; interrupt to stop\n", url)
+	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	<-ctx.Done()
+	stop()
+	return 0
+}

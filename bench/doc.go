@@ -69,6 +69,55 @@
 // On a 2-core machine the client still takes CPU from a server on the same
 // machine; only the same-run ratio is portable.
 //
+// # Routing-quality simulation
+//
+// Simulate (`kvselect bench --simulate`) replays Config.Workload once per
+// policy of SimPolicies: kvselect (the selector at Config.Target or
+// StartServer chooses), round_robin and random (seeded by Config.Seed),
+// each over fresh engines (Config.Workers Engines of one rank, KV pools of
+// Config.Sim.CapacityBlocks blocks with LRU eviction), the same requests in
+// the same order.
+//
+// Time is virtual: a trace request arrives at its timestamp times
+// Sim.TimeScale, a synthetic one every 1/Sim.ArrivalRate seconds. The loop
+// (runSim) takes the requests in arrival order; before routing one it
+// reports the lifecycle events due by then; the chosen engine serves the
+// prompt at once (ServeTokens: the hit is its cached leading blocks, the
+// rest is stored and published), which gives the same cache history as
+// serving at prefill start, because each engine's prefills run in arrival
+// order. The timing model, per engine:
+//
+//   - prefill takes (ISL - hit blocks * block size) / Sim.PrefillTPS
+//     seconds, and an engine prefills one request at a time, first come
+//     first served: TTFT = queueing delay + prefill time;
+//   - decode takes OutputTokens / Sim.DecodeTPS seconds after the prefill,
+//     beside other requests' prefills and decodes (it costs the engine
+//     nothing; it only keeps the request active);
+//   - no memory pressure from running requests: the pool evicts only to
+//     store new blocks.
+//
+// The kvselect policy calls the selector for every request and reports
+// its lifecycle in virtual-time order: POST /select_and_reserve at arrival
+// (hash-only body), POST prefill_complete when its prefill ends, DELETE when
+// its decode ends. Synchronisation: every engine publishes one batch per
+// served prompt that was not entirely cached (its evictions, then its
+// stores), and before the next request is routed the simulation polls POST
+// /overlap_scores with the served prompt until the chosen worker's
+// device_blocks reaches the blocks the engine now holds of it (at most
+// Sim.SyncTimeout; a timeout is counted, and the first one aborts, as a
+// selector that ingests no KV events). The selector applies a worker's
+// events in order, so the selector scores every request on exactly the
+// engines' pools, and the report checks it: overlap_mismatches counts
+// selections whose overlap.gpu differs from the engine's hit. Wall time
+// therefore depends on the selector's KV-event latency, virtual time does
+// not.
+//
+// Per policy the report gives hit_rate (prompt blocks already cached on the
+// chosen engine / prompt blocks, from the engines' own counts), TTFT
+// p50/p99/mean, requests per worker (max/mean) and the coefficient of
+// variation of the prefilled tokens per worker. round_robin and random are
+// deterministic; kvselect is as deterministic as the selector's tie-breaks.
+//
 // # Simulated engines
 //
 // The package also holds the simulated engine used by `kvselect mocker`,

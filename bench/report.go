@@ -130,7 +130,11 @@ func (rep *Report) setRatios() {
 
 // WriteJSONFile writes the report as indented JSON.
 func (rep *Report) WriteJSONFile(path string) error {
-	b, err := json.MarshalIndent(rep, "", "  ")
+	return writeJSONFile(path, rep)
+}
+
+func writeJSONFile(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ type workerRequest struct {
 	DPSize            int               `json:"data_parallel_size"`
 	TotalKVBlocks     int               `json:"total_kv_blocks,omitempty"`
 	KVEventsEndpoints map[string]string `json:"kv_events_endpoints,omitempty"`
+	ReplayEndpoint    string            `json:"replay_endpoint,omitempty"`
 }
 
 // register upserts cfg.Workers workers (ids 1..Workers) and waits until GET

@@ -33,6 +33,13 @@ type Prompt struct {
 	// for trace prompts, Turn 0 is a conversation's first turn); Index is the
 	// record's position for trace prompts.
 	Family, Conversation, Turn, Index int
+	// Tokens (synthetic prompts) or TraceIDs (trace prompts, the record's
+	// hash_ids) are the prompt's content, from which AppendTokens rebuilds
+	// the tokens of its full blocks for a simulated engine; read-only.
+	Tokens   []uint32
+	TraceIDs []uint64
+	// TimestampMs is a trace prompt's arrival from the trace start.
+	TimestampMs int64
 	// Body is the JSON object `{"block_hashes":[...],"sequence_hashes":[...],
 	// "isl_tokens":N[,"expected_output_tokens":M]}` (signed 64-bit numbers,
 	// the bits of the u64 hashes). Body[1:] is spliced after a selection_id.
@@ -180,6 +187,7 @@ func Synthetic(cfg SyntheticConfig, blockSize int, seed int64) []Prompt {
 			// never change what this prompt sees.
 			Local:  c.local[:n:n],
 			Seq:    c.seq[:n:n],
+			Tokens: c.tokens[:len(c.tokens):len(c.tokens)],
 			Family: c.family, Conversation: c.id, Turn: c.turn, Index: len(out),
 		})
 		c.tokens = tokens(c.tokens, out[len(out)-1].OutputTokens)
@@ -281,9 +289,30 @@ func ExpandTrace(recs []TraceRecord, bs int) ([]Prompt, error) {
 			Local:        local,
 			Seq:          radix.SequenceHashes(make([]uint64, 0, n), local),
 			Family:       -1, Conversation: -1, Index: i,
+			TraceIDs:    rec.HashIDs,
+			TimestampMs: rec.Timestamp,
 		}
 	}
 	return out, nil
+}
+
+// AppendTokens appends to dst the tokens of p's full blocks at block size bs
+// (the size p was built with): len(p.Local)*bs tokens whose local hashes
+// are p.Local, what a simulated engine must be served so that its KV events
+// and the selector's index agree with the prompt's hashes.
+func (p *Prompt) AppendTokens(dst []uint32, bs int) []uint32 {
+	n := len(p.Local)
+	if p.TraceIDs == nil {
+		if len(p.Tokens) < n*bs {
+			panic("BUG: bench: AppendTokens on a prompt without its tokens")
+		}
+		return append(dst, p.Tokens[:n*bs]...)
+	}
+	k := MooncakeBlockTokens / bs
+	for b := range n {
+		dst = TraceBlockTokens(dst, p.TraceIDs[b/k], b%k, bs)
+	}
+	return dst
 }
 
 // TraceBlockTokens appends to dst the bs tokens of sub-block j of trace hash

@@ -27,6 +27,12 @@ Drives a selector with the selection API's calls and reports throughput and
 latency, optionally as ratios to a no-op fasthttp server measured in the same
 run with the same client and bodies (--baseline noop).
 
+With --simulate it measures routing quality instead: the workload (e.g.
+--workload trace:mooncake_trace_1000.jsonl) is replayed in virtual time
+through simulated engines whose KV events reach the selector over ZMQ, routed
+by kvselect, round-robin and random in turn, and the report gives each
+policy's KV hit rate, simulated TTFT p50/p99 and load balance.
+
 `
 
 // runBench is `kvselect bench`: parse flags, build a bench.Config, run, print
@@ -51,23 +57,30 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		noBar     = fs.Bool("no-progress", false, "no progress bar even on a terminal")
 		serveNoop = fs.String("serve-noop", "", "instead of a run, serve the no-op baseline handler on this address until interrupted (to measure the client against a server in another process)")
 		synthetic = cfg.Synthetic
+		simulate  = fs.Bool("simulate", false, "routing quality instead of load: replay the workload in virtual time through simulated engines (LRU KV pools publishing real ZMQ KV events) routed by kvselect, round-robin and random, and report KV hit rate, simulated TTFT and load balance per policy")
+		sim       = cfg.Sim
 	)
 	fs.StringVar(&cfg.Target, "target", "", "base URL of a running selector, e.g. http://127.0.0.1:8092 (default: start one in-process)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "client goroutines (closed loop) or the pool serving the schedule (open loop)")
-	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: operations per second, latency from the intended send time (0: closed loop)")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: operations per second, latency from the intended send time (0: closed loop); with --simulate: arrivals per second of the synthetic workload (default 10)")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured window")
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "warm-up before the measured window (not recorded)")
 	fs.IntVar(&cfg.OutputBlocks, "output-blocks", cfg.OutputBlocks, "output_block calls per lifecycle")
 	fs.StringVar(&cfg.Workload, "workload", cfg.Workload, "synthetic or trace:FILE (Mooncake JSONL)")
 	fs.IntVar(&synthetic.Prompts, "prompts", synthetic.Prompts, "synthetic workload: prompts generated (the run cycles over them)")
-	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the synthetic workload")
+	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the synthetic workload and of --simulate's random policy")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "workers registered with POST /workers before the run (0: none)")
-	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "KV block size in tokens registered for the workers")
+	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "KV block size in tokens registered for the workers (--simulate: default 64)")
 	fs.IntVar(&cfg.TotalKVBlocks, "total-kv-blocks", 0, "total_kv_blocks registered per worker (0: omitted)")
 	fs.StringVar(&cfg.Baseline, "baseline", "", "noop: also drive an in-process no-op fasthttp server in the same run and report ratios")
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "write cpu, heap, mutex and block profiles of the server's measured window (from /debug/pprof) into this directory")
 	fs.StringVar(&cfg.PprofURL, "pprof", "", "pprof base URL for --profile (default: TARGET/debug/pprof)")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-call read and write timeout")
+	fs.IntVar(&sim.CapacityBlocks, "capacity-blocks", sim.CapacityBlocks, "--simulate: KV pool of each engine in blocks")
+	fs.Float64Var(&sim.PrefillTPS, "prefill-tps", sim.PrefillTPS, "--simulate: an engine's prefill speed in tokens/s (prefills run one at a time per engine)")
+	fs.Float64Var(&sim.DecodeTPS, "decode-tps", sim.DecodeTPS, "--simulate: one request's decode speed in tokens/s")
+	fs.Float64Var(&sim.TimeScale, "time-scale", sim.TimeScale, "--simulate: multiply the trace's timestamps by this (0.5 replays it twice as fast)")
+	fs.DurationVar(&sim.SyncTimeout, "sync-timeout", sim.SyncTimeout, "--simulate: how long to wait for the selector to apply one KV event batch")
 	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", cfg.ReadyTimeout, "how long to wait for GET /ready after registration")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -89,6 +102,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	cfg.Mix = m
 	cfg.Synthetic = synthetic
+	cfg.Sim = sim
 	if *kvEvents != "" {
 		cfg.KVEventsEndpoints = strings.Split(*kvEvents, ",")
 	}
@@ -105,6 +119,17 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *simulate {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["block-size"] {
+			cfg.BlockSize = simBlockSize
+		}
+		if set["rate"] {
+			cfg.Sim.ArrivalRate, cfg.Rate = cfg.Rate, 0
+		}
+		return simulateMain(ctx, cfg, *jsonPath, stdout, stderr)
+	}
 	start := time.Now()
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {
@@ -128,6 +153,38 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 1
 	case rep.LeakedReservations > 0:
 		fmt.Fprintf(stderr, "kvselect bench: FAIL: %d reservations left active after the run\n", rep.LeakedReservations)
+		return 1
+	}
+	return 0
+}
+
+// simBlockSize is --simulate's default block size: 64-token blocks keep a
+// Mooncake prompt (mean 9,792 tokens) at about 150 blocks, so the engines'
+// KV events and the selector's index stay small while a 512-token trace
+// block still spans 8 blocks.
+const simBlockSize = 64
+
+// simulateMain is `kvselect bench --simulate`. Exit codes: 0 done, 1 the
+// kvselect policy left reservations, failed calls or unapplied batches, 2
+// the run could not be made.
+func simulateMain(ctx context.Context, cfg bench.Config, jsonPath string, stdout, stderr io.Writer) int {
+	rep, err := bench.Simulate(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
+		return 2
+	}
+	if err := rep.WriteTable(stdout); err != nil {
+		fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
+		return 2
+	}
+	if jsonPath != "" {
+		if err := rep.WriteJSONFile(jsonPath); err != nil {
+			fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
+			return 2
+		}
+	}
+	if k := rep.Policies[bench.PolicyKVSelect]; k != nil && (k.LeakedReservations != 0 || len(k.Errors) > 0 || k.SyncTimeouts > 0) {
+		fmt.Fprintln(stderr, "kvselect bench: FAIL: the kvselect policy leaked reservations, had failed calls or unapplied KV event batches (see the report)")
 		return 1
 	}
 	return 0

@@ -1,6 +1,6 @@
 module github.com/kvselect/kvselect
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/puzpuzpuz/xsync/v3 v3.5.1
@@ -9,5 +9,5 @@ require (
 
 require (
 	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
-	golang.org/x/sys v0.30.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
 )

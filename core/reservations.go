@@ -15,6 +15,9 @@ import (
 // the booking of a selection id. A row is claimed (installed false) before
 // booking and installed after; lifecycle calls see only installed rows.
 type reservation struct {
+	// id is the row's own copy of the selection id (the map key): dropRow
+	// passes it to Compute, which stores the key it is given.
+	id        string
 	p         *partition
 	installed atomic.Bool
 }
@@ -36,8 +39,8 @@ type booking struct {
 // book claims b.id, books it on the tracker, installs the row and publishes
 // the admission to replica peers. On failure the claim is released.
 func (s *Service) book(b *booking) error {
-	row := &reservation{p: b.p}
 	id := strings.Clone(b.id)
+	row := &reservation{id: id, p: b.p}
 	if _, loaded := s.claims.LoadOrStore(id, row); loaded {
 		s.stats.bookConflict.Add(1)
 		return errorf(ErrConflict, "selection %s is already reserved or being reserved", b.id)
@@ -48,7 +51,7 @@ func (s *Service) book(b *booking) error {
 	}
 	err := b.p.tracker.Book(&sched.Booking{RequestID: id, Worker: b.worker, SequenceHashes: b.seq, PrefillTokens: prefill, AssumeKVReuse: b.reuse}, s.clock())
 	if err != nil {
-		s.dropRow(id, row)
+		s.dropRow(row)
 		switch {
 		case errors.Is(err, sched.ErrDuplicateRequest):
 			s.stats.bookConflict.Add(1)
@@ -81,10 +84,13 @@ func (s *Service) book(b *booking) error {
 	return nil
 }
 
-// dropRow removes id's row if it is still row (a newer claim survives).
-func (s *Service) dropRow(id string, row *reservation) {
-	s.claims.Compute(id, func(old *reservation, loaded bool) (*reservation, bool) {
-		return old, loaded && old == row
+// dropRow removes row from the index if it is still the row of its id (a
+// newer claim survives). Compute is given the row's own key: xsync stores
+// the key it is passed when it keeps an entry, so a caller's string (which
+// may alias a request buffer) must never reach it.
+func (s *Service) dropRow(row *reservation) {
+	s.claims.Compute(row.id, func(old *reservation, loaded bool) (*reservation, bool) {
+		return old, !loaded || old == row
 	})
 }
 
@@ -240,7 +246,7 @@ func (s *Service) PrefillComplete(id string) error {
 	}
 	w, ok := r.p.tracker.Lookup(id)
 	if !ok || !r.p.tracker.PrefillComplete(id) {
-		s.dropRow(id, r)
+		s.dropRow(r)
 		s.stats.lifecycle404.Add(1)
 		return errorf(ErrNotFound, "reservation %s not found", id)
 	}
@@ -268,7 +274,7 @@ func (s *Service) OutputBlock(id string, decayFraction *float64) error {
 	}
 	if err := r.p.tracker.OutputBlock(id, decayFraction); err != nil {
 		if errors.Is(err, sched.ErrRequestNotFound) {
-			s.dropRow(id, r)
+			s.dropRow(r)
 			s.stats.lifecycle404.Add(1)
 			return errorf(ErrNotFound, "reservation %s not found", id)
 		}
@@ -287,7 +293,7 @@ func (s *Service) Free(id string) error {
 	}
 	w, _ := r.p.tracker.Lookup(id)
 	ok := r.p.tracker.Free(id)
-	s.dropRow(id, r)
+	s.dropRow(r)
 	if !ok {
 		s.stats.lifecycle404.Add(1)
 		return errorf(ErrNotFound, "reservation %s not found", id)

@@ -123,7 +123,7 @@ func (s *Service) Sweep(now time.Time) int {
 	s.claims.Range(func(id string, r *reservation) bool {
 		if r.installed.Load() {
 			if _, ok := r.p.tracker.Lookup(id); !ok {
-				s.dropRow(id, r)
+				s.dropRow(r)
 			}
 		}
 		return true

@@ -364,10 +364,10 @@ func TestHashPathValidation(t *testing.T) {
 	h := start(t)
 	h.worker(1, "")
 	for body, msg := range map[string]string{
-		`{"model_name":"m","sequence_hashes":[1],"isl_tokens":4}`:                     "block_hashes is required without token_ids",
-		`{"model_name":"m","block_hashes":[1],"isl_tokens":4}`:                        "sequence_hashes is required without token_ids",
-		`{"model_name":"m","block_hashes":[1],"sequence_hashes":[1]}`:                 "isl_tokens is required without token_ids",
-		`{"model_name":"m","block_hashes":[1],"sequence_hashes":[1],"isl_tokens":0}`:  "isl_tokens must be greater than 0",
+		`{"model_name":"m","sequence_hashes":[1],"isl_tokens":4}`:                      "block_hashes is required without token_ids",
+		`{"model_name":"m","block_hashes":[1],"isl_tokens":4}`:                         "sequence_hashes is required without token_ids",
+		`{"model_name":"m","block_hashes":[1],"sequence_hashes":[1]}`:                  "isl_tokens is required without token_ids",
+		`{"model_name":"m","block_hashes":[1],"sequence_hashes":[1],"isl_tokens":0}`:   "isl_tokens must be greater than 0",
 		`{"model_name":"m","block_hashes":[1,2],"sequence_hashes":[1],"isl_tokens":4}`: "block_hashes length 2 must match sequence_hashes length 1",
 	} {
 		h.want(h.do("POST", "/select", body), 400, msg)

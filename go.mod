@@ -4,13 +4,13 @@ go 1.26.0
 
 require (
 	github.com/VictoriaMetrics/metrics v1.45.0
+	github.com/goccy/go-json v0.12.0
 	github.com/puzpuzpuz/xsync/v3 v3.5.1
 	github.com/valyala/fasthttp v1.78.0
 	github.com/zeebo/xxh3 v1.1.0
 )
 
 require (
-	github.com/goccy/go-json v0.12.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
 	github.com/molecule-man/go-brrr v1.3.1 // indirect

@@ -14,7 +14,6 @@ import (
 	json "github.com/goccy/go-json"
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/perf"
-	"github.com/kvselect/kvselect/radix"
 	"github.com/valyala/fasthttp"
 )
 
@@ -591,7 +590,7 @@ func (s *Server) handleDump(ctx *fasthttp.RequestCtx) {
 			if j > 0 {
 				dst = append(dst, ',')
 			}
-			dst = radix.AppendEventJSON(dst, &d.Events[j])
+			dst = core.AppendEventJSON(dst, &d.Events[j])
 		}
 		dst = append(dst, "]}"...)
 	}
@@ -722,9 +721,9 @@ func (s *Server) writeStats(w io.Writer) {
 	perf.WriteCounter(w, `kvselect_kv_events_dropped_total`, st.EventsDropped)
 }
 
-var tierNames = func() (out [radix.NumTiers]string) {
+var tierNames = func() (out [core.NumTiers]string) {
 	for t := range out {
-		out[t] = perf.Label("kvselect_index_blocks", "tier", radix.Tier(t).String())
+		out[t] = perf.Label("kvselect_index_blocks", "tier", core.TierName(t))
 	}
 	return out
 }()

@@ -6,8 +6,6 @@ import (
 
 	json "github.com/goccy/go-json"
 	"github.com/kvselect/kvselect/core"
-	"github.com/kvselect/kvselect/radix"
-	"github.com/kvselect/kvselect/sched"
 )
 
 // selectReq is a pooled decoded selection body: the core request plus the
@@ -16,8 +14,8 @@ import (
 // strbuf and must not be kept (core copies what it keeps).
 type selectReq struct {
 	req      core.SelectRequest
-	override sched.Override
-	pin      radix.WorkerKey
+	override core.Override
+	pin      core.WorkerKey
 	prefs    map[string]float64
 	sc       scanner
 	out      core.Selection
@@ -71,7 +69,7 @@ func decodeSelect(body []byte, r *selectReq) error {
 		case "affinity_target":
 			var n bool
 			if n, err = s.null(); !n && err == nil {
-				var k radix.WorkerKey
+				var k core.WorkerKey
 				err = decodeWorkerRank(s, "affinity_target", &k, false)
 			}
 		case "allowed_worker_ids":
@@ -145,7 +143,7 @@ func decodePromptField(s *scanner, key []byte, p *core.Prompt) (handled bool, er
 
 // decodeOverride decodes router_config_override with go-json into ov (rare
 // path).
-func decodeOverride(s *scanner, ov *sched.Override) (*sched.Override, error) {
+func decodeOverride(s *scanner, ov *core.Override) (*core.Override, error) {
 	if n, err := s.null(); n || err != nil {
 		return nil, err
 	}
@@ -159,7 +157,7 @@ func decodeOverride(s *scanner, ov *sched.Override) (*sched.Override, error) {
 	if err != nil {
 		return nil, err
 	}
-	*ov = sched.Override{}
+	*ov = core.Override{}
 	if err := json.Unmarshal(raw, ov); err != nil {
 		return nil, &decodeError{422, dataPrefix + "router_config_override: " + err.Error()}
 	}
@@ -168,7 +166,7 @@ func decodeOverride(s *scanner, ov *sched.Override) (*sched.Override, error) {
 
 // decodeWorkerRank reads {worker_id, dp_rank}; dp_rank is required when
 // needRank.
-func decodeWorkerRank(s *scanner, field string, k *radix.WorkerKey, needRank bool) error {
+func decodeWorkerRank(s *scanner, field string, k *core.WorkerKey, needRank bool) error {
 	var hasID, hasRank bool
 	err := s.object("struct "+field, func(key []byte) error {
 		switch string(key) {
@@ -230,9 +228,9 @@ func decodeConstraints(s *scanner, r *selectReq) error {
 				return err
 			}
 			for t, w := range r.prefs {
-				q.PreferredTaints = append(q.PreferredTaints, sched.PreferredTaint{Taint: t, Weight: w})
+				q.PreferredTaints = append(q.PreferredTaints, core.PreferredTaint{Taint: t, Weight: w})
 			}
-			slices.SortFunc(q.PreferredTaints, func(a, b sched.PreferredTaint) int { return strings.Compare(a.Taint, b.Taint) })
+			slices.SortFunc(q.PreferredTaints, func(a, b core.PreferredTaint) int { return strings.Compare(a.Taint, b.Taint) })
 			return nil
 		}
 		return s.skip()
@@ -282,7 +280,7 @@ func decodeSessionContext(s *scanner) error {
 // reserveReq is a pooled decoded /reservations body.
 type reserveReq struct {
 	req      core.ReservationRequest
-	override sched.Override
+	override core.Override
 	track    bool
 	sc       scanner
 }

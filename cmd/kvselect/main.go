@@ -24,7 +24,9 @@ func run(args []string) int {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
-	case "serve", "bench", "mocker":
+	case "serve":
+		return serveMain(args)
+	case "bench", "mocker":
 		// Honest until the subsystems land: nothing pretends to serve.
 		fmt.Fprintf(os.Stderr, "kvselect %s: not built yet. Implemented so far: the KV prefix index (package radix) and\n"+
 			"the scheduler (package sched); run `make test` and `make bench` to exercise them.\n", cmd)

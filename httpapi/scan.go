@@ -389,9 +389,6 @@ func (s *scanner) uint(field string, max uint64, want string) (uint64, error) {
 		return 0, s.typeErr(field, "invalid type: floating point `"+string(lit)+"`, expected "+want)
 	}
 	if lit[0] == '-' {
-		if string(lit) == "-0" {
-			return 0, nil
-		}
 		return 0, s.typeErr(field, "invalid value: integer `"+string(lit)+"`, expected "+want)
 	}
 	var v uint64

@@ -65,6 +65,10 @@ type SelectRequest struct {
 func (r *SelectRequest) Reset() {
 	pr := r.Prompt
 	pr.Reset()
+	// Drop the strings (which may alias a request buffer) from the kept
+	// capacity too.
+	clear(r.RequiredTaints)
+	clear(r.PreferredTaints)
 	*r = SelectRequest{Prompt: pr, AllowedWorkerIDs: r.AllowedWorkerIDs[:0], RequiredTaints: r.RequiredTaints[:0], PreferredTaints: r.PreferredTaints[:0]}
 }
 
@@ -259,6 +263,15 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool) er
 	p, sn, err := s.readyPartition(model, group)
 	if err != nil {
 		return err
+	}
+	if book && req.HasSelectionID {
+		// Dynamo claims the id before scheduling: a claimed id is a 409
+		// whatever else is wrong. The claim itself comes after the pick
+		// (book); this check answers the common case early.
+		if _, claimed := s.claims.Load(req.SelectionID); claimed {
+			s.stats.bookConflict.Add(1)
+			return errorf(ErrConflict, "selection %s is already reserved or being reserved", req.SelectionID)
+		}
 	}
 	params, err := s.cfg.Sched.Resolve(req.Override)
 	if err != nil {

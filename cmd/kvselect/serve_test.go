@@ -174,3 +174,35 @@ func TestServeLifecycle(t *testing.T) {
 		t.Fatal("listener still open after shutdown")
 	}
 }
+
+// TestServeFinishesInFlight cancels while a 1 s CPU profile request is in
+// flight: the request still completes with 200 and serve exits 0.
+func TestServeFinishesInFlight(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	var logs syncBuf
+	done := make(chan int, 1)
+	go func() {
+		done <- serve(ctx, []string{"--host", "127.0.0.1", "--port", "0"}, envOf(nil), &logs, ready)
+	}()
+	addr := <-ready
+	got := make(chan int, 1)
+	go func() {
+		res, err := http.Get("http://" + addr + "/debug/pprof/profile?seconds=1")
+		if err != nil {
+			got <- -1
+			return
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		got <- res.StatusCode
+	}()
+	time.Sleep(200 * time.Millisecond) // let the request start: the only way to be in flight
+	cancel()
+	if code := <-got; code != 200 {
+		t.Fatalf("in-flight request: %d; logs: %s", code, logs.String())
+	}
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d: %s", code, logs.String())
+	}
+}

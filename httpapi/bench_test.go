@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -165,6 +166,41 @@ func BenchmarkHTTP(b *testing.B) {
 			}
 		})
 	}
+	// Parallel: 64 goroutines over 64 connections, no-op first, same run.
+	par := func(name, path string, body []byte, book bool) {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			var seq atomic.Int64
+			b.SetParallelism(32)
+			b.RunParallel(func(pb *testing.PB) {
+				req, res := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+				defer fasthttp.ReleaseRequest(req)
+				defer fasthttp.ReleaseResponse(res)
+				req.SetRequestURI("http://mem" + path)
+				req.Header.SetMethod("POST")
+				req.Header.SetContentType("application/json")
+				req.SetBodyRaw(body)
+				for pb.Next() {
+					if err := client.Do(req, res); err != nil {
+						b.Fatal(err)
+					}
+					if res.StatusCode() != 200 {
+						b.Fatalf("%d %s", res.StatusCode(), res.Body())
+					}
+					if book {
+						// generated id: free it to keep one live request per goroutine
+						id := res.Body()[len(`{"selection_id":"`):][:36]
+						_ = svc.Free(string(id))
+					}
+				}
+				seq.Add(1)
+			})
+		})
+	}
+	parBody := selectBody(128, "")
+	par("parallel/noop", "/noop", parBody, false)
+	par("parallel/select_and_reserve/256hashes", "/select_and_reserve", parBody, true)
+
 	for _, n := range []int{128, 256} {
 		bodies := make([][]byte, 1024)
 		ids := make([]string, 1024)

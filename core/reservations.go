@@ -75,7 +75,7 @@ func (s *Service) book(b *booking) error {
 	ev := ReplicaEvent{
 		Kind: ReplicaAdd, ModelName: b.p.model, RoutingGroup: b.p.group, BlockSize: b.p.snap.Load().blockSize,
 		RequestID: id, Worker: b.worker, LoraName: b.lora, SequenceHashes: b.seq,
-		TrackPrefillTokens: b.track, EffectivePrefillTokens: prefill,
+		TrackPrefillTokens: b.track, EffectivePrefillTokens: b.effective,
 	}
 	if b.hasExpected {
 		ev.ExpectedOutputTokens = &b.expected

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,17 +26,99 @@ type firstRand struct{}
 func (firstRand) IntN(int) int     { return 0 }
 func (firstRand) Float64() float64 { return 0 }
 
-// env is the state of one scenario: a service on a fake clock.
+// env is the state of one scenario: a service on a fake clock, with a
+// recording ingress and replica sink.
 type env struct {
-	t   *testing.T
-	now time.Time
-	s   *Service
-	cfg Config
+	t       *testing.T
+	now     time.Time
+	s       *Service
+	cfg     Config
+	ingress *recIngress
+	replica *recReplica
+}
+
+// recIngress records the Ingress calls and reports every synced rank as
+// live.
+type recIngress struct {
+	mu    sync.Mutex
+	log   []string
+	ranks map[uint64][]RankSource
+}
+
+func (r *recIngress) Sync(id uint64, bs int, ranks []RankSource, sink EventSink) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.log = append(r.log, fmt.Sprintf("sync worker=%d bs=%d ranks=%v sink=%s", id, bs, ranks, sinkName(sink)))
+	r.ranks[id] = slices.Clone(ranks)
+}
+
+func sinkName(s EventSink) string {
+	ps := s.(*partitionSink)
+	return ps.p.model + ":" + ps.p.group
+}
+
+func (r *recIngress) Detach(id uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.log = append(r.log, fmt.Sprintf("detach worker=%d", id))
+	delete(r.ranks, id)
+}
+
+func (r *recIngress) Status(id uint64, dst []RankStatus) []RankStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rs := range r.ranks[id] {
+		dst = append(dst, RankStatus{DPRank: rs.DPRank, Endpoint: rs.Endpoint, State: "live"})
+	}
+	return dst
+}
+
+func (r *recIngress) Close() error { return nil }
+
+func (r *recIngress) take() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := strings.Join(r.log, "\n")
+	r.log = nil
+	if out == "" {
+		return "(none)"
+	}
+	return out
+}
+
+// recReplica records the outbound replica events.
+type recReplica struct {
+	mu  sync.Mutex
+	log []string
+}
+
+func (r *recReplica) Publish(ev *ReplicaEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	line := fmt.Sprintf("%s %s:%s bs=%d id=%s worker=%s", [...]string{"?", "add", "prefill_completed", "free"}[ev.Kind], ev.ModelName, ev.RoutingGroup, ev.BlockSize, ev.RequestID, ev.Worker)
+	if ev.Kind == ReplicaAdd {
+		line += fmt.Sprintf(" seq=%v track=%t eff=%d", ev.SequenceHashes, ev.TrackPrefillTokens, ev.EffectivePrefillTokens)
+		if ev.ExpectedOutputTokens != nil {
+			line += fmt.Sprintf(" expected=%d", *ev.ExpectedOutputTokens)
+		}
+	}
+	r.log = append(r.log, line)
+}
+
+func (r *recReplica) take() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := strings.Join(r.log, "\n")
+	r.log = nil
+	if out == "" {
+		return "(none)"
+	}
+	return out
 }
 
 func newEnv(t *testing.T, cfg Config) *env {
-	e := &env{t: t, now: time.Unix(1_700_000_000, 0), cfg: cfg}
-	s, err := New(cfg, Options{Clock: func() time.Time { return e.now }, Rand: firstRand{}})
+	e := &env{t: t, now: time.Unix(1_700_000_000, 0), cfg: cfg, ingress: &recIngress{ranks: map[uint64][]RankSource{}}, replica: &recReplica{}}
+	s, err := New(cfg, Options{Clock: func() time.Time { return e.now }, Rand: firstRand{}, Ingress: e.ingress, Replica: e.replica})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,6 +359,10 @@ func (e *env) run(line string) string {
 			rk, _ := strconv.ParseUint(r, 10, 32)
 			req.PinnedWorker = &radix.WorkerKey{WorkerID: id, DPRank: uint32(rk)}
 		}
+		if v, ok := a["expected"]; ok {
+			n, _ := strconv.ParseUint(v, 10, 32)
+			req.ExpectedOutputTokens, req.HasExpectedOutputTokens = uint32(n), true
+		}
 		if v, ok := a["allowed"]; ok {
 			req.AllowedWorkerIDs, req.HasAllowedWorkerIDs = u64s(v), true
 		}
@@ -395,6 +482,16 @@ func (e *env) run(line string) string {
 	case "close":
 		s.Close()
 		return "closed"
+	case "ingress":
+		return e.ingress.take()
+	case "replica":
+		return e.replica.take()
+	case "listeners":
+		var b strings.Builder
+		for _, r := range s.ListWorkers("", "") {
+			fmt.Fprintf(&b, "%d: %v\n", r.WorkerID, r.Listeners)
+		}
+		return b.String()
 	}
 	e.t.Fatalf("unknown command %q", line)
 	return ""
@@ -413,5 +510,3 @@ func okOr(err error) string {
 	}
 	return "ok"
 }
-
-var _ = slices.Clone[[]int]

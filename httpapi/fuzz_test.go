@@ -221,22 +221,10 @@ var coldSeeds = []string{
 	`{"worker_id":1,"block_size":-1}`, `{"taints":null,"max_num_batched_tokens":18446744073709551615}`,
 }
 
-// coldDecode decodes body into a fresh value of each cold route's type with
-// decode and returns the values and errors.
-func coldDecode(body []byte, decode func([]byte, any) error) ([]any, []error) {
-	vals := []any{new(workerBody), new(core.WorkerPatch), new(outputBlockBody), new(peerBody)}
-	errs := make([]error, len(vals))
-	for i, v := range vals {
-		errs[i] = decode(body, v)
-	}
-	return vals, errs
-}
-
-// FuzzColdBodies is the differential test of go-json v0.12.0 against
-// encoding/json on the bodies of POST/PATCH /workers, /output_block and the
-// replica peer routes: both accept or both reject, and accepted values are
-// equal.
-func FuzzColdBodies(f *testing.F) {
+// fuzzCold is the differential test of go-json v0.12.0 against
+// encoding/json on one cold route's body type: both accept or both reject,
+// and accepted values are equal.
+func fuzzCold(f *testing.F, newV func() any) {
 	for _, s := range coldSeeds {
 		f.Add([]byte(s))
 	}
@@ -244,18 +232,32 @@ func FuzzColdBodies(f *testing.F) {
 		if !comparableInput(body) {
 			return
 		}
-		got, gerr := coldDecode(body, json.Unmarshal)
-		want, werr := coldDecode(body, stdjson.Unmarshal)
-		for i := range got {
-			if (gerr[i] == nil) != (werr[i] == nil) {
-				t.Fatalf("%q as %T: go-json %v, encoding/json %v", body, got[i], gerr[i], werr[i])
-			}
-			if gerr[i] == nil && !reflect.DeepEqual(got[i], want[i]) {
-				t.Fatalf("%q as %T: go-json %+v, encoding/json %+v", body, got[i], got[i], want[i])
-			}
+		got, want := newV(), newV()
+		gerr, werr := json.Unmarshal(body, got), stdjson.Unmarshal(body, want)
+		if (gerr == nil) != (werr == nil) {
+			t.Fatalf("%q as %T: go-json %v, encoding/json %v", body, got, gerr, werr)
+		}
+		if gerr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q as %T: go-json %+v, encoding/json %+v", body, got, got, want)
+		}
+		// And the handler's classification: never a 400 for valid JSON.
+		if err := decodeJSON(body, newV()); err != nil && stdjson.Valid(body) && err.(*decodeError).status == 400 {
+			t.Fatalf("%q: valid JSON reported as a syntax error: %v", body, err)
 		}
 	})
 }
+
+// FuzzWorkerBody: POST /workers.
+func FuzzWorkerBody(f *testing.F) { fuzzCold(f, func() any { return new(workerBody) }) }
+
+// FuzzWorkerPatchBody: PATCH /workers/{id}.
+func FuzzWorkerPatchBody(f *testing.F) { fuzzCold(f, func() any { return new(core.WorkerPatch) }) }
+
+// FuzzOutputBlockBody: POST /reservations/{id}/output_block.
+func FuzzOutputBlockBody(f *testing.F) { fuzzCold(f, func() any { return new(outputBlockBody) }) }
+
+// FuzzPeerBody: POST /replica_sync/register_peer and deregister_peer.
+func FuzzPeerBody(f *testing.F) { fuzzCold(f, func() any { return new(peerBody) }) }
 
 // TestEncodeDifferential compares go-json's encoding of the cold responses
 // with encoding/json's, and the hand encoder of SelectResponse with

@@ -9,7 +9,7 @@
 // # kvselect serve
 //
 // Flags keep the names and defaults of `python -m dynamo.select_service`
-// (--port 8092, --threads 4, --indexer-peers, --replica-sync-port,
+// (--port 8092, --threads 4 (index shards, only when given), --indexer-peers, --replica-sync-port,
 // --replica-sync-peers, --selection-cache-ttl-secs 120,
 // --selection-cache-max-entries 4096, --selection-cache-max-bytes 268435456,
 // --session-affinity-ttl-secs, --router-assume-kv-reuse /

@@ -42,7 +42,7 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	fs.SetOutput(stderr)
 	port := fs.Uint("port", 8092, "HTTP port")
 	fs.StringVar(&o.host, "host", "0.0.0.0", "HTTP bind address")
-	threads := fs.Int("threads", 4, "indexer threads: the number of KV index shards per partition (1 = single-threaded)")
+	threads := fs.Int("threads", 4, "indexer threads: when given, the number of KV index shards per partition (1 = single-threaded); by default the index sizes itself from GOMAXPROCS")
 	indexerPeers := fs.String("indexer-peers", "", "comma-separated HTTP base URLs of selectors/indexers to recover the KV index from at start-up (GET {url}/dump)")
 	replicaPort := fs.Int("replica-sync-port", 0, "ZMQ PUB port of the replica-sync mesh (must be > 0 when set)")
 	replicaPeers := fs.String("replica-sync-peers", "", "comma-separated ZMQ endpoints of replica-sync peers; requires --replica-sync-port")
@@ -76,7 +76,13 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	if *threads < 1 || *threads > 1024 {
 		return nil, fmt.Errorf("--threads must be in [1, 1024], got %d", *threads)
 	}
-	o.core.IndexShards = *threads
+	// Dynamo's 4 indexer threads have no equivalent: KV events are applied
+	// by zmqin's writers and matches walk every shard, so more shards than
+	// radix.DefaultShards only slow matches down on a small machine. The
+	// flag is honoured only when given.
+	if set["threads"] {
+		o.core.IndexShards = *threads
+	}
 	if math.IsNaN(*ttl) || *ttl <= 0 || *ttl > 1e9 {
 		return nil, fmt.Errorf("--selection-cache-ttl-secs must be > 0, got %v", *ttl)
 	}

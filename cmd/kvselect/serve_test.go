@@ -20,7 +20,7 @@ func TestParseServeDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.port != 8092 || o.host != "0.0.0.0" || o.core.IndexShards != 4 {
+	if o.port != 8092 || o.host != "0.0.0.0" || o.core.IndexShards != 0 {
 		t.Fatalf("defaults: %+v", o)
 	}
 	if o.core.SelectionCacheTTL != 120*time.Second || o.core.SelectionCacheMaxEntries != 4096 || o.core.SelectionCacheMaxBytes != 268435456 {
@@ -33,12 +33,12 @@ func TestParseServeDefaults(t *testing.T) {
 
 func TestParseServeFlags(t *testing.T) {
 	o, err := parseServe([]string{"--port", "9000", "--host=127.0.0.1", "--selection-cache-ttl-secs", "2.5",
-		"--selection-cache-max-entries", "10", "--selection-cache-max-bytes", "1000", "--no-router-assume-kv-reuse"}, envOf(nil), io.Discard)
+		"--selection-cache-max-entries", "10", "--selection-cache-max-bytes", "1000", "--no-router-assume-kv-reuse", "--threads", "2"}, envOf(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.port != 9000 || o.host != "127.0.0.1" || o.core.SelectionCacheTTL != 2500*time.Millisecond ||
-		o.core.SelectionCacheMaxEntries != 10 || o.core.SelectionCacheMaxBytes != 1000 || o.core.Sched.AssumeKVReuse {
+		o.core.SelectionCacheMaxEntries != 10 || o.core.SelectionCacheMaxBytes != 1000 || o.core.Sched.AssumeKVReuse || o.core.IndexShards != 2 {
 		t.Fatalf("%+v", o)
 	}
 	// The flag overrides the environment.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -444,4 +445,48 @@ func TestMetricsAndPprof(t *testing.T) {
 	h.want(h.do("GET", "/debug/pprof/profile?seconds=1", ""), 200)
 	off := start(t, func(_ *core.Config, hc *httpapi.Config) { hc.Pprof = false })
 	off.want(off.do("GET", "/debug/pprof/heap", ""), 404, "route not found")
+}
+
+// fakePeers is an in-memory peer manager.
+type fakePeers struct{ set map[string]bool }
+
+func (p *fakePeers) Register(ep string) (bool, error) {
+	if !strings.HasPrefix(ep, "tcp://") {
+		return false, &core.Error{Class: core.ErrBadRequest, Msg: "invalid replica peer endpoint " + ep}
+	}
+	if p.set[ep] {
+		return false, nil
+	}
+	p.set[ep] = true
+	return true, nil
+}
+
+func (p *fakePeers) Deregister(ep string) error {
+	if !p.set[ep] {
+		return &core.Error{Class: core.ErrNotFound, Msg: "peer not found"}
+	}
+	delete(p.set, ep)
+	return nil
+}
+
+func (p *fakePeers) List() []string {
+	var out []string
+	for ep := range p.set {
+		out = append(out, ep)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestReplicaSyncRoutesEnabled(t *testing.T) {
+	h := start(t, func(_ *core.Config, hc *httpapi.Config) { hc.Peers = &fakePeers{set: map[string]bool{}} })
+	h.want(h.do("POST", "/replica_sync/register_peer", `{"endpoint":"tcp://b:9092"}`), 201, `{"status":"ok"}`)
+	h.want(h.do("POST", "/replica_sync/register_peer", `{"endpoint":"tcp://b:9092"}`), 200, `{"status":"ok"}`)
+	h.want(h.do("POST", "/replica_sync/register_peer", `{"endpoint":"tcp://a:9092"}`), 201)
+	h.want(h.do("POST", "/replica_sync/register_peer", `{"endpoint":"b:9092"}`), 400, "invalid replica peer endpoint")
+	if r := h.do("GET", "/replica_sync/peers", ""); r.raw != `["tcp://a:9092","tcp://b:9092"]` {
+		t.Fatalf("peers %s", r.raw)
+	}
+	h.want(h.do("POST", "/replica_sync/deregister_peer", `{"endpoint":"tcp://b:9092"}`), 200, `{"status":"ok"}`)
+	h.want(h.do("POST", "/replica_sync/deregister_peer", `{"endpoint":"tcp://b:9092"}`), 404, `{"error":"peer not found"}`)
 }

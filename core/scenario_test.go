@@ -288,7 +288,7 @@ func jsonLine(v any) string {
 func fmtSelection(o *Selection) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "worker=%d/%d endpoint=%s bs=%d", o.WorkerID, o.DPRank, o.Endpoint, o.BlockSize)
-	if o.SelectionID != "" {
+	if o.HasSelectionID {
 		fmt.Fprintf(&b, " id=%s", o.SelectionID)
 	}
 	fmt.Fprintf(&b, " overlap={longest=%d gpu=%d cpu=%d disk=%d dp=%v}", o.Overlap.LongestMatched, o.Overlap.GPU, o.Overlap.CPU, o.Overlap.Disk, o.Overlap.DP)

@@ -101,7 +101,8 @@ type WorkerLoadInfo struct {
 // service-owned immutable strings, so encode it before the request's
 // buffers are reused.
 type Selection struct {
-	SelectionID string // empty: omitted
+	SelectionID    string
+	HasSelectionID bool // false: selection_id omitted
 	// Booked: select_and_reserve; SequenceHashes, ISLTokens and
 	// TrackPrefillTokens are reported only then.
 	Booked             bool
@@ -326,7 +327,7 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool) er
 		wl.PrefillBusy, wl.PrefillBusyKnown = sched.PrefillBusy(ap, v.maxBatched, s.cfg.Sched.PrefillBusyThreshold)
 	}
 	if req.HasSelectionID {
-		out.SelectionID = req.SelectionID
+		out.SelectionID, out.HasSelectionID = req.SelectionID, true
 	}
 	if !book {
 		if req.HasSelectionID {
@@ -352,7 +353,7 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool) er
 	if !req.HasSelectionID {
 		id = newUUID()
 	}
-	out.SelectionID = id
+	out.SelectionID, out.HasSelectionID = id, true
 	bk := booking{
 		p: p, id: id, worker: c.Worker, seq: seq, effective: out.EffectivePrefillTokens,
 		track: params.TrackPrefillTokens, reuse: params.AssumeKVReuse, lora: req.LoraName,

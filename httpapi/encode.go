@@ -12,7 +12,7 @@ import (
 // Allocation-free when dst has room.
 func appendSelection(dst []byte, o *core.Selection) []byte {
 	dst = append(dst, '{')
-	if o.SelectionID != "" {
+	if o.HasSelectionID {
 		dst = append(dst, `"selection_id":`...)
 		dst = appendString(dst, o.SelectionID)
 		dst = append(dst, ',')

@@ -282,7 +282,7 @@ func TestEncodeDifferential(t *testing.T) {
 			t.Errorf("go-json %s\nencoding/json %s", g, s)
 		}
 	}
-	o := core.Selection{SelectionID: "id\"\\\x00é", Booked: true, SequenceHashes: []uint64{1, 1 << 63}, ISLTokens: 5, ModelName: "m", RoutingGroup: "g",
+	o := core.Selection{SelectionID: "id\"\\\x00é", HasSelectionID: true, Booked: true, SequenceHashes: []uint64{1, 1 << 63}, ISLTokens: 5, ModelName: "m", RoutingGroup: "g",
 		WorkerID: 1 << 63, DPRank: 3, Endpoint: "e", BlockSize: 16, Overlap: core.Overlap{LongestMatched: 3, DP: []core.RankTokens{{DPRank: 3, Tokens: 16}}},
 		DecodeBusyKnown: true, HasWorkerLoad: true, WorkerLoad: core.WorkerLoadInfo{PrefillBusyKnown: true}}
 	var back map[string]any

@@ -8,9 +8,10 @@ import (
 )
 
 // appendSelection appends the SelectResponse JSON of o (field order as the
-// reference serialises it). Hashes are signed 64-bit numbers.
-// Allocation-free when dst has room.
-func appendSelection(dst []byte, o *core.Selection) []byte {
+// reference serialises it). Hashes are signed 64-bit numbers; rawSeq, when
+// non-nil, is the already-validated JSON array to emit as sequence_hashes
+// (see selectReq.echoSeq). Allocation-free when dst has room.
+func appendSelection(dst []byte, o *core.Selection, rawSeq []byte) []byte {
 	dst = append(dst, '{')
 	if o.HasSelectionID {
 		dst = append(dst, `"selection_id":`...)
@@ -18,14 +19,20 @@ func appendSelection(dst []byte, o *core.Selection) []byte {
 		dst = append(dst, ',')
 	}
 	if o.Booked {
-		dst = append(dst, `"sequence_hashes":[`...)
-		for i, h := range o.SequenceHashes {
-			if i > 0 {
-				dst = append(dst, ',')
+		dst = append(dst, `"sequence_hashes":`...)
+		if rawSeq != nil {
+			dst = append(dst, rawSeq...)
+		} else {
+			dst = append(dst, '[')
+			for i, h := range o.SequenceHashes {
+				if i > 0 {
+					dst = append(dst, ',')
+				}
+				dst = strconv.AppendInt(dst, int64(h), 10)
 			}
-			dst = strconv.AppendInt(dst, int64(h), 10)
+			dst = append(dst, ']')
 		}
-		dst = append(dst, `],"isl_tokens":`...)
+		dst = append(dst, `,"isl_tokens":`...)
 		dst = strconv.AppendInt(dst, o.ISLTokens, 10)
 		dst = append(dst, `,"track_prefill_tokens":`...)
 		dst = strconv.AppendBool(dst, o.TrackPrefillTokens)

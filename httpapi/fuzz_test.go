@@ -286,8 +286,8 @@ func TestEncodeDifferential(t *testing.T) {
 		WorkerID: 1 << 63, DPRank: 3, Endpoint: "e", BlockSize: 16, Overlap: core.Overlap{LongestMatched: 3, DP: []core.RankTokens{{DPRank: 3, Tokens: 16}}},
 		DecodeBusyKnown: true, HasWorkerLoad: true, WorkerLoad: core.WorkerLoadInfo{PrefillBusyKnown: true}}
 	var back map[string]any
-	if err := stdjson.Unmarshal(appendSelection(nil, &o), &back); err != nil {
-		t.Fatalf("%s: %v", appendSelection(nil, &o), err)
+	if err := stdjson.Unmarshal(appendSelection(nil, &o, nil), &back); err != nil {
+		t.Fatalf("%s: %v", appendSelection(nil, &o, nil), err)
 	}
 	if back["selection_id"] != o.SelectionID || back["sequence_hashes"].([]any)[1].(float64) != -9.223372036854775808e18 {
 		t.Fatalf("round trip: %v", back)

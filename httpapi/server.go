@@ -419,7 +419,7 @@ func (s *Server) handleSelect(ctx *fasthttp.RequestCtx, book bool) {
 		return
 	}
 	bp := s.bufPool.Get().(*[]byte)
-	*bp = appendSelection((*bp)[:0], &r.out)
+	*bp = appendSelection((*bp)[:0], &r.out, r.echoSeq())
 	s.writeRaw(ctx, 200, *bp)
 	s.bufPool.Put(bp)
 }
@@ -430,6 +430,7 @@ func (s *Server) releaseSelect(r *selectReq) {
 	r.req.Reset()
 	r.out.Reset()
 	r.sc = scanner{strbuf: r.sc.strbuf[:0]}
+	r.rawSeq = nil
 	s.selectPool.Put(r)
 }
 

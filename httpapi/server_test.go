@@ -512,3 +512,27 @@ func TestReplicaSyncRoutesEnabled(t *testing.T) {
 	h.want(h.do("POST", "/replica_sync/deregister_peer", `{"endpoint":"tcp://b:9092"}`), 200, `{"status":"ok"}`)
 	h.want(h.do("POST", "/replica_sync/deregister_peer", `{"endpoint":"tcp://b:9092"}`), 404, `{"error":"peer not found"}`)
 }
+
+// TestBookingSequenceHashes: the booking response reports the booked
+// tracking hashes as i64, whether echoed from the body (hash path) or
+// formatted (tokens, negative zero).
+func TestBookingSequenceHashes(t *testing.T) {
+	h := start(t)
+	h.worker(1, "")
+	for i, tc := range []struct{ seq, want string }{
+		{`[ -5 ,7,  -9223372036854775808 ]`, "-5 7 -9223372036854775808"},
+		{`[1,-0,2]`, "1 0 2"},
+		{`[]`, ""},
+	} {
+		body := fmt.Sprintf(`{"selection_id":"h%d","model_name":"m","block_hashes":%s,"sequence_hashes":%s,"isl_tokens":16}`, i, tc.seq, tc.seq)
+		r := h.do("POST", "/select_and_reserve", body)
+		h.want(r, 200)
+		var got []string
+		for _, v := range r.obj()["sequence_hashes"].([]any) {
+			got = append(got, v.(json.Number).String())
+		}
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("%s: got %v (%s)", tc.seq, got, r.raw)
+		}
+	}
+}

@@ -263,7 +263,6 @@ func TestSelectAndReserveAllocs(t *testing.T) {
 	if sel > 2 {
 		t.Errorf("select allocates %.1f times per request, want <= 2", sel)
 	}
-	_ = time.Now
 }
 
 // BenchmarkDecodeSelectPaired alternates the scanner and go-json on every

@@ -15,8 +15,12 @@ import (
 // its own buffer and makes every decoded string a copy, and a custom
 // UnmarshalJSON (needed to tell an absent array from an empty one while
 // reusing a pooled slice) costs one more copy and allocation per field.
-// BenchmarkDecodeSelect measures both on the 256-hash body (numbers in
-// README of this package's doc.go).
+// Measured on the 128+128-hash body (5.3 KB) with
+// BenchmarkDecodeSelectPaired, which alternates both decoders in one loop
+// on this shared 2-core machine: go-json 16.6-20.8 µs and 3 allocs, the
+// scanner 11.8-15.3 µs and 0 allocs (1.25-1.7x). The generic path alone
+// (one digit at a time through s.int64) was 2.3x slower than go-json: the
+// array fast path below is what makes the difference.
 //
 // Strings without escapes alias the input (the fasthttp request body):
 // they are valid until the handler returns, and core copies what it keeps.

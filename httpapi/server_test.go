@@ -536,3 +536,25 @@ func TestBookingSequenceHashes(t *testing.T) {
 		}
 	}
 }
+
+func TestInspectionErrors(t *testing.T) {
+	h := start(t)
+	h.want(h.do("POST", "/potential_loads", `{"token_ids":[1,2,3,4]}`), 503, "no schedulable workers are available")
+	h.want(h.do("POST", "/overlap_scores", `{"token_ids":[1,2,3,4]}`), 503)
+	h.want(h.do("GET", "/dump", ""), 200)
+	if r := h.do("GET", "/dump", ""); r.raw != "{}" {
+		t.Fatalf("empty dump %s", r.raw)
+	}
+	if r := h.do("GET", "/loads", ""); r.raw != "[]" {
+		t.Fatalf("empty loads %s", r.raw)
+	}
+	h.worker(1, "")
+	h.want(h.do("POST", "/potential_loads", `{"model_name":"m","block_hashes":[1]}`), 400, "sequence_hashes is required without token_ids")
+	h.want(h.do("POST", "/overlap_scores", `{"model_name":"m","token_ids":[1,2,3,4],"router_config_override":{"router_temperature":-1}}`), 400, "router_temperature")
+	h.want(h.do("POST", "/overlap_scores", `{"model_name":"m","token_ids":"x"}`), 422)
+	h.want(h.do("GET", "/potential_loads", ""), 405)
+	h.want(h.do("GET", "/loads?model_name=m&routing_group=default", ""), 200, `"model_name":"m","routing_group":"default","loads":[{"worker_id":1,"dp_rank":0,"potential_prefill_tokens":0,"potential_decode_blocks":0,"active_requests":0}],"pending_count":0,"pending_isl_tokens":0`)
+	if r := h.do("GET", "/loads?routing_group=other", ""); r.raw != "[]" {
+		t.Fatalf("filtered loads %s", r.raw)
+	}
+}

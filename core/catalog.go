@@ -423,19 +423,18 @@ func (s *Service) DeleteWorker(id uint64) (WorkerRecord, error) {
 	return s.recordLocked(e), nil
 }
 
-// recordLocked returns a copy of e's record with its listener states.
+// recordLocked returns a copy of e's record.
 func (s *Service) recordLocked(e *catalogEntry) WorkerRecord {
 	r := e.rec
 	r.WorkerFields = r.WorkerFields.clone()
 	r.NotSchedulableReasons = slices.Clone(r.NotSchedulableReasons)
-	if e.attached && s.cfg.UseKVEvents {
-		r.Listeners = s.ingress.Status(r.WorkerID, nil)
-	}
 	return r
 }
 
 // ListWorkers returns the catalog sorted by (model_name, routing_group,
-// worker_id), filtered by model and group when non-empty.
+// worker_id), filtered by model and group when non-empty, with the listener
+// states of schedulable workers (Ingress.Status, asked after the catalog
+// lock is released).
 func (s *Service) ListWorkers(model, group string) []WorkerRecord {
 	s.mu.Lock()
 	out := make([]WorkerRecord, 0, len(s.catalog))
@@ -445,6 +444,13 @@ func (s *Service) ListWorkers(model, group string) []WorkerRecord {
 		}
 	}
 	s.mu.Unlock()
+	if s.cfg.UseKVEvents {
+		for i := range out {
+			if out[i].Lifecycle == Schedulable {
+				out[i].Listeners = s.ingress.Status(out[i].WorkerID, nil)
+			}
+		}
+	}
 	slices.SortFunc(out, func(a, b WorkerRecord) int {
 		return cmp.Or(cmp.Compare(a.ModelName, b.ModelName), cmp.Compare(a.RoutingGroup, b.RoutingGroup), cmp.Compare(a.WorkerID, b.WorkerID))
 	})

@@ -17,7 +17,10 @@
 //     which is still a success), PatchWorker and DeleteWorker. The service
 //     calls Ingress.Sync for a schedulable worker's ranks (when
 //     Config.UseKVEvents), and Ingress.Detach, then drops the worker's
-//     index blocks and bookings, when it leaves a partition.
+//     index blocks and bookings, when it leaves a partition. Sync and Detach
+//     run under the catalog mutex (catalog mutations are serialized, as in
+//     Dynamo, listener registration included), so an Ingress must not call
+//     back into the catalog methods; Status is asked without it.
 //  3. Serve requests with Select, SelectAndReserve, Reserve,
 //     PrefillComplete, OutputBlock, Free, Loads, PotentialLoads,
 //     OverlapScores, Dump, ListWorkers and Ready, from any number of

@@ -292,3 +292,25 @@ func BenchmarkDecodeSelectPaired(b *testing.B) {
 	b.ReportMetric(float64(tGo.Nanoseconds())/float64(b.N), "gojson-ns/op")
 	b.ReportMetric(float64(tGo)/float64(tScan), "gojson/scanner")
 }
+
+// TestCodecAllocs: decoding a selection body into a warmed pooled request
+// and encoding a response into a warmed buffer allocate nothing.
+func TestCodecAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts need a non-race run")
+	}
+	body := selectBody(128, "id-1")
+	var r selectReq
+	if err := decodeSelect(body, &r); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = decodeSelect(body, &r) }); n != 0 {
+		t.Errorf("decodeSelect allocates %v times", n)
+	}
+	o := core.Selection{HasSelectionID: true, SelectionID: "id-1", Booked: true, SequenceHashes: r.req.SequenceHashes, ModelName: "m", RoutingGroup: "g",
+		Overlap: core.Overlap{DP: []core.RankTokens{{DPRank: 0, Tokens: 16}}}, DecodeBusyKnown: true}
+	buf := appendSelection(nil, &o, nil)
+	if n := testing.AllocsPerRun(100, func() { buf = appendSelection(buf[:0], &o, nil) }); n != 0 {
+		t.Errorf("appendSelection allocates %v times", n)
+	}
+}

@@ -213,7 +213,7 @@ type catalogEntry struct {
 	attached bool
 }
 
-// reconcile computes the lifecycle of spec in partition p: the reasons that
+// reconcileLocked computes the lifecycle of f in partition p: the reasons that
 // keep it incomplete, in the reference's order and words. Called with s.mu
 // held.
 func (s *Service) reconcileLocked(id uint64, f *WorkerFields, p *partition, movingIn bool) []string {

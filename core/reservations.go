@@ -258,7 +258,7 @@ func (s *Service) PrefillComplete(id string) error {
 	return nil
 }
 
-// ErrDecayFraction is the output_block validation error (400).
+// errDecayFraction is the output_block validation error (400).
 var errDecayFraction = &Error{ErrBadRequest, "decay_fraction must be between 0.0 and 1.0"}
 
 // OutputBlock adds one decode block to the reservation's local accounting

@@ -393,6 +393,9 @@ func TestErrorsAndFallbacks(t *testing.T) {
 	h.want(h.do("POST", "/select", `{"token_ids":[1,2`), 400, "Failed to parse the request body as JSON")
 	h.want(h.do("POST", "/select", `{"token_ids":"x"}`), 422, "Failed to deserialize the JSON body into the target type: token_ids")
 	h.want(h.do("POST", "/select", `[]`), 422)
+	deep := `{"x":` + strings.Repeat("[", 1000) + strings.Repeat("]", 1000) + `}`
+	h.want(h.do("POST", "/select", deep), 400, "recursion limit exceeded")
+	h.want(h.do("POST", "/workers", deep), 400, "exceeded max depth")
 	h.want(h.do("POST", "/select", `{"token_ids":[1]}`, "text/plain"), 415, "Content-Type: application/json")
 	h.want(h.do("POST", "/select", `{"token_ids":[1]}`, ""), 415)
 	h.overLimit(1<<10 + 1)

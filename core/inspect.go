@@ -73,7 +73,7 @@ func (s *Service) query(req *QueryRequest, sc *scratch) (*snapshot, sched.Params
 	if err != nil {
 		return nil, sched.Params{}, sched.Request{}, nil, &Error{ErrBadRequest, err.Error()}
 	}
-	local, seq, isl, err := normalize(&req.Prompt, sn.blockSize, sc, true)
+	local, seq, isl, err := normalize(&req.Prompt, sn, sc, true)
 	if err != nil {
 		return nil, sched.Params{}, sched.Request{}, nil, err
 	}

@@ -36,6 +36,7 @@ type partition struct {
 // published.
 type snapshot struct {
 	blockSize uint32
+	isEagle   bool
 	// workers are the eligibility rows, sorted by worker id.
 	workers []sched.Worker
 	// views[i] is workers[i]'s routing data.
@@ -119,7 +120,7 @@ func (s *Service) lookup(model, group string) *partition {
 // publishLocked rebuilds the partition's snapshot from its schedulable
 // workers.
 func (p *partition) publishLocked() {
-	sn := &snapshot{blockSize: p.blockSize}
+	sn := &snapshot{blockSize: p.blockSize, isEagle: p.isEagle}
 	ids := make([]uint64, 0, len(p.workers))
 	for id := range p.workers {
 		ids = append(ids, id)

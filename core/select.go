@@ -28,6 +28,16 @@ type Prompt struct {
 
 	LoraName  string
 	CacheSalt string
+
+	// IsEagle overrides the partition's is_eagle when HasIsEagle: the
+	// local hash of block i then covers tokens [i*bs, i*bs+bs+1).
+	IsEagle    bool
+	HasIsEagle bool
+	// BlockMMHashes[i] are the multimodal object hashes of block i of
+	// token_ids (block_mm_infos); RoutingBlockMMHashes those of the routing
+	// tokens (mm_routing_info.block_mm_infos). nil or empty: none.
+	BlockMMHashes        [][]uint64
+	RoutingBlockMMHashes [][]uint64
 }
 
 // Reset empties p, keeping its slices' capacity.
@@ -138,6 +148,7 @@ type scratch struct {
 	cands      []sched.Candidate
 	costs      []float64
 	loads      []sched.PotentialLoad
+	mmBuf      []byte
 }
 
 func (s *Service) getScratch() *scratch   { return s.scratch.Get().(*scratch) }
@@ -173,20 +184,25 @@ var (
 
 // normalize turns a prompt into local block hashes (for the index), tracking
 // hashes and the ISL. With tokens it hashes them with the partition's block
-// size, LoRA name and cache salt; the hash trio is trusted as-is. local and
+// size and eagle mode (or the request's is_eagle), LoRA name, cache salt and
+// per-block multimodal hashes; the hash trio is trusted as-is. local and
 // seq alias sc or the prompt. needLocal is false for reservations, which
 // need only sequence_hashes and isl_tokens.
-func normalize(pr *Prompt, bs uint32, sc *scratch, needLocal bool) (local, seq []uint64, isl int64, err error) {
-	toks, has := pr.TokenIDs, pr.HasTokenIDs
+func normalize(pr *Prompt, sn *snapshot, sc *scratch, needLocal bool) (local, seq []uint64, isl int64, err error) {
+	toks, has, mm := pr.TokenIDs, pr.HasTokenIDs, pr.BlockMMHashes
 	if len(pr.RoutingTokenIDs) > 0 {
-		toks, has = pr.RoutingTokenIDs, true
+		toks, has, mm = pr.RoutingTokenIDs, true, pr.RoutingBlockMMHashes
 	}
 	if has {
 		if len(toks) == 0 {
 			return nil, nil, 0, errISLZero
 		}
+		eagle := sn.isEagle
+		if pr.HasIsEagle {
+			eagle = pr.IsEagle
+		}
 		seed := radix.HashSeed(pr.LoraName, pr.CacheSalt)
-		sc.local = radix.LocalHashes(sc.local[:0], toks, int(bs), seed)
+		sc.local = localHashes(sc.local[:0], toks, int(sn.blockSize), seed, eagle, mm, &sc.mmBuf)
 		sc.seq = radix.SequenceHashes(sc.seq[:0], sc.local)
 		return sc.local, sc.seq, int64(len(toks)), nil
 	}
@@ -280,7 +296,7 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool) er
 	}
 	sc := s.getScratch()
 	defer s.putScratch(sc)
-	local, seq, isl, err := normalize(&req.Prompt, sn.blockSize, sc, true)
+	local, seq, isl, err := normalize(&req.Prompt, sn, sc, true)
 	if err != nil {
 		return err
 	}

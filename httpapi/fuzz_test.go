@@ -43,7 +43,9 @@ var selectSeeds = []string{
 	`{"session_context":{"session_id":"x","input_trigger":"tool_result"},"mm_routing_info":{"routing_token_ids":[5,6]}}`,
 	`{"block_hashes":[1.5]}`, `{"block_hashes":[1e3]}`, `{"token_ids":[-1]}`, `{"isl_tokens":"4"}`, `{"block_hashes":[99999999999999999999]}`,
 	`{"a":1,}`, `{"a"}`, `[1]`, `"x"`, `{"model_name":"\ud83d\ude00"}`, `{"model_name":"\ud83d"}`, `{`, ``, `{"x":01}`, `{"x":tru}`,
-	`{"block_hashes":[1,2 ,3 ] ,"sequence_hashes":[ -1 ]}`, `{"token_ids":[007]}`, `{"allowed_worker_ids":[-0]}`,
+	`{"block_hashes":[1,2 ,3 ] ,"sequence_hashes":[ -1 ]}`,
+	`{"token_ids":[1,2,3,4,5],"is_eagle":true,"block_mm_infos":[null,{"mm_objects":[{"mm_hash":7,"offsets":[[0,2]]}]}]}`,
+	`{"mm_routing_info":{"routing_token_ids":[1],"block_mm_infos":{}}}`, `{"token_ids":[007]}`, `{"allowed_worker_ids":[-0]}`,
 }
 
 // comparableInput reports whether the reference decoder's semantics match the

@@ -17,6 +17,7 @@ import (
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/httpapi"
 	"github.com/kvselect/kvselect/radix"
+	"github.com/zeebo/xxh3"
 )
 
 // harness is a real server on a loopback port, spoken to over HTTP.
@@ -562,4 +563,35 @@ func TestInspectionErrors(t *testing.T) {
 	if r := h.do("GET", "/loads?routing_group=other", ""); r.raw != "[]" {
 		t.Fatalf("filtered loads %s", r.raw)
 	}
+}
+
+// TestPromptVariants: eagle windows and multimodal blocks change the local
+// hashes (and so the match) as spec scheduling 10 describes.
+func TestPromptVariants(t *testing.T) {
+	h := start(t)
+	h.worker(1, "")
+	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9}
+	seed := radix.HashSeed("", "")
+	store := func(local ...uint64) {
+		ev := radix.Event{Worker: radix.WorkerKey{WorkerID: 1}, Kind: radix.Stored}
+		for _, l := range local {
+			ev.Blocks = append(ev.Blocks, radix.Block{Hash: l + 1, Local: l})
+		}
+		h.svc.EventSink("m", "default").ApplyBatch([]radix.Event{ev})
+	}
+	// Eagle: the first block covers tokens 1..5.
+	store(radix.BlockHash(toks[0:5], seed))
+	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4,5,6,7,8,9],"is_eagle":true}`), 200, `"gpu":4`)
+	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4,5,6,7,8,9]}`), 200, `"gpu":0`)
+	// Multimodal: a block with an mm object hashes its mm hash too.
+	var buf []byte
+	for _, tk := range toks[:4] {
+		buf = append(buf, byte(tk), 0, 0, 0)
+	}
+	buf = append(buf, 42, 0, 0, 0, 0, 0, 0, 0)
+	store(xxh3.HashSeed(buf, seed))
+	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"block_mm_infos":[{"mm_objects":[{"mm_hash":42,"offsets":[[0,4]]}]}]}`), 200, `"gpu":4`)
+	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[9,9],"mm_routing_info":{"routing_token_ids":[1,2,3,4],"block_mm_infos":[{"mm_objects":[{"mm_hash":42,"offsets":[]}]}]}}`), 200, `"gpu":4`)
+	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"block_mm_infos":[null]}`), 200, `"gpu":0`)
+	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"block_mm_infos":[{"mm_objects":[{"mm_hash":-1}]}]}`), 422, "block_mm_infos")
 }

@@ -147,23 +147,70 @@ func decodePromptField(s *scanner, key []byte, p *core.Prompt) (handled bool, er
 		var n bool
 		if n, err = s.null(); !n && err == nil {
 			err = s.object("struct MmRoutingInfo", func(k []byte) error {
-				if string(k) == "routing_token_ids" {
-					var err error
+				var err error
+				switch string(k) {
+				case "routing_token_ids":
 					p.RoutingTokenIDs, _, err = s.u32s("routing_token_ids", p.RoutingTokenIDs[:0])
-					return err
+				case "block_mm_infos":
+					p.RoutingBlockMMHashes, err = decodeMMInfos(s, "mm_routing_info.block_mm_infos")
+				default:
+					err = s.skip()
 				}
-				return s.skip()
+				return err
 			})
 		}
+	case "block_mm_infos":
+		p.BlockMMHashes, err = decodeMMInfos(s, "block_mm_infos")
 	case "is_eagle":
 		var n bool
 		if n, err = s.null(); !n && err == nil {
-			_, err = s.boolean("is_eagle")
+			p.IsEagle, err = s.boolean("is_eagle")
+			p.HasIsEagle = true
 		}
 	default:
 		return false, nil
 	}
 	return true, err
+}
+
+// mmInfo is one BlockExtraInfo of block_mm_infos.
+type mmInfo struct {
+	MMObjects []struct {
+		MMHash  uint64      `json:"mm_hash"`
+		Offsets [][2]uint64 `json:"offsets"`
+	} `json:"mm_objects"`
+}
+
+// decodeMMInfos decodes block_mm_infos (an array of BlockExtraInfo or null)
+// with go-json into the per-block mm hashes (rare path, allocates).
+func decodeMMInfos(s *scanner, field string) ([][]uint64, error) {
+	if n, err := s.null(); n || err != nil {
+		return nil, err
+	}
+	if c := s.peek(); c != '[' {
+		if err := s.skip(); err != nil {
+			return nil, err
+		}
+		return nil, s.typeErr(field, "invalid type: "+kindName(c)+", expected a sequence")
+	}
+	raw, err := s.raw()
+	if err != nil {
+		return nil, err
+	}
+	var infos []*mmInfo
+	if err := json.Unmarshal(raw, &infos); err != nil {
+		return nil, &decodeError{422, dataPrefix + field + ": " + err.Error()}
+	}
+	out := make([][]uint64, len(infos))
+	for i, in := range infos {
+		if in == nil {
+			continue
+		}
+		for _, o := range in.MMObjects {
+			out[i] = append(out[i], o.MMHash)
+		}
+	}
+	return out, nil
 }
 
 // decodeOverride decodes router_config_override with go-json into ov (rare

@@ -11,8 +11,8 @@ BENCHTIME ?= 1s
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
-run: ## run the selector (with built-in simulated workers once the demo exists)
-	$(GO) run ./cmd/kvselect serve
+run: ## run the selector on :8092 with 4 built-in simulated vLLM engines (real ZMQ KV events)
+	$(GO) run ./cmd/kvselect serve --demo 4
 
 test: ## gofmt check, go vet, and every test under the race detector
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

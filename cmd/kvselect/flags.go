@@ -29,6 +29,9 @@ type serveOptions struct {
 	inactive []string
 	// pprofMutexFraction and pprofBlockRate are the contention-profile rates.
 	pprofMutexFraction, pprofBlockRate int
+	// demo is the number of built-in simulated engines (--demo); 0 is none.
+	demo          int
+	demoBlockSize int
 }
 
 // parseServe parses the flags of `kvselect serve` (the reference's names
@@ -58,6 +61,8 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	keyID := fs.String("router-tracking-key-id", "", "key epoch id for keyed-xxh3-v1")
 	remoteIndexer := fs.String("remote-indexer-url", "", "standalone indexer used as the primary index")
 	fs.BoolVar(&o.http.Pprof, "pprof", true, "serve /debug/pprof/*")
+	fs.IntVar(&o.demo, "demo", 0, "start N built-in simulated vLLM engines on loopback, publishing real ZMQ KV events, registered as workers 1..N (a working default for trying kvselect)")
+	fs.IntVar(&o.demoBlockSize, "demo-block-size", 16, "KV block size of the --demo engines")
 	fs.IntVar(&o.pprofMutexFraction, "pprof-mutex-fraction", 0, "runtime.SetMutexProfileFraction for the mutex profile (0 = off)")
 	fs.IntVar(&o.pprofBlockRate, "pprof-block-rate", 0, "runtime.SetBlockProfileRate in ns for the block profile (0 = off)")
 	if err := fs.Parse(args); err != nil {
@@ -154,6 +159,15 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	}
 	if o.pprofMutexFraction < 0 || o.pprofBlockRate < 0 {
 		return nil, errors.New("--pprof-mutex-fraction and --pprof-block-rate must be >= 0")
+	}
+	if o.demo < 0 || o.demo > 64 {
+		return nil, fmt.Errorf("--demo %d: want 0 to 64 engines", o.demo)
+	}
+	if o.demoBlockSize < 1 {
+		return nil, fmt.Errorf("--demo-block-size %d: want >= 1", o.demoBlockSize)
+	}
+	if o.demo > 0 && !o.core.UseKVEvents {
+		return nil, errors.New("--demo needs KV events (DYN_USE_KV_EVENTS must not be false)")
 	}
 	if err := o.core.Validate(); err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/httpapi"
 	"github.com/kvselect/kvselect/perf"
+	"github.com/kvselect/kvselect/zmqin"
 )
 
 // shutdownGrace bounds how long in-flight requests may take after a signal.
@@ -41,14 +42,19 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	for _, s := range opts.inactive {
 		logger.Printf("accepted but not yet active: %s", s)
 	}
-	if !opts.core.UseKVEvents {
-		logger.Printf("DYN_USE_KV_EVENTS=false: approximate mode is not built yet; workers need no kv_events endpoint and the index stays empty")
+	// 2. Construct: the KV-event ingress, the service, the HTTP front end.
+	var ingress core.Ingress = core.NopIngress{}
+	var zing *zmqin.Ingress
+	if opts.core.UseKVEvents {
+		zing, err = zmqin.New(zmqin.Config{})
+		if err != nil {
+			logger.Printf("serve: %v", err)
+			return 2
+		}
+		ingress = zing
 	} else {
-		logger.Printf("KV event listeners are not wired yet (NopIngress): workers are schedulable but the index stays empty")
+		logger.Printf("DYN_USE_KV_EVENTS=false: approximate mode is not built yet; workers need no kv_events endpoint and the index stays empty")
 	}
-
-	// 2. Construct: the service, its KV-event ingress, the HTTP front end.
-	ingress := core.NopIngress{}
 	svc, err := core.New(opts.core, core.Options{Ingress: ingress})
 	if err != nil {
 		logger.Printf("serve: %v", err)
@@ -59,6 +65,9 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	if err != nil {
 		logger.Printf("serve: %v", err)
 		return 2
+	}
+	if zing != nil {
+		srv.Registry().OnScrape(func(w io.Writer) { writeIngressMetrics(w, zing.Stats()) })
 	}
 	if opts.http.Pprof {
 		perf.SetContentionProfiling(opts.pprofMutexFraction, opts.pprofBlockRate)
@@ -79,6 +88,21 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		defer close(sweepDone)
 		sweep(sweepCtx, svc, core.DefaultSweepInterval)
 	}()
+	var demo *demoEngines
+	if opts.demo > 0 {
+		demo, err = startDemo(svc, opts.demo, opts.demoBlockSize, logger.Printf)
+		if err != nil {
+			logger.Printf("demo: %v", err)
+			code := 1
+			svc.Close()
+			_ = srv.Shutdown(context.Background())
+			stopSweep()
+			<-sweepDone
+			_ = ingress.Close()
+			return code
+		}
+		logger.Printf("demo: %d simulated engines registered as workers 1..%d; try: curl -s localhost:%d/ready", opts.demo, opts.demo, opts.port)
+	}
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
@@ -94,7 +118,7 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	}
 
 	// 5. Stop in reverse order: refuse new work, drain HTTP, stop the
-	// sweep, close the listeners of the ingress.
+	// sweep, close the listeners of the ingress, then the demo engines.
 	svc.Close()
 	shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
@@ -113,6 +137,9 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	if err := ingress.Close(); err != nil {
 		logger.Printf("ingress: %v", err)
 		code = 1
+	}
+	if demo != nil {
+		demo.Close()
 	}
 	logger.Printf("stopped")
 	return code

@@ -15,7 +15,6 @@ import (
 	"github.com/kvselect/kvselect/bench"
 )
 
-
 const benchUsage = `usage: kvselect bench [flags]
 
 Drives a selector with the selection API's calls and reports throughput and

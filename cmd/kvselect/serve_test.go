@@ -111,7 +111,6 @@ func TestEnvMapping(t *testing.T) {
 	}
 }
 
-
 // TestServeLifecycle starts the real binary's serve path on a loopback
 // port, speaks HTTP to it, then cancels (as a signal would) and expects a
 // clean exit 0 with no listener left.

@@ -6,13 +6,13 @@ PKGS    := ./...
 FUZZTIME ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: help run test bench fuzz lint profile
+.PHONY: help run test bench microbench fuzz lint profile
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
-run: ## run the selector (with built-in simulated workers once the demo exists)
-	$(GO) run ./cmd/kvselect serve
+run: ## run the selector on :8092 with 4 built-in simulated vLLM engines (real ZMQ KV events)
+	$(GO) run ./cmd/kvselect serve --demo 4
 
 test: ## gofmt check, go vet, and every test under the race detector
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -20,7 +20,10 @@ test: ## gofmt check, go vet, and every test under the race detector
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -tags invariants $(PKGS)
 
-bench: ## Go micro-benchmarks of the hot paths (-benchmem)
+bench: ## 20 s C1024 lifecycle load on an in-process kvselect, with the same-run no-op baseline
+	$(GO) run ./cmd/kvselect bench --duration 20s --warmup 3s --concurrency 1024 --mix lifecycle --workers 8 --baseline noop --json bench-report.json
+
+microbench: ## Go micro-benchmarks of every package (-benchmem)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
 fuzz: ## run every fuzz target for FUZZTIME each
@@ -35,6 +38,7 @@ lint: ## gofmt, go vet and the import-direction rules only
 	$(GO) vet $(PKGS)
 	$(GO) test -count=1 -run 'TestImportDirection' ./cmd/kvselect
 
-profile: ## CPU/heap/mutex/block profiles of the hot-path benchmarks into ./profiles
+profile: ## short C1024 bench capturing the server's cpu, heap, mutex and block profiles into ./profiles
 	mkdir -p profiles
-	$(GO) test -run '^$$' -bench 'Match|Apply' -benchmem -cpuprofile profiles/radix.cpu.pprof -memprofile profiles/radix.mem.pprof -o profiles/radix.test ./radix
+	$(GO) run ./cmd/kvselect bench --duration 10s --warmup 2s --concurrency 1024 --mix lifecycle --workers 8 --profile profiles --no-progress
+	@echo "read them with: go tool pprof -top profiles/cpu.pprof"

@@ -312,8 +312,11 @@ func (t *Tracker) Book(b *Booking, now time.Time) error {
 	w.mu.Lock()
 	if w.removed.Load() {
 		w.mu.Unlock()
+		// Delete r if it is still there. delete must be true when nothing
+		// is loaded too: xsync's Compute stores the returned (nil) value
+		// otherwise, which a concurrent Free of r makes possible.
 		t.reqs.Compute(r.id, func(old *request, loaded bool) (*request, bool) {
-			return old, loaded && old == r
+			return old, !loaded || old == r
 		})
 		if p := r.prefill.Swap(0); p != 0 {
 			w.c.prefillTokens.Add(-p)

@@ -15,12 +15,6 @@ import (
 	"github.com/kvselect/kvselect/bench"
 )
 
-// startInProcessServer starts kvselect in this process for `kvselect bench`
-// without --target and returns its base URL and a stop function. It stays nil
-// until the serve wiring (core, httpapi, perf) lands; bench then refuses to
-// run without --target instead of measuring something else.
-var startInProcessServer func() (url string, stop func(), err error)
-
 const benchUsage = `usage: kvselect bench [flags]
 
 Drives a selector with the selection API's calls and reports throughput and
@@ -106,11 +100,22 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *kvEvents != "" {
 		cfg.KVEventsEndpoints = strings.Split(*kvEvents, ",")
 	}
-	cfg.StartServer = startInProcessServer
-	if cfg.Target == "" && cfg.StartServer == nil {
-		fmt.Fprintln(stderr, "kvselect bench: an in-process kvselect server is not wired into this binary yet;\n"+
-			"start one yourself and pass --target http://HOST:PORT (nothing was measured)")
-		return 2
+	if cfg.Target == "" {
+		// The default: kvselect in this process, with one idle simulated
+		// engine per worker so every worker has a live KV-event listener,
+		// as in production (see inprocess.go).
+		engines, err := startBenchEngines(&cfg)
+		if err != nil {
+			fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
+			return 2
+		}
+		defer engines.Close()
+		var extra []string
+		if cfg.ProfileDir != "" {
+			// Sample contention so the mutex and block profiles are not empty.
+			extra = []string{"--pprof-mutex-fraction", "100", "--pprof-block-rate", "1000000"}
+		}
+		cfg.StartServer = inProcessServer(stderr, extra...)
 	}
 	if f, ok := stdout.(*os.File); ok && !*noBar && bench.IsTerminal(f) {
 		cfg.Progress = f

@@ -38,14 +38,31 @@ func acceptAllTestServer(t *testing.T, active int) string {
 	return "http://" + ln.Addr().String()
 }
 
-func TestBenchWithoutTargetRefuses(t *testing.T) {
-	if startInProcessServer != nil {
-		t.Skip("an in-process server is wired")
-	}
+// TestBenchInProcess runs `kvselect bench` the default way: kvselect in
+// this process with a live ZMQ listener per worker, the lifecycle mix, and
+// the same-run no-op baseline. No reservation may leak and no call may fail.
+func TestBenchInProcess(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.json")
 	var out, errw bytes.Buffer
-	code := benchMain(context.Background(), []string{"--duration", "100ms"}, &out, &errw)
-	if code == 0 || !strings.Contains(errw.String(), "not wired") || out.Len() != 0 {
-		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errw.String())
+	args := []string{"--concurrency", "8", "--duration", "300ms", "--warmup", "50ms", "--workers", "3",
+		"--prompts", "40", "--baseline", "noop", "--json", path, "--no-progress"}
+	if code := benchMain(context.Background(), args, &out, &errw); code != 0 {
+		t.Fatalf("exit %d: %s", code, errw.String())
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Requests int64            `json:"requests"`
+		Errors   map[string]int64 `json:"errors"`
+		Leaked   *int64           `json:"leaked_reservations"`
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Requests == 0 || len(rep.Errors) != 0 || rep.Leaked == nil || *rep.Leaked != 0 {
+		t.Fatalf("report %s", raw)
 	}
 	if code := run([]string{"bench", "--mix", "bogus"}); code != 2 {
 		t.Fatalf("bad --mix: exit %d", code)

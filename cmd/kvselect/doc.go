@@ -4,11 +4,43 @@
 // Only this package reads flags and the environment; every other package
 // takes a Config with defaults and a Validate method. main reads top to
 // bottom: parse, build configs, construct, start, wait for a signal, stop in
-// reverse order.
+// reverse order (serve.go).
 //
-// # Goroutine inventory
+// # kvselect serve
 //
-// Kept here as subsystems land; each entry says what feeds the goroutine,
-// what it owns and how it stops. There are none yet: the service is not
-// built (see README.md, "Status").
+// Flags keep the names and defaults of `python -m dynamo.select_service`
+// (--port 8092, --threads 4 (index shards, only when given), --indexer-peers, --replica-sync-port,
+// --replica-sync-peers, --selection-cache-ttl-secs 120,
+// --selection-cache-max-entries 4096, --selection-cache-max-bytes 268435456,
+// --session-affinity-ttl-secs, --router-assume-kv-reuse /
+// --no-router-assume-kv-reuse) plus --host (0.0.0.0) and --pprof. The
+// router configuration comes from the DYN_ROUTER_* variables named by the
+// `env` tags of sched.Config, and DYN_USE_KV_EVENTS. Settings that belong to
+// features not built yet (peer recovery, replica sync, session affinity,
+// keyed tracking hashes, remote indexer, queue policies) are validated and
+// logged as "accepted but not yet active", never silently ignored.
+//
+// SIGINT or SIGTERM: the service turns not-ready (new selections get 503),
+// the HTTP server stops accepting and finishes in-flight requests (up to
+// 30 s), the sweep stops, the ingress closes, exit 0.
+//
+// # Goroutine inventory (serve)
+//
+//   - main: parses, constructs, then waits for the signal context or a
+//     server error, and runs the shutdown sequence.
+//   - HTTP serve loop (one): fasthttp's accept loop on the listener; started
+//     by serve, returns when Server.Shutdown closes the listener.
+//   - fasthttp connection workers (one per open connection, pooled by
+//     fasthttp, at most Server.Concurrency): each reads requests and runs
+//     the handler inline; core work happens on these goroutines, with no
+//     hand-off. They end when their connection closes; Shutdown waits for
+//     them to go idle.
+//   - sweep (one): a 60 s ticker calling core.Service.Sweep (expiry of stale
+//     reservations, reservation-index cleanup, pending-cache TTL); owns
+//     nothing; stopped by cancelling its context after the HTTP drain.
+//   - CPU profile / trace requests run net/http/pprof through fasthttp's
+//     adaptor on their own goroutine for the profile's duration.
+//   - KV-event listeners: none yet (core.NopIngress); zmqin's ingress will
+//     add one goroutine per worker rank plus its writers, stopped by
+//     Ingress.Close at the end of the shutdown.
 package main

@@ -24,15 +24,12 @@ func run(args []string) int {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
+	case "serve":
+		return serveMain(args)
 	case "mocker":
 		return runMocker(args)
 	case "bench":
 		return runBench(args)
-	case "serve":
-		// Honest until the subsystems land: nothing pretends to serve.
-		fmt.Fprintf(os.Stderr, "kvselect %s: not built yet. Implemented so far: the KV prefix index (package radix) and\n"+
-			"the scheduler (package sched); run `make test` and `make bench` to exercise them.\n", cmd)
-		return 2
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return 0

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/kvselect/kvselect/bench"
+	"github.com/kvselect/kvselect/core"
+)
+
+// demoEngines are the simulated engines of `kvselect serve --demo N`: real
+// vLLM-format KV event publishers on loopback, registered with the service
+// as workers 1..N of the default partition, each with a replay socket.
+type demoEngines struct {
+	engines []*bench.Engine
+}
+
+// Demo prompts, in blocks: every engine has served the "system prompt"
+// (DemoSystemBlocks blocks of tokens 1, 2, 3, ...), and worker 1 has also
+// served a conversation that continues it to DemoConversationBlocks blocks.
+// The README's curl examples send these token ids.
+const (
+	demoSystemBlocks       = 4
+	demoConversationBlocks = 8
+	demoCapacityBlocks     = 16384
+)
+
+// demoTokens returns the token ids 1..blocks*blockSize.
+func demoTokens(blocks, blockSize int) []uint32 {
+	t := make([]uint32, blocks*blockSize)
+	for i := range t {
+		t[i] = uint32(i + 1)
+	}
+	return t
+}
+
+// startDemo starts n engines, registers them with svc, waits until each
+// one's listener is subscribed, serves the demo prompts and waits until the
+// index holds them, so /ready is 200 and a selection shows real overlap as
+// soon as it returns.
+func startDemo(svc *core.Service, n, blockSize int, logf func(string, ...any)) (*demoEngines, error) {
+	d := &demoEngines{}
+	for i := range n {
+		e, err := bench.NewEngine(bench.EngineConfig{
+			Ranks: 1, BlockSize: blockSize, CapacityBlocks: demoCapacityBlocks,
+			Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0",
+		})
+		if err != nil {
+			d.Close()
+			return nil, fmt.Errorf("engine %d: %w", i+1, err)
+		}
+		d.engines = append(d.engines, e)
+		endpoint := fmt.Sprintf("demo://engine-%d", i+1)
+		bs, dp, total := uint32(blockSize), uint32(1), uint64(demoCapacityBlocks)
+		replay := e.ReplayEndpoints()[0]
+		spec := core.WorkerSpec{WorkerID: uint64(i + 1), ModelName: "default", RoutingGroup: "default"}
+		spec.Endpoint = &endpoint
+		spec.BlockSize = &bs
+		spec.DataParallelSize = &dp
+		spec.TotalKVBlocks = &total
+		spec.ReplayEndpoint = &replay
+		spec.KVEventsEndpoints = map[uint32]string{0: e.Endpoints()[0]}
+		rec, err := svc.UpsertWorker(&spec)
+		if err != nil {
+			d.Close()
+			return nil, fmt.Errorf("register worker %d: %w", i+1, err)
+		}
+		if rec.Lifecycle != core.Schedulable {
+			d.Close()
+			return nil, fmt.Errorf("worker %d is %s: %v", i+1, rec.Lifecycle, rec.NotSchedulableReasons)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for i, e := range d.engines {
+		for e.Subscribers(0) == 0 {
+			if time.Now().After(deadline) {
+				d.Close()
+				return nil, fmt.Errorf("engine %d: the selector's listener did not subscribe within 10s", i+1)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	want := int64(0)
+	for i, e := range d.engines {
+		blocks := demoSystemBlocks
+		if i == 0 {
+			blocks = demoConversationBlocks
+		}
+		e.ServeTokens(0, demoTokens(blocks, blockSize))
+		want += int64(blocks)
+	}
+	for svc.Stats().IndexBlocks[0] < want {
+		if time.Now().After(deadline) {
+			d.Close()
+			return nil, fmt.Errorf("the index holds %d of the demo's %d blocks after 10s", svc.Stats().IndexBlocks[0], want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	logf("demo: index holds %d blocks: worker 1 caches tokens 1..%d, every worker tokens 1..%d (block size %d)",
+		want, demoConversationBlocks*blockSize, demoSystemBlocks*blockSize, blockSize)
+	return d, nil
+}
+
+// Close closes every engine.
+func (d *demoEngines) Close() {
+	for _, e := range d.engines {
+		_ = e.Close()
+	}
+}

@@ -1,0 +1,281 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net/url"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/httpapi"
+	"github.com/kvselect/kvselect/sched"
+)
+
+// serveOptions is everything `kvselect serve` reads from flags and the
+// environment, resolved into the packages' configs.
+type serveOptions struct {
+	host string
+	port uint16
+	core core.Config
+	http httpapi.Config
+	// inactive lists accepted, validated settings whose feature is not built
+	// yet; serve logs each at start-up.
+	inactive []string
+	// pprofMutexFraction and pprofBlockRate are the contention-profile rates.
+	pprofMutexFraction, pprofBlockRate int
+	// demo is the number of built-in simulated engines (--demo); 0 is none.
+	demo          int
+	demoBlockSize int
+}
+
+// parseServe parses the flags of `kvselect serve` (the reference's names
+// and defaults) on top of the environment read through env.
+func parseServe(args []string, env func(string) (string, bool), stderr io.Writer) (*serveOptions, error) {
+	o := &serveOptions{core: core.DefaultConfig(), http: httpapi.DefaultConfig()}
+	if err := applyEnv(o, env); err != nil {
+		return nil, err
+	}
+	fs := flag.NewFlagSet("kvselect serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	port := fs.Uint("port", 8092, "HTTP port")
+	fs.StringVar(&o.host, "host", "0.0.0.0", "HTTP bind address")
+	threads := fs.Int("threads", 4, "indexer threads: when given, the number of KV index shards per partition (1 = single-threaded); by default the index sizes itself from GOMAXPROCS")
+	indexerPeers := fs.String("indexer-peers", "", "comma-separated HTTP base URLs of selectors/indexers to recover the KV index from at start-up (GET {url}/dump)")
+	replicaPort := fs.Int("replica-sync-port", 0, "ZMQ PUB port of the replica-sync mesh (must be > 0 when set)")
+	replicaPeers := fs.String("replica-sync-peers", "", "comma-separated ZMQ endpoints of replica-sync peers; requires --replica-sync-port")
+	ttl := fs.Float64("selection-cache-ttl-secs", o.core.SelectionCacheTTL.Seconds(), "pending-selection cache TTL in seconds")
+	fs.IntVar(&o.core.SelectionCacheMaxEntries, "selection-cache-max-entries", o.core.SelectionCacheMaxEntries, "pending-selection cache entry cap")
+	maxBytes := fs.Int64("selection-cache-max-bytes", o.core.SelectionCacheMaxBytes, "pending-selection cache byte budget")
+	affinityTTL := fs.Float64("session-affinity-ttl-secs", 0, "session affinity binding TTL in seconds (1 to 31536000); 0 = off")
+	affinityMode := fs.String("session-affinity-mode", "hard", "session affinity mode: hard or soft")
+	reuse := fs.Bool("router-assume-kv-reuse", false, "assume KV reuse across requests (overrides DYN_ROUTER_ASSUME_KV_REUSE)")
+	noReuse := fs.Bool("no-router-assume-kv-reuse", false, "do not assume KV reuse (overrides DYN_ROUTER_ASSUME_KV_REUSE)")
+	trackingHash := fs.String("router-tracking-hash", "public-xxh3-v1", "tracking hash: public-xxh3-v1 or keyed-xxh3-v1 (experimental)")
+	keyFile := fs.String("router-tracking-key-file", "", "file of exactly 32 raw bytes for keyed-xxh3-v1")
+	keyID := fs.String("router-tracking-key-id", "", "key epoch id for keyed-xxh3-v1")
+	remoteIndexer := fs.String("remote-indexer-url", "", "standalone indexer used as the primary index")
+	fs.BoolVar(&o.http.Pprof, "pprof", true, "serve /debug/pprof/*")
+	fs.IntVar(&o.demo, "demo", 0, "start N built-in simulated vLLM engines on loopback, publishing real ZMQ KV events, registered as workers 1..N (a working default for trying kvselect)")
+	fs.IntVar(&o.demoBlockSize, "demo-block-size", 16, "KV block size of the --demo engines")
+	fs.IntVar(&o.pprofMutexFraction, "pprof-mutex-fraction", 0, "runtime.SetMutexProfileFraction for the mutex profile (0 = off)")
+	fs.IntVar(&o.pprofBlockRate, "pprof-block-rate", 0, "runtime.SetBlockProfileRate in ns for the block profile (0 = off)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+
+	if *port > math.MaxUint16 {
+		return nil, fmt.Errorf("--port %d out of range", *port)
+	}
+	o.port = uint16(*port)
+	if *threads < 1 || *threads > 1024 {
+		return nil, fmt.Errorf("--threads must be in [1, 1024], got %d", *threads)
+	}
+	// Dynamo's 4 indexer threads have no equivalent: KV events are applied
+	// by zmqin's writers and matches walk every shard, so more shards than
+	// radix.DefaultShards only slow matches down on a small machine. The
+	// flag is honoured only when given.
+	if set["threads"] {
+		o.core.IndexShards = *threads
+	}
+	if math.IsNaN(*ttl) || *ttl <= 0 || *ttl > 1e9 {
+		return nil, fmt.Errorf("--selection-cache-ttl-secs must be > 0, got %v", *ttl)
+	}
+	o.core.SelectionCacheTTL = time.Duration(*ttl * float64(time.Second))
+	o.core.SelectionCacheMaxBytes = *maxBytes
+	if set["router-assume-kv-reuse"] && set["no-router-assume-kv-reuse"] {
+		return nil, errors.New("--router-assume-kv-reuse and --no-router-assume-kv-reuse are mutually exclusive")
+	}
+	if set["router-assume-kv-reuse"] {
+		o.core.Sched.AssumeKVReuse = *reuse
+	}
+	if set["no-router-assume-kv-reuse"] {
+		o.core.Sched.AssumeKVReuse = !*noReuse
+	}
+
+	// Settings of later issues: validated now, reported as not yet active.
+	if *indexerPeers != "" {
+		for _, p := range splitList(*indexerPeers) {
+			if u, err := url.Parse(p); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return nil, fmt.Errorf("--indexer-peers: %q is not an http(s) base URL", p)
+			}
+		}
+		o.inactive = append(o.inactive, "--indexer-peers (startup recovery from a peer's /dump)")
+	}
+	if set["replica-sync-port"] {
+		if *replicaPort <= 0 || *replicaPort > math.MaxUint16 {
+			return nil, errors.New("replica sync port must be greater than zero")
+		}
+		o.inactive = append(o.inactive, "--replica-sync-port (replica sync mesh; /replica_sync/* answer as disabled)")
+	}
+	if *replicaPeers != "" {
+		if !set["replica-sync-port"] {
+			return nil, errors.New("--replica-sync-peers requires --replica-sync-port")
+		}
+		for _, p := range splitList(*replicaPeers) {
+			if !strings.HasPrefix(p, "tcp://") && !strings.HasPrefix(p, "ipc://") && !strings.HasPrefix(p, "inproc://") {
+				return nil, fmt.Errorf("--replica-sync-peers: invalid ZMQ endpoint %q", p)
+			}
+		}
+		o.inactive = append(o.inactive, "--replica-sync-peers")
+	}
+	if set["session-affinity-ttl-secs"] {
+		if !(*affinityTTL >= 1 && *affinityTTL <= 31_536_000) {
+			return nil, fmt.Errorf("--session-affinity-ttl-secs must be in [1, 31536000], got %v", *affinityTTL)
+		}
+		o.inactive = append(o.inactive, "--session-affinity-ttl-secs (session affinity; session_id is accepted and ignored)")
+	}
+	if *affinityMode != "hard" && *affinityMode != "soft" {
+		return nil, fmt.Errorf("--session-affinity-mode must be hard or soft, got %q", *affinityMode)
+	}
+	if set["session-affinity-mode"] {
+		o.inactive = append(o.inactive, "--session-affinity-mode")
+	}
+	switch *trackingHash {
+	case "public-xxh3-v1":
+	case "keyed-xxh3-v1":
+		o.inactive = append(o.inactive, "--router-tracking-hash keyed-xxh3-v1 (tracking hashes stay public-xxh3-v1)")
+	default:
+		return nil, fmt.Errorf("--router-tracking-hash must be public-xxh3-v1 or keyed-xxh3-v1, got %q", *trackingHash)
+	}
+	if *keyFile != "" || *keyID != "" {
+		o.inactive = append(o.inactive, "--router-tracking-key-file/--router-tracking-key-id")
+	}
+	if *remoteIndexer != "" {
+		if u, err := url.Parse(*remoteIndexer); err != nil || u.Host == "" {
+			return nil, fmt.Errorf("--remote-indexer-url: %q is not a URL", *remoteIndexer)
+		}
+		o.inactive = append(o.inactive, "--remote-indexer-url")
+	}
+	if o.pprofMutexFraction < 0 || o.pprofBlockRate < 0 {
+		return nil, errors.New("--pprof-mutex-fraction and --pprof-block-rate must be >= 0")
+	}
+	if o.demo < 0 || o.demo > 64 {
+		return nil, fmt.Errorf("--demo %d: want 0 to 64 engines", o.demo)
+	}
+	if o.demoBlockSize < 1 {
+		return nil, fmt.Errorf("--demo-block-size %d: want >= 1", o.demoBlockSize)
+	}
+	if o.demo > 0 && !o.core.UseKVEvents {
+		return nil, errors.New("--demo needs KV events (DYN_USE_KV_EVENTS must not be false)")
+	}
+	if err := o.core.Validate(); err != nil {
+		return nil, err
+	}
+	if err := o.http.Validate(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// laterEnv are environment variables of features not built yet: reported as
+// not yet active when set.
+var laterEnv = []string{
+	"DYN_ROUTER_REPLICA_SYNC", "DYN_ROUTER_TRACKING_HASH", "DYN_ROUTER_TRACKING_KEY_FILE", "DYN_ROUTER_TRACKING_KEY_ID",
+	"DYN_ROUTER_POLICY_CONFIG", "DYN_ROUTER_PREFILL_POLICY", "DYN_ROUTER_DECODE_POLICY",
+	"DYN_ROUTER_CONDITIONAL_DISAGG", "DYN_ROUTER_CONDITIONAL_DISAGG_POLICY",
+	"DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_THRESHOLD", "DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_RATIO_THRESHOLD",
+	"DYN_ROUTER_PREDICTED_TTL_SECS",
+}
+
+// applyEnv maps the environment onto the configs: every sched.Config field
+// with an `env` tag (the first variable of the tag's list that is set wins)
+// and DYN_USE_KV_EVENTS.
+func applyEnv(o *serveOptions, env func(string) (string, bool)) error {
+	v := reflect.ValueOf(&o.core.Sched).Elem()
+	t := v.Type()
+	for i := range t.NumField() {
+		tag := t.Field(i).Tag.Get("env")
+		if tag == "" || tag == "-" {
+			continue
+		}
+		for _, name := range strings.Split(tag, ",") {
+			s, ok := env(name)
+			if !ok {
+				continue
+			}
+			if err := setField(v.Field(i), name, strings.TrimSpace(s)); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	if s, ok := env("DYN_USE_KV_EVENTS"); ok {
+		b, err := parseBool(s)
+		if err != nil {
+			return fmt.Errorf("DYN_USE_KV_EVENTS: %w", err)
+		}
+		o.core.UseKVEvents = b
+	}
+	for _, name := range laterEnv {
+		if _, ok := env(name); ok {
+			o.inactive = append(o.inactive, name)
+		}
+	}
+	return nil
+}
+
+func setField(f reflect.Value, name, s string) error {
+	switch f.Interface().(type) {
+	case float64:
+		x, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not a number", name, s)
+		}
+		f.SetFloat(x)
+	case *float64:
+		x, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not a number", name, s)
+		}
+		f.Set(reflect.ValueOf(&x))
+	case bool:
+		b, err := parseBool(s)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		f.SetBool(b)
+	case time.Duration:
+		// Whole seconds. Dynamo falls back to the default for an invalid
+		// or zero expiry; so do we.
+		n, err := strconv.ParseUint(s, 10, 32)
+		if err != nil || n == 0 {
+			f.Set(reflect.ValueOf(sched.DefaultActiveRequestExpiry))
+			return nil
+		}
+		f.Set(reflect.ValueOf(time.Duration(n) * time.Second))
+	default:
+		return fmt.Errorf("BUG: %s: unsupported config field type %s", name, f.Type())
+	}
+	return nil
+}
+
+func parseBool(s string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "1", "true", "yes", "on":
+		return true, nil
+	case "0", "false", "no", "off":
+		return false, nil
+	}
+	return false, fmt.Errorf("%q is not a boolean", s)
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/httpapi"
+	"github.com/kvselect/kvselect/perf"
+	"github.com/kvselect/kvselect/zmqin"
+)
+
+// shutdownGrace bounds how long in-flight requests may take after a signal.
+const shutdownGrace = 30 * time.Second
+
+// serveMain runs `kvselect serve` until SIGINT or SIGTERM.
+func serveMain(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return serve(ctx, args, os.LookupEnv, os.Stderr, nil)
+}
+
+// serve is the whole life of the service: parse, build configs, construct,
+// start, wait for ctx, stop in reverse order. It returns the exit code.
+// ready, when non-nil, receives the bound HTTP address once serving.
+func serve(ctx context.Context, args []string, env func(string) (string, bool), stderr io.Writer, ready chan<- string) int {
+	logger := log.New(stderr, "kvselect: ", log.LstdFlags|log.Lmsgprefix)
+
+	// 1. Flags and environment.
+	opts, err := parseServe(args, env, stderr)
+	if err != nil {
+		logger.Printf("serve: %v", err)
+		return 2
+	}
+	for _, s := range opts.inactive {
+		logger.Printf("accepted but not yet active: %s", s)
+	}
+	// 2. Construct: the KV-event ingress, the service, the HTTP front end.
+	var ingress core.Ingress = core.NopIngress{}
+	var zing *zmqin.Ingress
+	if opts.core.UseKVEvents {
+		zing, err = zmqin.New(zmqin.Config{})
+		if err != nil {
+			logger.Printf("serve: %v", err)
+			return 2
+		}
+		ingress = zing
+	} else {
+		logger.Printf("DYN_USE_KV_EVENTS=false: approximate mode is not built yet; workers need no kv_events endpoint and the index stays empty")
+	}
+	svc, err := core.New(opts.core, core.Options{Ingress: ingress})
+	if err != nil {
+		logger.Printf("serve: %v", err)
+		return 2
+	}
+	opts.http.Logf = logger.Printf
+	srv, err := httpapi.New(svc, opts.http)
+	if err != nil {
+		logger.Printf("serve: %v", err)
+		return 2
+	}
+	if zing != nil {
+		srv.Registry().OnScrape(func(w io.Writer) { writeIngressMetrics(w, zing.Stats()) })
+	}
+	if opts.http.Pprof {
+		perf.SetContentionProfiling(opts.pprofMutexFraction, opts.pprofBlockRate)
+	}
+
+	// 3. Start: listener, HTTP server, periodic sweep.
+	ln, err := net.Listen("tcp", net.JoinHostPort(opts.host, strconv.Itoa(int(opts.port))))
+	if err != nil {
+		logger.Printf("serve: %v", err)
+		return 1
+	}
+	logger.Printf("listening on http://%s", ln.Addr())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	sweepDone := make(chan struct{})
+	sweepCtx, stopSweep := context.WithCancel(context.Background())
+	go func() {
+		defer close(sweepDone)
+		sweep(sweepCtx, svc, core.DefaultSweepInterval)
+	}()
+	var demo *demoEngines
+	if opts.demo > 0 {
+		demo, err = startDemo(svc, opts.demo, opts.demoBlockSize, logger.Printf)
+		if err != nil {
+			logger.Printf("demo: %v", err)
+			code := 1
+			svc.Close()
+			_ = srv.Shutdown(context.Background())
+			stopSweep()
+			<-sweepDone
+			_ = ingress.Close()
+			return code
+		}
+		logger.Printf("demo: %d simulated engines registered as workers 1..%d; try: curl -s localhost:%d/ready", opts.demo, opts.demo, opts.port)
+	}
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+
+	// 4. Wait for a signal (or the server failing).
+	code := 0
+	select {
+	case <-ctx.Done():
+		logger.Printf("shutting down")
+	case err := <-served:
+		logger.Printf("serve: %v", err)
+		code = 1
+	}
+
+	// 5. Stop in reverse order: refuse new work, drain HTTP, stop the
+	// sweep, close the listeners of the ingress, then the demo engines.
+	svc.Close()
+	shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(shCtx); err != nil {
+		logger.Printf("shutdown: %v", err)
+		code = 1
+	}
+	if code == 0 {
+		if err := <-served; err != nil {
+			logger.Printf("serve: %v", err)
+			code = 1
+		}
+	}
+	stopSweep()
+	<-sweepDone
+	if err := ingress.Close(); err != nil {
+		logger.Printf("ingress: %v", err)
+		code = 1
+	}
+	if demo != nil {
+		demo.Close()
+	}
+	logger.Printf("stopped")
+	return code
+}
+
+// sweep calls svc.Sweep every interval until ctx ends.
+func sweep(ctx context.Context, svc *core.Service, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			svc.Sweep(now)
+		}
+	}
+}

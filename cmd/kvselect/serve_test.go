@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func envOf(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestParseServeDefaults(t *testing.T) {
+	o, err := parseServe(nil, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.port != 8092 || o.host != "0.0.0.0" || o.core.IndexShards != 0 {
+		t.Fatalf("defaults: %+v", o)
+	}
+	if o.core.SelectionCacheTTL != 120*time.Second || o.core.SelectionCacheMaxEntries != 4096 || o.core.SelectionCacheMaxBytes != 268435456 {
+		t.Fatalf("cache defaults: %+v", o.core)
+	}
+	if !o.core.Sched.AssumeKVReuse || !o.core.UseKVEvents || !o.http.Pprof || len(o.inactive) != 0 {
+		t.Fatalf("defaults: %+v", o)
+	}
+}
+
+func TestParseServeFlags(t *testing.T) {
+	o, err := parseServe([]string{"--port", "9000", "--host=127.0.0.1", "--selection-cache-ttl-secs", "2.5",
+		"--selection-cache-max-entries", "10", "--selection-cache-max-bytes", "1000", "--no-router-assume-kv-reuse", "--threads", "2"}, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.port != 9000 || o.host != "127.0.0.1" || o.core.SelectionCacheTTL != 2500*time.Millisecond ||
+		o.core.SelectionCacheMaxEntries != 10 || o.core.SelectionCacheMaxBytes != 1000 || o.core.Sched.AssumeKVReuse || o.core.IndexShards != 2 {
+		t.Fatalf("%+v", o)
+	}
+	// The flag overrides the environment.
+	o, err = parseServe([]string{"--router-assume-kv-reuse"}, envOf(map[string]string{"DYN_ROUTER_ASSUME_KV_REUSE": "false"}), io.Discard)
+	if err != nil || !o.core.Sched.AssumeKVReuse {
+		t.Fatalf("%v %+v", err, o)
+	}
+}
+
+func TestParseServeErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--replica-sync-peers", "tcp://b:9092"}, nil, "--replica-sync-peers requires --replica-sync-port"},
+		{[]string{"--replica-sync-port", "0"}, nil, "replica sync port must be greater than zero"},
+		{[]string{"--router-assume-kv-reuse", "--no-router-assume-kv-reuse"}, nil, "mutually exclusive"},
+		{[]string{"--threads", "0"}, nil, "--threads"},
+		{[]string{"--selection-cache-ttl-secs", "0"}, nil, "ttl"},
+		{[]string{"--selection-cache-max-entries", "0"}, nil, "max entries"},
+		{[]string{"--session-affinity-ttl-secs", "0.5"}, nil, "session-affinity-ttl-secs"},
+		{[]string{"--indexer-peers", "ftp://x"}, nil, "--indexer-peers"},
+		{[]string{"--router-tracking-hash", "md5"}, nil, "--router-tracking-hash"},
+		{[]string{"--nope"}, nil, "flag provided but not defined"},
+		{nil, map[string]string{"DYN_ROUTER_TEMPERATURE": "hot"}, "DYN_ROUTER_TEMPERATURE"},
+		{nil, map[string]string{"DYN_ROUTER_TEMPERATURE": "-1"}, "router_temperature"},
+		{nil, map[string]string{"DYN_USE_KV_EVENTS": "maybe"}, "DYN_USE_KV_EVENTS"},
+	} {
+		_, err := parseServe(tc.args, envOf(tc.env), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v %v: got %v, want %q", tc.args, tc.env, err, tc.want)
+		}
+	}
+}
+
+func TestParseServeLaterFeaturesReported(t *testing.T) {
+	o, err := parseServe([]string{"--replica-sync-port", "9092", "--replica-sync-peers", "tcp://b:9092",
+		"--indexer-peers", "http://b:8092", "--session-affinity-ttl-secs", "60", "--router-tracking-hash", "keyed-xxh3-v1"},
+		envOf(map[string]string{"DYN_ROUTER_PREDICTED_TTL_SECS": "5"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(o.inactive, "\n")
+	for _, want := range []string{"--replica-sync-port", "--replica-sync-peers", "--indexer-peers", "--session-affinity-ttl-secs", "keyed-xxh3-v1", "DYN_ROUTER_PREDICTED_TTL_SECS"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%q not reported as inactive in\n%s", want, got)
+		}
+	}
+}
+
+func TestEnvMapping(t *testing.T) {
+	o, err := parseServe(nil, envOf(map[string]string{
+		"DYN_ROUTER_TEMPERATURE":                              "0.5",
+		"DYN_OVERLAP_SCORE_WEIGHT":                            "2",
+		"DYN_ROUTER_TRACK_OUTPUT_BLOCKS":                      "true",
+		"DYN_ROUTER_CONDITIONAL_DISAGG_DECODE_BUSY_THRESHOLD": "0.9",
+		"DYN_ROUTER_ACTIVE_REQUEST_EXPIRY_SECS":               "0",
+		"DYN_USE_KV_EVENTS":                                   "false",
+	}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := o.core.Sched
+	if s.RouterTemperature != 0.5 || s.OverlapScoreWeight == nil || *s.OverlapScoreWeight != 2 || !s.TrackOutputBlocks ||
+		s.DecodeBusyThreshold == nil || *s.DecodeBusyThreshold != 0.9 || s.ActiveRequestExpiry != 300*time.Second || o.core.UseKVEvents {
+		t.Fatalf("%+v", s)
+	}
+	o, _ = parseServe(nil, envOf(map[string]string{"DYN_ROUTER_ACTIVE_REQUEST_EXPIRY_SECS": "42"}), io.Discard)
+	if o.core.Sched.ActiveRequestExpiry != 42*time.Second {
+		t.Fatal(o.core.Sched.ActiveRequestExpiry)
+	}
+}
+
+// TestServeLifecycle starts the real binary's serve path on a loopback
+// port, speaks HTTP to it, then cancels (as a signal would) and expects a
+// clean exit 0 with no listener left.
+func TestServeLifecycle(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	var logs syncBuf
+	done := make(chan int, 1)
+	go func() {
+		done <- serve(ctx, []string{"--host", "127.0.0.1", "--port", "0", "--replica-sync-port", "9092"}, envOf(map[string]string{"DYN_USE_KV_EVENTS": "false"}), &logs, ready)
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case code := <-done:
+		t.Fatalf("serve exited %d: %s", code, logs.String())
+	}
+	res, err := http.Post("http://"+addr+"/workers", "application/json", strings.NewReader(`{"worker_id":1,"endpoint":"http://w","block_size":4}`))
+	if err != nil || res.StatusCode != 201 {
+		t.Fatalf("%v %v", err, res)
+	}
+	res.Body.Close()
+	res, err = http.Get("http://" + addr + "/ready")
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("%v %v", err, res)
+	}
+	res.Body.Close()
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, logs.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	if !strings.Contains(logs.String(), "accepted but not yet active: --replica-sync-port") {
+		t.Fatalf("inactive flag not logged: %s", logs.String())
+	}
+	if _, err := http.Get("http://" + addr + "/health"); err == nil {
+		t.Fatal("listener still open after shutdown")
+	}
+}
+
+// TestServeFinishesInFlight cancels while a 1 s CPU profile request is in
+// flight: the request still completes with 200 and serve exits 0.
+func TestServeFinishesInFlight(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	var logs syncBuf
+	done := make(chan int, 1)
+	go func() {
+		done <- serve(ctx, []string{"--host", "127.0.0.1", "--port", "0"}, envOf(nil), &logs, ready)
+	}()
+	addr := <-ready
+	got := make(chan int, 1)
+	go func() {
+		res, err := http.Get("http://" + addr + "/debug/pprof/profile?seconds=1")
+		if err != nil {
+			got <- -1
+			return
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		got <- res.StatusCode
+	}()
+	time.Sleep(200 * time.Millisecond) // let the request start: the only way to be in flight
+	cancel()
+	if code := <-got; code != 200 {
+		t.Fatalf("in-flight request: %d; logs: %s", code, logs.String())
+	}
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d: %s", code, logs.String())
+	}
+}

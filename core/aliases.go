@@ -1,0 +1,30 @@
+package core
+
+import (
+	"github.com/kvselect/kvselect/radix"
+	"github.com/kvselect/kvselect/sched"
+)
+
+// Types of radix and sched that appear in core's API, re-exported so that
+// hosts (httpapi may import core but not radix or sched, DESIGN.md) can
+// name them.
+type (
+	// WorkerKey is one (worker_id, dp_rank).
+	WorkerKey = radix.WorkerKey
+	// Override is a request's router_config_override.
+	Override = sched.Override
+	// PreferredTaint is one routing_constraints.preferred_taints entry.
+	PreferredTaint = sched.PreferredTaint
+	// Event is one KV event (a /dump RouterEvent).
+	Event = radix.Event
+)
+
+// NumTiers is the length of Stats.IndexBlocks.
+const NumTiers = radix.NumTiers
+
+// TierName returns the storage_tier name of Stats.IndexBlocks[t].
+func TierName(t int) string { return radix.Tier(t).String() }
+
+// AppendEventJSON appends ev in the /dump RouterEvent JSON format (spec
+// service-api 7.2).
+func AppendEventJSON(dst []byte, ev *Event) []byte { return radix.AppendEventJSON(dst, ev) }

@@ -1,0 +1,484 @@
+package core
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/kvselect/kvselect/radix"
+	"github.com/kvselect/kvselect/sched"
+)
+
+// Lifecycle is a worker record's state (spec service-api 1.3).
+type Lifecycle string
+
+const (
+	Incomplete    Lifecycle = "incomplete"
+	Schedulable   Lifecycle = "schedulable"
+	Draining      Lifecycle = "draining"
+	Unschedulable Lifecycle = "unschedulable"
+)
+
+// DefaultPartition is the default model_name and routing_group.
+const DefaultPartition = "default"
+
+// WorkerFields are the catalog fields a POST replaces and a PATCH updates.
+// A nil pointer (or nil map/slice) is "unset"; in a record it is emitted as
+// JSON null (pointers) or omitted (the omitempty maps).
+type WorkerFields struct {
+	Endpoint                         *string           `json:"endpoint"`
+	KVEventsEndpoint                 *string           `json:"kv_events_endpoint"`
+	KVEventsEndpoints                map[uint32]string `json:"kv_events_endpoints,omitempty"`
+	ReplayEndpoint                   *string           `json:"replay_endpoint"`
+	BlockSize                        *uint32           `json:"block_size"`
+	DataParallelStartRank            *uint32           `json:"data_parallel_start_rank"`
+	DataParallelSize                 *uint32           `json:"data_parallel_size"`
+	MaxNumBatchedTokens              *uint64           `json:"max_num_batched_tokens"`
+	TotalKVBlocks                    *uint64           `json:"total_kv_blocks"`
+	StableRoutingID                  *string           `json:"stable_routing_id"`
+	IsEagle                          *bool             `json:"is_eagle"`
+	Taints                           []string          `json:"taints"`
+	TopologyDomains                  map[string]string `json:"topology_domains"`
+	KVTransferDomain                 *string           `json:"kv_transfer_domain"`
+	KVTransferEnforcement            *string           `json:"kv_transfer_enforcement"`
+	KVTransferPreferredWeight        *float64          `json:"kv_transfer_preferred_weight"`
+	RouterHintWorkerType             *string           `json:"router_hint_worker_type,omitempty"`
+	RouterHintSourceControlEndpoints map[uint32]string `json:"router_hint_source_control_endpoints,omitempty"`
+	KVEventSourceMode                *string           `json:"kv_event_source_mode,omitempty"`
+}
+
+// WorkerSpec is the body of POST /workers: a whole record.
+type WorkerSpec struct {
+	WorkerID     uint64 `json:"worker_id"`
+	ModelName    string `json:"model_name"`
+	RoutingGroup string `json:"routing_group"`
+	WorkerFields
+}
+
+// WorkerPatch is the body of PATCH /workers/{id}: a present field replaces
+// the stored value (maps and sets wholesale).
+type WorkerPatch = WorkerFields
+
+// WorkerRecord is a catalog entry as GET /workers shows it. Records handed
+// out by the Service are copies: the caller may keep and change them.
+type WorkerRecord struct {
+	WorkerID     uint64    `json:"worker_id"`
+	ModelName    string    `json:"model_name"`
+	RoutingGroup string    `json:"routing_group"`
+	Lifecycle    Lifecycle `json:"lifecycle"`
+	WorkerFields
+	NotSchedulableReasons []string `json:"not_schedulable_reasons,omitempty"`
+	// Listeners is the state of the rank listeners (Ingress.Status), when
+	// the ingress reports any.
+	Listeners []RankStatus `json:"-"`
+}
+
+// clone deep-copies the fields so a stored record shares nothing with the
+// caller's.
+func (f WorkerFields) clone() WorkerFields {
+	c := f
+	c.Endpoint = clonePtr(f.Endpoint)
+	c.KVEventsEndpoint = clonePtr(f.KVEventsEndpoint)
+	c.KVEventsEndpoints = maps.Clone(f.KVEventsEndpoints)
+	c.ReplayEndpoint = clonePtr(f.ReplayEndpoint)
+	c.BlockSize = clonePtr(f.BlockSize)
+	c.DataParallelStartRank = clonePtr(f.DataParallelStartRank)
+	c.DataParallelSize = clonePtr(f.DataParallelSize)
+	c.MaxNumBatchedTokens = clonePtr(f.MaxNumBatchedTokens)
+	c.TotalKVBlocks = clonePtr(f.TotalKVBlocks)
+	c.StableRoutingID = clonePtr(f.StableRoutingID)
+	c.IsEagle = clonePtr(f.IsEagle)
+	// taints are a set: sorted, deduplicated, never nil.
+	c.Taints = slices.Compact(slices.Sorted(slices.Values(f.Taints)))
+	if c.Taints == nil {
+		c.Taints = []string{}
+	}
+	c.TopologyDomains = maps.Clone(f.TopologyDomains)
+	if c.TopologyDomains == nil {
+		c.TopologyDomains = map[string]string{}
+	}
+	c.KVTransferDomain = clonePtr(f.KVTransferDomain)
+	c.KVTransferEnforcement = clonePtr(f.KVTransferEnforcement)
+	c.KVTransferPreferredWeight = clonePtr(f.KVTransferPreferredWeight)
+	c.RouterHintWorkerType = clonePtr(f.RouterHintWorkerType)
+	if c.RouterHintWorkerType != nil && *c.RouterHintWorkerType == "" {
+		c.RouterHintWorkerType = nil
+	}
+	c.RouterHintSourceControlEndpoints = maps.Clone(f.RouterHintSourceControlEndpoints)
+	c.KVEventSourceMode = clonePtr(f.KVEventSourceMode)
+	return c
+}
+
+// patch returns f with every field p sets replaced.
+func (f WorkerFields) patch(p *WorkerPatch) WorkerFields {
+	set := func(dst **string, src *string) {
+		if src != nil {
+			*dst = src
+		}
+	}
+	set(&f.Endpoint, p.Endpoint)
+	set(&f.KVEventsEndpoint, p.KVEventsEndpoint)
+	set(&f.ReplayEndpoint, p.ReplayEndpoint)
+	set(&f.StableRoutingID, p.StableRoutingID)
+	set(&f.KVTransferDomain, p.KVTransferDomain)
+	set(&f.KVTransferEnforcement, p.KVTransferEnforcement)
+	set(&f.RouterHintWorkerType, p.RouterHintWorkerType)
+	set(&f.KVEventSourceMode, p.KVEventSourceMode)
+	if p.KVEventsEndpoints != nil {
+		f.KVEventsEndpoints = p.KVEventsEndpoints
+	}
+	if p.BlockSize != nil {
+		f.BlockSize = p.BlockSize
+	}
+	if p.DataParallelStartRank != nil {
+		f.DataParallelStartRank = p.DataParallelStartRank
+	}
+	if p.DataParallelSize != nil {
+		f.DataParallelSize = p.DataParallelSize
+	}
+	if p.MaxNumBatchedTokens != nil {
+		f.MaxNumBatchedTokens = p.MaxNumBatchedTokens
+	}
+	if p.TotalKVBlocks != nil {
+		f.TotalKVBlocks = p.TotalKVBlocks
+	}
+	if p.IsEagle != nil {
+		f.IsEagle = p.IsEagle
+	}
+	if p.Taints != nil {
+		f.Taints = p.Taints
+	}
+	if p.TopologyDomains != nil {
+		f.TopologyDomains = p.TopologyDomains
+	}
+	if p.KVTransferPreferredWeight != nil {
+		f.KVTransferPreferredWeight = p.KVTransferPreferredWeight
+	}
+	if p.RouterHintSourceControlEndpoints != nil {
+		f.RouterHintSourceControlEndpoints = p.RouterHintSourceControlEndpoints
+	}
+	return f.clone()
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+func deref[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// dpRange returns the worker's ranks [start, start+size).
+func (f *WorkerFields) dpRange() (start, size uint32) {
+	return deref(f.DataParallelStartRank, 0), deref(f.DataParallelSize, 1)
+}
+
+// rankSources returns the kv_events endpoint of every rank (empty when
+// missing). The single-rank shorthand kv_events_endpoint applies only when
+// kv_events_endpoints is empty and the size is 1.
+func (f *WorkerFields) rankSources() []RankSource {
+	start, size := f.dpRange()
+	out := make([]RankSource, 0, size)
+	replay := ""
+	if size == 1 {
+		replay = deref(f.ReplayEndpoint, "")
+	}
+	for r := start; r < start+size; r++ {
+		ep := f.KVEventsEndpoints[r]
+		if len(f.KVEventsEndpoints) == 0 && size == 1 {
+			ep = deref(f.KVEventsEndpoint, "")
+		}
+		out = append(out, RankSource{DPRank: r, Endpoint: ep, ReplayEndpoint: replay})
+	}
+	return out
+}
+
+// catalogEntry is one worker of the catalog. Guarded by Service.mu.
+type catalogEntry struct {
+	rec  WorkerRecord
+	part *partition // the partition the record names
+	// attached: the worker is schedulable in part (in its snapshot, tracker
+	// and ingress).
+	attached bool
+}
+
+// reconcileLocked computes the lifecycle of f in partition p: the reasons that
+// keep it incomplete, in the reference's order and words. Called with s.mu
+// held.
+func (s *Service) reconcileLocked(id uint64, f *WorkerFields, p *partition, movingIn bool) []string {
+	var reasons []string
+	if deref(f.Endpoint, "") == "" {
+		reasons = append(reasons, "endpoint is required")
+	}
+	if deref(f.BlockSize, 0) == 0 {
+		reasons = append(reasons, "block_size must be greater than 0")
+	}
+	start, size := f.dpRange()
+	if size == 0 {
+		reasons = append(reasons, "data_parallel_size must be greater than 0")
+	}
+	if s.cfg.queueing() && f.MaxNumBatchedTokens == nil {
+		reasons = append(reasons, "max_num_batched_tokens is required while queueing is enabled")
+	}
+	if s.cfg.UseKVEvents && size > 0 {
+		for _, rs := range f.rankSources() {
+			if rs.Endpoint == "" {
+				reasons = append(reasons, fmt.Sprintf("kv_events endpoint is required for dp_rank %d", rs.DPRank))
+			}
+		}
+	}
+	if f.ReplayEndpoint != nil && size != 1 {
+		reasons = append(reasons, "replay_endpoint is supported only for data_parallel_size 1")
+	}
+	if len(reasons) > 0 {
+		return reasons
+	}
+	// Reconciliation proper: partition compatibility and endpoints.
+	bs := *f.BlockSize
+	if p.blockSize != 0 && p.blockSize != bs {
+		return []string{fmt.Sprintf("reconciliation failed: block_size mismatch for model=%s routing_group=%s: existing=%d requested=%d", p.model, p.group, p.blockSize, bs)}
+	}
+	eagle := deref(f.IsEagle, false)
+	others := p.schedulable
+	if _, ok := p.workers[id]; ok && !movingIn {
+		others--
+	}
+	if others > 0 && p.isEagle != eagle {
+		return []string{fmt.Sprintf("reconciliation failed: is_eagle mismatch for model=%s routing_group=%s: existing=%t requested=%t", p.model, p.group, p.isEagle, eagle)}
+	}
+	if s.cfg.UseKVEvents {
+		for _, rs := range f.rankSources() {
+			if err := validateZMQEndpoint(rs.Endpoint); err != nil {
+				return []string{fmt.Sprintf("reconciliation failed: invalid kv_events endpoint for worker %d dp_rank %d: invalid ZMQ endpoint `%s`: %v", id, rs.DPRank, rs.Endpoint, err)}
+			}
+		}
+		if f.ReplayEndpoint != nil {
+			if err := validateZMQEndpoint(*f.ReplayEndpoint); err != nil {
+				return []string{fmt.Sprintf("reconciliation failed: invalid replay endpoint for worker %d dp_rank %d: invalid ZMQ endpoint `%s`: %v", id, start, *f.ReplayEndpoint, err)}
+			}
+		}
+	}
+	return nil
+}
+
+// validateZMQEndpoint accepts tcp://host:port (IPv6 in brackets), ipc://path
+// and inproc://name, like the reference's replica-peer validation.
+func validateZMQEndpoint(ep string) error {
+	scheme, rest, ok := strings.Cut(ep, "://")
+	if !ok {
+		return fmt.Errorf("missing transport (expected tcp://, ipc:// or inproc://)")
+	}
+	switch scheme {
+	case "ipc", "inproc":
+		if rest == "" {
+			return fmt.Errorf("empty %s address", scheme)
+		}
+		return nil
+	case "tcp":
+		host, port, err := net.SplitHostPort(rest)
+		if err != nil {
+			return err
+		}
+		if host == "" {
+			return fmt.Errorf("empty host")
+		}
+		if port != "*" {
+			if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+				return fmt.Errorf("invalid port %q", port)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("unsupported transport %q", scheme)
+}
+
+// UpsertWorker registers or replaces worker spec.WorkerID (POST /workers).
+// The whole record is replaced; a worker whose partition changes leaves its
+// old partition first. It returns the new record: incomplete with reasons
+// when the worker cannot be scheduled (still a success), schedulable
+// otherwise.
+func (s *Service) UpsertWorker(spec *WorkerSpec) (WorkerRecord, error) {
+	if s.closed.Load() {
+		return WorkerRecord{}, errShuttingDown
+	}
+	model := cmp.Or(spec.ModelName, DefaultPartition)
+	group := cmp.Or(spec.RoutingGroup, DefaultPartition)
+	f := spec.WorkerFields.clone()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.applyLocked(spec.WorkerID, model, group, f), nil
+}
+
+// PatchWorker updates the fields p sets (PATCH /workers/{id}) and
+// reconciles again. A patch cannot move a worker to another partition.
+func (s *Service) PatchWorker(id uint64, p *WorkerPatch) (WorkerRecord, error) {
+	if s.closed.Load() {
+		return WorkerRecord{}, errShuttingDown
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.catalog[id]
+	if !ok {
+		return WorkerRecord{}, errorf(ErrNotFound, "worker %d not found", id)
+	}
+	f := e.rec.WorkerFields.patch(p)
+	return s.applyLocked(id, e.rec.ModelName, e.rec.RoutingGroup, f), nil
+}
+
+// applyLocked installs the record (id, model, group, f) and reconciles the
+// worker's partitions, ingress and tracker. f is owned by the catalog.
+func (s *Service) applyLocked(id uint64, model, group string, f WorkerFields) WorkerRecord {
+	p := s.partitionLocked(model, group)
+	old := s.catalog[id]
+	moving := old != nil && old.part != p
+	if moving && old.attached {
+		s.detachLocked(id, old)
+	}
+	reasons := s.reconcileLocked(id, &f, p, moving || old == nil)
+	e := &catalogEntry{part: p, rec: WorkerRecord{WorkerID: id, ModelName: p.model, RoutingGroup: p.group, WorkerFields: f}}
+	if old != nil && !moving {
+		e.attached = old.attached
+	}
+	if len(reasons) > 0 {
+		if e.attached {
+			s.detachLocked(id, e)
+		}
+		e.rec.Lifecycle = Incomplete
+		e.rec.NotSchedulableReasons = reasons
+	} else {
+		s.attachLocked(id, e)
+		e.rec.Lifecycle = Schedulable
+	}
+	s.catalog[id] = e
+	return s.recordLocked(e)
+}
+
+// attachLocked makes e schedulable in its partition: block size and eagle
+// flag fixed on first use, tracker ranks, listeners, snapshot.
+func (s *Service) attachLocked(id uint64, e *catalogEntry) {
+	p := e.part
+	if p.blockSize == 0 {
+		p.blockSize = *e.rec.BlockSize
+	}
+	if _, self := p.workers[id]; p.schedulable == 0 || (self && p.schedulable == 1) {
+		p.isEagle = deref(e.rec.IsEagle, false)
+	}
+	start, size := e.rec.dpRange()
+	for r := start; r < start+size; r++ {
+		p.tracker.AddWorker(radix.WorkerKey{WorkerID: id, DPRank: r})
+	}
+	if !e.attached {
+		s.schedulable.Add(1)
+		p.schedulable++
+	}
+	e.attached = true
+	p.workers[id] = e
+	if s.cfg.UseKVEvents {
+		s.ingress.Sync(id, int(p.blockSize), e.rec.rankSources(), p.sink)
+	}
+	p.publishLocked()
+}
+
+// detachLocked removes e's worker from its partition: listeners first (so
+// no late batch restores blocks), then index blocks and tracker bookings.
+func (s *Service) detachLocked(id uint64, e *catalogEntry) {
+	p := e.part
+	if !e.attached {
+		return
+	}
+	e.attached = false
+	delete(p.workers, id)
+	p.schedulable--
+	s.schedulable.Add(-1)
+	p.publishLocked()
+	s.ingress.Detach(id)
+	p.index.RemoveWorker(id)
+	p.tracker.RemoveWorker(id)
+}
+
+// DeleteWorker removes worker id from the catalog (DELETE /workers/{id}):
+// draining, listeners and blocks dropped, bookings freed. It returns the
+// final record, lifecycle unschedulable.
+func (s *Service) DeleteWorker(id uint64) (WorkerRecord, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.catalog[id]
+	if !ok {
+		return WorkerRecord{}, errorf(ErrNotFound, "worker %d not found", id)
+	}
+	s.detachLocked(id, e)
+	delete(s.catalog, id)
+	e.rec.Lifecycle = Unschedulable
+	return s.recordLocked(e), nil
+}
+
+// recordLocked returns a copy of e's record.
+func (s *Service) recordLocked(e *catalogEntry) WorkerRecord {
+	r := e.rec
+	r.WorkerFields = r.WorkerFields.clone()
+	r.NotSchedulableReasons = slices.Clone(r.NotSchedulableReasons)
+	return r
+}
+
+// ListWorkers returns the catalog sorted by (model_name, routing_group,
+// worker_id), filtered by model and group when non-empty, with the listener
+// states of schedulable workers (Ingress.Status, asked after the catalog
+// lock is released).
+func (s *Service) ListWorkers(model, group string) []WorkerRecord {
+	s.mu.Lock()
+	out := make([]WorkerRecord, 0, len(s.catalog))
+	for _, e := range s.catalog {
+		if (model == "" || e.rec.ModelName == model) && (group == "" || e.rec.RoutingGroup == group) {
+			out = append(out, s.recordLocked(e))
+		}
+	}
+	s.mu.Unlock()
+	if s.cfg.UseKVEvents {
+		for i := range out {
+			if out[i].Lifecycle == Schedulable {
+				out[i].Listeners = s.ingress.Status(out[i].WorkerID, nil)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b WorkerRecord) int {
+		return cmp.Or(cmp.Compare(a.ModelName, b.ModelName), cmp.Compare(a.RoutingGroup, b.RoutingGroup), cmp.Compare(a.WorkerID, b.WorkerID))
+	})
+	return out
+}
+
+// Readiness is the body of GET /ready.
+type Readiness struct {
+	Ready              bool           `json:"ready"`
+	SchedulableWorkers int            `json:"schedulable_workers"`
+	Workers            []WorkerRecord `json:"workers"`
+}
+
+// Ready reports whether the service is ready: not shutting down and at
+// least one worker schedulable anywhere.
+func (s *Service) Ready() Readiness {
+	ws := s.ListWorkers("", "")
+	n := 0
+	for i := range ws {
+		if ws[i].Lifecycle == Schedulable {
+			n++
+		}
+	}
+	return Readiness{Ready: !s.closed.Load() && n > 0, SchedulableWorkers: n, Workers: ws}
+}
+
+// schedWorker builds the eligibility row of a schedulable record.
+func schedWorker(r *WorkerRecord) sched.Worker {
+	start, size := r.dpRange()
+	return sched.Worker{ID: r.WorkerID, DPStart: start, DPSize: size, Taints: r.Taints}
+}

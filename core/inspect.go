@@ -1,0 +1,193 @@
+package core
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/kvselect/kvselect/radix"
+	"github.com/kvselect/kvselect/sched"
+)
+
+// PotentialLoad is one row of /loads and /potential_loads.
+type PotentialLoad struct {
+	WorkerID               uint64 `json:"worker_id"`
+	DPRank                 uint32 `json:"dp_rank"`
+	PotentialPrefillTokens int64  `json:"potential_prefill_tokens"`
+	PotentialDecodeBlocks  int64  `json:"potential_decode_blocks"`
+	ActiveRequests         int64  `json:"active_requests"`
+}
+
+// PartitionLoads is one element of GET /loads.
+type PartitionLoads struct {
+	ModelName        string          `json:"model_name"`
+	RoutingGroup     string          `json:"routing_group"`
+	Loads            []PotentialLoad `json:"loads"`
+	PendingCount     int64           `json:"pending_count"`
+	PendingISLTokens int64           `json:"pending_isl_tokens"`
+}
+
+// Loads returns the current load of every schedulable (worker, rank) of
+// every partition, sorted by (model_name, routing_group) then (worker,
+// rank), filtered by model and group when non-empty. pending_count and
+// pending_isl_tokens are the queue's, always 0 until queueing lands.
+func (s *Service) Loads(model, group string) []PartitionLoads {
+	out := []PartitionLoads{}
+	for _, p := range *s.parts.Load() {
+		if (model != "" && p.model != model) || (group != "" && p.group != group) {
+			continue
+		}
+		sn := p.snap.Load()
+		pl := PartitionLoads{ModelName: p.model, RoutingGroup: p.group, Loads: make([]PotentialLoad, 0, sn.ranks)}
+		for i, w := range sn.workers {
+			for j, wl := range sn.views[i].loads {
+				l := wl.Loads()
+				pl.Loads = append(pl.Loads, PotentialLoad{WorkerID: w.ID, DPRank: w.DPStart + uint32(j), PotentialPrefillTokens: l.PrefillTokens, PotentialDecodeBlocks: l.Blocks, ActiveRequests: l.Requests})
+			}
+		}
+		out = append(out, pl)
+	}
+	slices.SortFunc(out, func(a, b PartitionLoads) int {
+		return cmp.Or(cmp.Compare(a.ModelName, b.ModelName), cmp.Compare(a.RoutingGroup, b.RoutingGroup))
+	})
+	return out
+}
+
+// QueryRequest is the body of /potential_loads and /overlap_scores: a
+// partition, a prompt and router_config_override.
+type QueryRequest struct {
+	ModelName, RoutingGroup string
+	Prompt
+	Override *sched.Override
+}
+
+// query prepares a query: partition, snapshot, weights, every schedulable
+// (worker, rank) with overlap and loads filled. The caller owns sc.
+func (s *Service) query(req *QueryRequest, sc *scratch) (*snapshot, sched.Params, sched.Request, []uint64, error) {
+	model := cmp.Or(req.ModelName, DefaultPartition)
+	group := cmp.Or(req.RoutingGroup, DefaultPartition)
+	p, sn, err := s.readyPartition(model, group)
+	if err != nil {
+		return nil, sched.Params{}, sched.Request{}, nil, err
+	}
+	params, err := s.cfg.Sched.Resolve(req.Override)
+	if err != nil {
+		return nil, sched.Params{}, sched.Request{}, nil, &Error{ErrBadRequest, err.Error()}
+	}
+	local, seq, isl, err := normalize(&req.Prompt, sn, sc, true)
+	if err != nil {
+		return nil, sched.Params{}, sched.Request{}, nil, err
+	}
+	cands, err := sched.AppendCandidates(sc.cands[:0], sn.workers, &sched.Constraints{})
+	sc.cands = cands
+	if err != nil {
+		return nil, sched.Params{}, sched.Request{}, nil, err
+	}
+	p.index.Match(local, &sc.res)
+	fillOverlap(cands, sc.res.Matches)
+	fillLoads(sn, cands, seq, params.AssumeKVReuse)
+	return sn, params, sched.Request{ISLTokens: isl, BlockSize: int64(sn.blockSize)}, local, nil
+}
+
+// PotentialLoads returns the load every schedulable (worker, rank) would
+// have with this prompt added, sorted by (worker, rank).
+func (s *Service) PotentialLoads(req *QueryRequest) ([]PotentialLoad, error) {
+	sc := s.getScratch()
+	defer s.putScratch(sc)
+	_, params, r, _, err := s.query(req, sc)
+	if err != nil {
+		return nil, err
+	}
+	sc.loads = slices.Grow(sc.loads[:0], len(sc.cands))[:len(sc.cands)]
+	sched.PotentialLoads(&params, &r, sc.cands, sc.loads)
+	out := make([]PotentialLoad, len(sc.loads))
+	for i, l := range sc.loads {
+		out[i] = PotentialLoad{WorkerID: l.Worker.WorkerID, DPRank: l.Worker.DPRank, PotentialPrefillTokens: l.PrefillTokens, PotentialDecodeBlocks: l.DecodeBlocks, ActiveRequests: l.ActiveRequests}
+	}
+	return out, nil
+}
+
+// OverlapRow is one (worker, rank) row of /overlap_scores. Counts are
+// cumulative: host_pinned = device + host extension; disk = host_pinned +
+// disk and external extensions.
+type OverlapRow struct {
+	WorkerID                  uint64  `json:"worker_id"`
+	DPRank                    uint32  `json:"dp_rank"`
+	DeviceBlocks              int64   `json:"device_blocks"`
+	HostPinnedBlocks          int64   `json:"host_pinned_blocks"`
+	DiskBlocks                int64   `json:"disk_blocks"`
+	HostPinnedExtensionBlocks int64   `json:"host_pinned_extension_blocks"`
+	DiskExtensionBlocks       int64   `json:"disk_extension_blocks"`
+	SharedBeyondDeviceBlocks  *int64  `json:"shared_beyond_device_blocks"`
+	RouterCreditBlocks        float64 `json:"router_credit_blocks"`
+}
+
+// SharedCache is /overlap_scores' shared_cache object; kvselect has no
+// shared cache, so it is always disabled.
+type SharedCache struct {
+	Enabled        bool       `json:"enabled"`
+	TotalHitBlocks int64      `json:"total_hit_blocks"`
+	Ranges         [][2]int64 `json:"ranges"`
+	Error          *string    `json:"error"`
+}
+
+// OverlapScores is the /overlap_scores response.
+type OverlapScores struct {
+	BlockSize   uint32       `json:"block_size"`
+	NumBlocks   int          `json:"num_blocks"`
+	Workers     []OverlapRow `json:"workers"`
+	SharedCache SharedCache  `json:"shared_cache"`
+}
+
+// OverlapScores returns the tiered overlap of every schedulable (worker,
+// rank), sorted by (worker, rank).
+func (s *Service) OverlapScores(req *QueryRequest) (OverlapScores, error) {
+	sc := s.getScratch()
+	defer s.putScratch(sc)
+	sn, params, _, local, err := s.query(req, sc)
+	if err != nil {
+		return OverlapScores{}, err
+	}
+	out := OverlapScores{BlockSize: sn.blockSize, NumBlocks: len(local), Workers: make([]OverlapRow, len(sc.cands)), SharedCache: SharedCache{Ranges: [][2]int64{}}}
+	for i := range sc.cands {
+		c := &sc.cands[i]
+		out.Workers[i] = OverlapRow{
+			WorkerID: c.Worker.WorkerID, DPRank: c.Worker.DPRank,
+			DeviceBlocks:              c.DeviceBlocks,
+			HostPinnedBlocks:          c.DeviceBlocks + c.HostBlocks,
+			DiskBlocks:                c.DeviceBlocks + c.HostBlocks + c.DiskBlocks,
+			HostPinnedExtensionBlocks: c.HostBlocks,
+			DiskExtensionBlocks:       c.DiskBlocks,
+			RouterCreditBlocks: params.OverlapScoreCredit*float64(c.DeviceBlocks) + params.HostCacheHitWeight*float64(c.HostBlocks) +
+				params.DiskCacheHitWeight*float64(c.DiskBlocks),
+		}
+	}
+	return out, nil
+}
+
+// PartitionDump is one partition of GET /dump: key "model:group".
+type PartitionDump struct {
+	Key       string
+	BlockSize uint32
+	Events    []radix.Event
+}
+
+// Dump returns every partition with a fixed block size as Stored events
+// that rebuild its index, sorted by key.
+func (s *Service) Dump() []PartitionDump {
+	var out []PartitionDump
+	for _, p := range *s.parts.Load() {
+		bs := s.partitionBlockSize(p)
+		if bs == 0 {
+			continue
+		}
+		out = append(out, PartitionDump{Key: p.model + ":" + p.group, BlockSize: bs, Events: p.index.Dump()})
+	}
+	slices.SortFunc(out, func(a, b PartitionDump) int { return cmp.Compare(a.Key, b.Key) })
+	return out
+}
+
+func (s *Service) partitionBlockSize(p *partition) uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return p.blockSize
+}

@@ -1,0 +1,156 @@
+package core
+
+import (
+	"slices"
+	"sync/atomic"
+
+	"github.com/kvselect/kvselect/radix"
+	"github.com/kvselect/kvselect/sched"
+)
+
+// partKey names a routing partition.
+type partKey struct{ model, group string }
+
+// partition is one (model_name, routing_group): its KV index, its load
+// tracker and the schedulable view of its workers. Partitions are created
+// on first use and never removed, so the block size fixed by the first
+// schedulable worker stays (as Dynamo's indexer registry does).
+type partition struct {
+	model, group string
+	index        *radix.Index
+	tracker      *sched.Tracker
+	sink         *partitionSink
+
+	// snap is the immutable schedulable view the selection paths read
+	// without a lock; rebuilt by publishLocked on every catalog change.
+	snap atomic.Pointer[snapshot]
+
+	// Under Service.mu:
+	blockSize   uint32 // 0 until the first schedulable worker fixes it
+	isEagle     bool
+	schedulable int
+	workers     map[uint64]*catalogEntry // schedulable workers
+}
+
+// snapshot is the schedulable view of a partition. Immutable once
+// published.
+type snapshot struct {
+	blockSize uint32
+	isEagle   bool
+	// workers are the eligibility rows, sorted by worker id.
+	workers []sched.Worker
+	// views[i] is workers[i]'s routing data.
+	views []workerView
+	// ranks is the number of (worker, rank) rows.
+	ranks int
+}
+
+// workerView is the routing data of one schedulable worker.
+type workerView struct {
+	endpoint      string
+	totalKVBlocks int64
+	maxBatched    int64
+	dpStart       uint32
+	// loads[r-dpStart] is rank r's load handle.
+	loads []*sched.WorkerLoad
+}
+
+// find returns the index of worker id in the snapshot, or -1.
+func (sn *snapshot) find(id uint64) int {
+	i, ok := slices.BinarySearchFunc(sn.workers, id, func(w sched.Worker, id uint64) int {
+		switch {
+		case w.ID < id:
+			return -1
+		case w.ID > id:
+			return 1
+		}
+		return 0
+	})
+	if !ok {
+		return -1
+	}
+	return i
+}
+
+// load returns the load handle of a schedulable (worker, rank), or nil.
+func (sn *snapshot) load(k radix.WorkerKey) (*workerView, *sched.WorkerLoad) {
+	i := sn.find(k.WorkerID)
+	if i < 0 {
+		return nil, nil
+	}
+	v := &sn.views[i]
+	if k.DPRank < v.dpStart || int(k.DPRank-v.dpStart) >= len(v.loads) {
+		return v, nil
+	}
+	return v, v.loads[k.DPRank-v.dpStart]
+}
+
+// partitionLocked returns the partition (model, group), creating it.
+func (s *Service) partitionLocked(model, group string) *partition {
+	k := partKey{model, group}
+	if p, ok := (*s.parts.Load())[k]; ok {
+		return p
+	}
+	ix, err := radix.New(radix.Config{Shards: s.cfg.IndexShards})
+	if err != nil {
+		panic("BUG: radix config validated by Config.Validate: " + err.Error())
+	}
+	tr, err := sched.NewTracker(s.cfg.Sched)
+	if err != nil {
+		panic("BUG: sched config validated by Config.Validate: " + err.Error())
+	}
+	p := &partition{model: model, group: group, index: ix, tracker: tr, workers: map[uint64]*catalogEntry{}}
+	p.sink = &partitionSink{p: p}
+	p.snap.Store(&snapshot{})
+	// Copy on write: readers load the map pointer without a lock.
+	m := make(map[partKey]*partition, len(*s.parts.Load())+1)
+	for k, v := range *s.parts.Load() {
+		m[k] = v
+	}
+	m[k] = p
+	s.parts.Store(&m)
+	return p
+}
+
+// lookup returns the partition (model, group) or nil. Lock-free.
+func (s *Service) lookup(model, group string) *partition {
+	return (*s.parts.Load())[partKey{model, group}]
+}
+
+// publishLocked rebuilds the partition's snapshot from its schedulable
+// workers.
+func (p *partition) publishLocked() {
+	sn := &snapshot{blockSize: p.blockSize, isEagle: p.isEagle}
+	ids := make([]uint64, 0, len(p.workers))
+	for id := range p.workers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		e := p.workers[id]
+		w := schedWorker(&e.rec)
+		v := workerView{
+			endpoint:      deref(e.rec.Endpoint, ""),
+			totalKVBlocks: int64(deref(e.rec.TotalKVBlocks, 0)),
+			maxBatched:    int64(deref(e.rec.MaxNumBatchedTokens, 0)),
+			dpStart:       w.DPStart,
+		}
+		for r := w.DPStart; r < w.DPStart+w.DPSize; r++ {
+			v.loads = append(v.loads, p.tracker.AddWorker(radix.WorkerKey{WorkerID: id, DPRank: r}))
+		}
+		sn.workers = append(sn.workers, w)
+		sn.views = append(sn.views, v)
+		sn.ranks += int(w.DPSize)
+	}
+	p.snap.Store(sn)
+}
+
+// partitionSink is the EventSink of one partition: KV events of its
+// workers land in its index.
+type partitionSink struct{ p *partition }
+
+func (ps *partitionSink) ApplyBatch(evs []radix.Event) { ps.p.index.ApplyBatch(evs) }
+
+func (ps *partitionSink) ClearRank(w radix.WorkerKey) {
+	ps.p.index.Apply(&radix.Event{Worker: w, Kind: radix.Cleared})
+}

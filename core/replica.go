@@ -1,0 +1,48 @@
+package core
+
+import "github.com/kvselect/kvselect/radix"
+
+// ReplicaEventKind is the kind of an outbound active-sequence event (spec
+// service-api 4): admission, prefill completion, free. Output blocks are
+// never replicated.
+type ReplicaEventKind uint8
+
+const (
+	ReplicaAdd ReplicaEventKind = iota + 1
+	ReplicaPrefillCompleted
+	ReplicaFree
+)
+
+// ReplicaEvent is one lifecycle event a booking path emits for replica
+// peers. Every field is valid only during the Publish call: a sink that
+// keeps the event must copy it (strings included, they may alias request
+// buffers).
+type ReplicaEvent struct {
+	Kind         ReplicaEventKind
+	ModelName    string
+	RoutingGroup string
+	BlockSize    uint32
+	RequestID    string
+	Worker       radix.WorkerKey
+	LoraName     string
+	// ReplicaAdd only.
+	SequenceHashes       []uint64
+	TrackPrefillTokens   bool
+	ExpectedOutputTokens *uint32
+	// EffectivePrefillTokens is the prefill_load_hint's
+	// initial_effective_prefill_tokens.
+	EffectivePrefillTokens int64
+}
+
+// ReplicaSink receives the outbound replica events of every booking path.
+// zmqin's replica PUB will implement it; NopReplicaSink drops everything.
+// Publish must not block (drop when full) and is called without core locks
+// held, from request goroutines, concurrently.
+type ReplicaSink interface {
+	Publish(ev *ReplicaEvent)
+}
+
+// NopReplicaSink drops every event: a selector without replica sync.
+type NopReplicaSink struct{}
+
+func (NopReplicaSink) Publish(*ReplicaEvent) {}

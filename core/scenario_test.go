@@ -1,0 +1,512 @@
+package core
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvselect/kvselect/radix"
+	"github.com/kvselect/kvselect/sched"
+)
+
+var rewrite = flag.Bool("rewrite", false, "rewrite the golden files in testdata/")
+
+// firstRand makes the picker deterministic: ties go to the first candidate.
+type firstRand struct{}
+
+func (firstRand) IntN(int) int     { return 0 }
+func (firstRand) Float64() float64 { return 0 }
+
+// env is the state of one scenario: a service on a fake clock, with a
+// recording ingress and replica sink.
+type env struct {
+	t       *testing.T
+	now     time.Time
+	s       *Service
+	cfg     Config
+	ingress *recIngress
+	replica *recReplica
+}
+
+// recIngress records the Ingress calls and reports every synced rank as
+// live.
+type recIngress struct {
+	mu    sync.Mutex
+	log   []string
+	ranks map[uint64][]RankSource
+}
+
+func (r *recIngress) Sync(id uint64, bs int, ranks []RankSource, sink EventSink) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.log = append(r.log, fmt.Sprintf("sync worker=%d bs=%d ranks=%v sink=%s", id, bs, ranks, sinkName(sink)))
+	r.ranks[id] = slices.Clone(ranks)
+}
+
+func sinkName(s EventSink) string {
+	ps := s.(*partitionSink)
+	return ps.p.model + ":" + ps.p.group
+}
+
+func (r *recIngress) Detach(id uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.log = append(r.log, fmt.Sprintf("detach worker=%d", id))
+	delete(r.ranks, id)
+}
+
+func (r *recIngress) Status(id uint64, dst []RankStatus) []RankStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rs := range r.ranks[id] {
+		dst = append(dst, RankStatus{DPRank: rs.DPRank, Endpoint: rs.Endpoint, State: "live"})
+	}
+	return dst
+}
+
+func (r *recIngress) Close() error { return nil }
+
+func (r *recIngress) take() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := strings.Join(r.log, "\n")
+	r.log = nil
+	if out == "" {
+		return "(none)"
+	}
+	return out
+}
+
+// recReplica records the outbound replica events.
+type recReplica struct {
+	mu  sync.Mutex
+	log []string
+}
+
+func (r *recReplica) Publish(ev *ReplicaEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	line := fmt.Sprintf("%s %s:%s bs=%d id=%s worker=%s", [...]string{"?", "add", "prefill_completed", "free"}[ev.Kind], ev.ModelName, ev.RoutingGroup, ev.BlockSize, ev.RequestID, ev.Worker)
+	if ev.Kind == ReplicaAdd {
+		line += fmt.Sprintf(" seq=%v track=%t eff=%d", ev.SequenceHashes, ev.TrackPrefillTokens, ev.EffectivePrefillTokens)
+		if ev.ExpectedOutputTokens != nil {
+			line += fmt.Sprintf(" expected=%d", *ev.ExpectedOutputTokens)
+		}
+	}
+	r.log = append(r.log, line)
+}
+
+func (r *recReplica) take() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := strings.Join(r.log, "\n")
+	r.log = nil
+	if out == "" {
+		return "(none)"
+	}
+	return out
+}
+
+func newEnv(t *testing.T, cfg Config) *env {
+	e := &env{t: t, now: time.Unix(1_700_000_000, 0), cfg: cfg, ingress: &recIngress{ranks: map[uint64][]RankSource{}}, replica: &recReplica{}}
+	s, err := New(cfg, Options{Clock: func() time.Time { return e.now }, Rand: firstRand{}, Ingress: e.ingress, Replica: e.replica})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.s = s
+	return e
+}
+
+// TestScenarios runs every testdata/*.txt script. A script is a sequence of
+// blocks: one command line, "----", the expected output, a blank line.
+// Lines starting with # are comments. -rewrite regenerates the outputs.
+func TestScenarios(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*.txt")
+	if len(files) == 0 {
+		t.Fatal("no scenarios")
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) { runScenario(t, f) })
+	}
+}
+
+func runScenario(t *testing.T, path string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.UseKVEvents = false
+	var e *env
+	var out bytes.Buffer
+	lines := strings.Split(string(data), "\n")
+	for i := 0; i < len(lines); i++ {
+		line := lines[i]
+		if line == "" || strings.HasPrefix(line, "#") {
+			out.WriteString(line + "\n")
+			continue
+		}
+		// Skip the old expected output.
+		j := i + 1
+		if j < len(lines) && lines[j] == "----" {
+			j++
+			for j < len(lines) && lines[j] != "" {
+				j++
+			}
+		}
+		want := ""
+		if i+1 < len(lines) && lines[i+1] == "----" {
+			want = strings.Join(lines[i+2:j], "\n")
+		}
+		if e == nil && !strings.HasPrefix(line, "config ") {
+			e = newEnv(t, cfg)
+		}
+		var got string
+		if strings.HasPrefix(line, "config ") {
+			applyConfig(t, &cfg, strings.TrimPrefix(line, "config "))
+			e = nil
+			got = "ok"
+		} else {
+			got = strings.TrimRight(e.run(line), "\n")
+		}
+		if !*rewrite && got != want {
+			t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", path, i+1, line, got, want)
+		}
+		fmt.Fprintf(&out, "%s\n----\n%s\n", line, got)
+		i = j - 1
+	}
+	if *rewrite {
+		if err := os.WriteFile(path, bytes.TrimRight(out.Bytes(), "\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+		f.WriteString("\n")
+		f.Close()
+	}
+}
+
+func applyConfig(t *testing.T, cfg *Config, args string) {
+	for _, kv := range strings.Fields(args) {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "kv_events":
+			cfg.UseKVEvents = v == "true"
+		case "queue_threshold":
+			f, _ := strconv.ParseFloat(v, 64)
+			cfg.Sched.QueueThreshold = &f
+		case "decode_busy":
+			f, _ := strconv.ParseFloat(v, 64)
+			cfg.Sched.DecodeBusyThreshold = &f
+		case "prefill_busy":
+			f, _ := strconv.ParseFloat(v, 64)
+			cfg.Sched.PrefillBusyThreshold = &f
+		case "track_output":
+			cfg.Sched.TrackOutputBlocks = v == "true"
+		case "cache_entries":
+			cfg.SelectionCacheMaxEntries, _ = strconv.Atoi(v)
+		case "cache_bytes":
+			n, _ := strconv.Atoi(v)
+			cfg.SelectionCacheMaxBytes = int64(n)
+		default:
+			t.Fatalf("unknown config %q", k)
+		}
+	}
+}
+
+// args parses "k=v k=v" pairs.
+func args(s string) map[string]string {
+	m := map[string]string{}
+	for _, kv := range strings.Fields(s) {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	return m
+}
+
+func u32s(s string) []uint32 {
+	var out []uint32
+	for _, f := range strings.Split(s, ",") {
+		if f == "" {
+			continue
+		}
+		n, _ := strconv.ParseUint(f, 10, 32)
+		out = append(out, uint32(n))
+	}
+	return out
+}
+
+func u64s(s string) []uint64 {
+	var out []uint64
+	for _, f := range strings.Split(s, ",") {
+		if f == "" {
+			continue
+		}
+		n, _ := strconv.ParseInt(f, 10, 64)
+		out = append(out, uint64(n))
+	}
+	return out
+}
+
+func prompt(a map[string]string) Prompt {
+	var p Prompt
+	if v, ok := a["tokens"]; ok {
+		p.TokenIDs, p.HasTokenIDs = u32s(v), true
+	}
+	if v, ok := a["block_hashes"]; ok {
+		p.BlockHashes, p.HasBlockHashes = u64s(v), true
+	}
+	if v, ok := a["seq"]; ok {
+		p.SequenceHashes, p.HasSequenceHashes = u64s(v), true
+	}
+	if v, ok := a["isl"]; ok {
+		p.ISLTokens, _ = strconv.ParseUint(v, 10, 64)
+		p.HasISLTokens = true
+	}
+	p.LoraName, p.CacheSalt = a["lora"], a["salt"]
+	return p
+}
+
+func errText(err error) string { return fmt.Sprintf("error %d: %s", Status(err), err) }
+
+func jsonLine(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "marshal: " + err.Error()
+	}
+	return string(b)
+}
+
+func fmtSelection(o *Selection) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "worker=%d/%d endpoint=%s bs=%d", o.WorkerID, o.DPRank, o.Endpoint, o.BlockSize)
+	if o.HasSelectionID {
+		fmt.Fprintf(&b, " id=%s", o.SelectionID)
+	}
+	fmt.Fprintf(&b, " overlap={longest=%d gpu=%d cpu=%d disk=%d dp=%v}", o.Overlap.LongestMatched, o.Overlap.GPU, o.Overlap.CPU, o.Overlap.Disk, o.Overlap.DP)
+	fmt.Fprintf(&b, " eff=%d pdb=%d", o.EffectivePrefillTokens, o.PotentialDecodeBlocks)
+	if o.DecodeBusyKnown {
+		fmt.Fprintf(&b, " decode_busy=%t", o.DecodeBusy)
+	}
+	if o.Booked {
+		fmt.Fprintf(&b, " booked seq=%v isl=%d track=%t", o.SequenceHashes, o.ISLTokens, o.TrackPrefillTokens)
+	}
+	if o.HasWorkerLoad {
+		fmt.Fprintf(&b, " worker_load=%+v", o.WorkerLoad)
+	}
+	return b.String()
+}
+
+func (e *env) run(line string) string {
+	cmd, rest, _ := strings.Cut(line, " ")
+	a := args(rest)
+	s := e.s
+	switch cmd {
+	case "upsert":
+		var spec WorkerSpec
+		if err := json.Unmarshal([]byte(rest), &spec); err != nil {
+			e.t.Fatalf("%s: %v", line, err)
+		}
+		r, err := s.UpsertWorker(&spec)
+		if err != nil {
+			return errText(err)
+		}
+		return jsonLine(r)
+	case "patch":
+		idS, body, _ := strings.Cut(rest, " ")
+		id, _ := strconv.ParseUint(idS, 10, 64)
+		var p WorkerPatch
+		if err := json.Unmarshal([]byte(body), &p); err != nil {
+			e.t.Fatalf("%s: %v", line, err)
+		}
+		r, err := s.PatchWorker(id, &p)
+		if err != nil {
+			return errText(err)
+		}
+		return jsonLine(r)
+	case "delete":
+		id, _ := strconv.ParseUint(rest, 10, 64)
+		r, err := s.DeleteWorker(id)
+		if err != nil {
+			return errText(err)
+		}
+		return jsonLine(r)
+	case "list":
+		var b strings.Builder
+		for _, r := range s.ListWorkers(a["model"], a["group"]) {
+			fmt.Fprintf(&b, "%s/%s/%d %s %v\n", r.ModelName, r.RoutingGroup, r.WorkerID, r.Lifecycle, r.NotSchedulableReasons)
+		}
+		return b.String()
+	case "ready":
+		r := s.Ready()
+		return fmt.Sprintf("ready=%t schedulable=%d records=%d", r.Ready, r.SchedulableWorkers, len(r.Workers))
+	case "select", "select_and_reserve":
+		req := SelectRequest{ModelName: a["model"], RoutingGroup: a["group"], Prompt: prompt(a)}
+		if v, ok := a["id"]; ok {
+			req.SelectionID, req.HasSelectionID = v, true
+		}
+		if v, ok := a["pin"]; ok {
+			w, r, _ := strings.Cut(v, "/")
+			id, _ := strconv.ParseUint(w, 10, 64)
+			rk, _ := strconv.ParseUint(r, 10, 32)
+			req.PinnedWorker = &radix.WorkerKey{WorkerID: id, DPRank: uint32(rk)}
+		}
+		if v, ok := a["expected"]; ok {
+			n, _ := strconv.ParseUint(v, 10, 32)
+			req.ExpectedOutputTokens, req.HasExpectedOutputTokens = uint32(n), true
+		}
+		if v, ok := a["allowed"]; ok {
+			req.AllowedWorkerIDs, req.HasAllowedWorkerIDs = u64s(v), true
+		}
+		if _, ok := a["no_track"]; ok {
+			f := false
+			req.Override = &sched.Override{TrackPrefillTokens: &f}
+		}
+		req.Advisory = a["advisory"] == "true"
+		var out Selection
+		var err error
+		if cmd == "select" {
+			err = s.Select(&req, &out)
+		} else {
+			err = s.SelectAndReserve(&req, &out)
+		}
+		if err != nil {
+			return errText(err)
+		}
+		if _, ok := a["id"]; !ok && out.Booked {
+			out.SelectionID = "<generated " + strconv.Itoa(len(out.SelectionID)) + " chars>"
+		}
+		return fmtSelection(&out)
+	case "reserve":
+		req := ReservationRequest{ModelName: a["model"], RoutingGroup: a["group"], SelectionID: a["id"], Prompt: prompt(a)}
+		if v, ok := a["worker"]; ok {
+			w, r, _ := strings.Cut(v, "/")
+			req.WorkerID, _ = strconv.ParseUint(w, 10, 64)
+			rk, _ := strconv.ParseUint(r, 10, 32)
+			req.DPRank, req.HasWorkerID = uint32(rk), true
+		}
+		if v, ok := a["eff"]; ok {
+			req.EffectivePrefillTokens, _ = strconv.ParseUint(v, 10, 64)
+			req.HasEffectivePrefillTokens = true
+		}
+		if v, ok := a["track"]; ok {
+			b := v == "true"
+			req.TrackPrefillTokens = &b
+		}
+		r, err := s.Reserve(&req)
+		if err != nil {
+			return errText(err)
+		}
+		return jsonLine(r)
+	case "prefill_complete":
+		return okOr(s.PrefillComplete(rest))
+	case "output_block":
+		id, f, has := strings.Cut(rest, " ")
+		var fp *float64
+		if has {
+			v, _ := strconv.ParseFloat(f, 64)
+			fp = &v
+		}
+		return okOr(s.OutputBlock(id, fp))
+	case "free":
+		return okOr(s.Free(rest))
+	case "loads":
+		var b strings.Builder
+		for _, pl := range s.Loads(a["model"], a["group"]) {
+			fmt.Fprintf(&b, "%s/%s:", pl.ModelName, pl.RoutingGroup)
+			for _, l := range pl.Loads {
+				fmt.Fprintf(&b, " %d/%d{prefill=%d blocks=%d reqs=%d}", l.WorkerID, l.DPRank, l.PotentialPrefillTokens, l.PotentialDecodeBlocks, l.ActiveRequests)
+			}
+			b.WriteString("\n")
+		}
+		return b.String()
+	case "potential_loads":
+		q := QueryRequest{ModelName: a["model"], RoutingGroup: a["group"], Prompt: prompt(a)}
+		ls, err := s.PotentialLoads(&q)
+		if err != nil {
+			return errText(err)
+		}
+		return jsonLine(ls)
+	case "overlap_scores":
+		q := QueryRequest{ModelName: a["model"], RoutingGroup: a["group"], Prompt: prompt(a)}
+		os, err := s.OverlapScores(&q)
+		if err != nil {
+			return errText(err)
+		}
+		return jsonLine(os)
+	case "store":
+		// store model=m group=g worker=1/0 tokens=...: the worker reports
+		// the token blocks as stored (external hash = local hash + 1000).
+		w, r, _ := strings.Cut(a["worker"], "/")
+		id, _ := strconv.ParseUint(w, 10, 64)
+		rk, _ := strconv.ParseUint(r, 10, 32)
+		bs, _ := strconv.Atoi(a["bs"])
+		local := radix.LocalHashes(nil, u32s(a["tokens"]), bs, radix.HashSeed("", ""))
+		ev := radix.Event{Worker: radix.WorkerKey{WorkerID: id, DPRank: uint32(rk)}, Kind: radix.Stored}
+		if t, ok := radix.ParseTier(a["tier"]); ok {
+			ev.Tier = t
+		}
+		for _, l := range local {
+			ev.Blocks = append(ev.Blocks, radix.Block{Hash: l + 1000, Local: l})
+		}
+		sink := s.EventSink(orDefault(a["model"]), orDefault(a["group"]))
+		sink.ApplyBatch([]radix.Event{ev})
+		return fmt.Sprintf("stored %d blocks", len(local))
+	case "dump":
+		var b strings.Builder
+		for _, d := range s.Dump() {
+			fmt.Fprintf(&b, "%s bs=%d events=%d\n", d.Key, d.BlockSize, len(d.Events))
+		}
+		return b.String()
+	case "advance":
+		d, err := time.ParseDuration(rest)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.now = e.now.Add(d)
+		return "now +" + rest
+	case "sweep":
+		return fmt.Sprintf("expired %d", s.Sweep(e.now))
+	case "stats":
+		st := s.Stats()
+		return fmt.Sprintf("reservations=%d pending=%d/%dB active=%d schedulable=%d book_ok=%d conflict=%d failed=%d replay_hit=%d miss=%d expired=%d",
+			st.Reservations, st.PendingEntries, st.PendingBytes, st.ActiveRequests, st.SchedulableWorkers, st.BookOK, st.BookConflict, st.BookFailed, st.ReplayHit, st.ReplayMiss, st.Expired)
+	case "close":
+		s.Close()
+		return "closed"
+	case "ingress":
+		return e.ingress.take()
+	case "replica":
+		return e.replica.take()
+	case "listeners":
+		var b strings.Builder
+		for _, r := range s.ListWorkers("", "") {
+			fmt.Fprintf(&b, "%d: %v\n", r.WorkerID, r.Listeners)
+		}
+		return b.String()
+	}
+	e.t.Fatalf("unknown command %q", line)
+	return ""
+}
+
+func orDefault(s string) string {
+	if s == "" {
+		return DefaultPartition
+	}
+	return s
+}
+
+func okOr(err error) string {
+	if err != nil {
+		return errText(err)
+	}
+	return "ok"
+}

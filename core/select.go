@@ -1,0 +1,439 @@
+package core
+
+import (
+	"cmp"
+	"crypto/rand"
+	"slices"
+
+	"github.com/kvselect/kvselect/radix"
+	"github.com/kvselect/kvselect/sched"
+)
+
+// Prompt is the prompt of a request in one of its forms (spec service-api
+// 1.4): tokens (routing tokens of mm_routing_info first, then token_ids), or
+// the trusted block_hashes + sequence_hashes + isl_tokens trio. The Has
+// flags say which fields were present. Slices may alias a caller's buffer;
+// core never retains them.
+type Prompt struct {
+	TokenIDs        []uint32
+	HasTokenIDs     bool
+	RoutingTokenIDs []uint32 // mm_routing_info.routing_token_ids
+
+	BlockHashes       []uint64 // local block hashes (i64 on the wire)
+	HasBlockHashes    bool
+	SequenceHashes    []uint64 // tracking hashes (i64 on the wire)
+	HasSequenceHashes bool
+	ISLTokens         uint64
+	HasISLTokens      bool
+
+	LoraName  string
+	CacheSalt string
+
+	// IsEagle overrides the partition's is_eagle when HasIsEagle: the
+	// local hash of block i then covers tokens [i*bs, i*bs+bs+1).
+	IsEagle    bool
+	HasIsEagle bool
+	// BlockMMHashes[i] are the multimodal object hashes of block i of
+	// token_ids (block_mm_infos); RoutingBlockMMHashes those of the routing
+	// tokens (mm_routing_info.block_mm_infos). nil or empty: none.
+	BlockMMHashes        [][]uint64
+	RoutingBlockMMHashes [][]uint64
+}
+
+// Reset empties p, keeping its slices' capacity.
+func (p *Prompt) Reset() {
+	*p = Prompt{TokenIDs: p.TokenIDs[:0], RoutingTokenIDs: p.RoutingTokenIDs[:0], BlockHashes: p.BlockHashes[:0], SequenceHashes: p.SequenceHashes[:0]}
+}
+
+// SelectRequest is the input of Select and SelectAndReserve. Strings and
+// slices may alias the caller's buffers; core copies what it keeps.
+type SelectRequest struct {
+	ModelName, RoutingGroup string
+	SelectionID             string
+	HasSelectionID          bool
+	Prompt
+	// Override is router_config_override; nil when absent.
+	Override                *sched.Override
+	ExpectedOutputTokens    uint32
+	HasExpectedOutputTokens bool
+	PriorityJump            float64
+	StrictPriority          uint32
+	// SessionID is accepted and ignored until session affinity lands.
+	SessionID string
+	// PinnedWorker is an exact pin; nil when absent.
+	PinnedWorker *radix.WorkerKey
+	// AllowedWorkerIDs is the allow-set when HasAllowedWorkerIDs.
+	AllowedWorkerIDs    []uint64
+	HasAllowedWorkerIDs bool
+	RequiredTaints      []string
+	PreferredTaints     []sched.PreferredTaint
+	// Advisory adds worker_load to a /select (ignored when booking).
+	Advisory bool
+}
+
+// Reset empties r, keeping slice capacity.
+func (r *SelectRequest) Reset() {
+	pr := r.Prompt
+	pr.Reset()
+	// Drop the strings (which may alias a request buffer) from the kept
+	// capacity too.
+	clear(r.RequiredTaints)
+	clear(r.PreferredTaints)
+	*r = SelectRequest{Prompt: pr, AllowedWorkerIDs: r.AllowedWorkerIDs[:0], RequiredTaints: r.RequiredTaints[:0], PreferredTaints: r.PreferredTaints[:0]}
+}
+
+// RankTokens is one entry of the overlap summary's dp map.
+type RankTokens struct {
+	DPRank uint32
+	Tokens int64
+}
+
+// Overlap is the Mooncake overlap summary of the selected worker, in
+// matched tokens (spec scheduling 3.2): gpu <= cpu <= disk, longest_matched
+// their max; DP lists the worker's matched ranks and the selected rank, by
+// rank.
+type Overlap struct {
+	LongestMatched, GPU, CPU, Disk int64
+	DP                             []RankTokens
+}
+
+// WorkerLoadInfo is an advisory select's worker_load.
+type WorkerLoadInfo struct {
+	ActivePrefillTokens  int64
+	PrefillTokenCapacity int64
+	TotalKVBlocks        int64 // 0: unknown, omitted
+	PrefillBusy          bool
+	PrefillBusyKnown     bool
+}
+
+// Selection is the result of a selection (the SelectResponse). Slices are
+// reused across calls (Reset); strings point at the request or at
+// service-owned immutable strings, so encode it before the request's
+// buffers are reused.
+type Selection struct {
+	SelectionID    string
+	HasSelectionID bool // false: selection_id omitted
+	// Booked: select_and_reserve; SequenceHashes, ISLTokens and
+	// TrackPrefillTokens are reported only then.
+	Booked             bool
+	SequenceHashes     []uint64
+	ISLTokens          int64
+	TrackPrefillTokens bool
+
+	ModelName, RoutingGroup string
+	WorkerID                uint64
+	DPRank                  uint32
+	Endpoint                string
+	BlockSize               uint32
+	Overlap                 Overlap
+
+	EffectivePrefillTokens int64
+	PotentialDecodeBlocks  int64
+	DecodeBusy             bool
+	DecodeBusyKnown        bool // false: decode_busy omitted
+
+	HasWorkerLoad bool
+	WorkerLoad    WorkerLoadInfo
+}
+
+// Reset empties s, keeping slice capacity.
+func (s *Selection) Reset() {
+	*s = Selection{SequenceHashes: s.SequenceHashes[:0], Overlap: Overlap{DP: s.Overlap.DP[:0]}}
+}
+
+// scratch holds one selection's working buffers; pooled in Service.scratch.
+type scratch struct {
+	local, seq []uint64
+	res        radix.Result
+	cands      []sched.Candidate
+	costs      []float64
+	loads      []sched.PotentialLoad
+	mmBuf      []byte
+}
+
+func (s *Service) getScratch() *scratch   { return s.scratch.Get().(*scratch) }
+func (s *Service) putScratch(sc *scratch) { s.scratch.Put(sc) }
+
+// readyPartition returns the partition and its snapshot when it has a
+// schedulable worker, or the reference's not-ready error.
+func (s *Service) readyPartition(model, group string) (*partition, *snapshot, error) {
+	if s.closed.Load() {
+		return nil, nil, errShuttingDown
+	}
+	p := s.lookup(model, group)
+	var sn *snapshot
+	if p != nil {
+		sn = p.snap.Load()
+	}
+	if sn == nil || len(sn.workers) == 0 {
+		if s.schedulable.Load() == 0 {
+			return nil, nil, errNoWorkers
+		}
+		return nil, nil, errorf(ErrNotReady, "no schedulable workers for model=%s routing_group=%s", model, group)
+	}
+	return p, sn, nil
+}
+
+// Hash-path validation errors (400), allocation-free.
+var (
+	errNeedBlockHashes = &Error{ErrBadRequest, "block_hashes is required without token_ids"}
+	errNeedSeqHashes   = &Error{ErrBadRequest, "sequence_hashes is required without token_ids"}
+	errNeedISL         = &Error{ErrBadRequest, "isl_tokens is required without token_ids"}
+	errISLZero         = &Error{ErrBadRequest, "isl_tokens must be greater than 0"}
+)
+
+// normalize turns a prompt into local block hashes (for the index), tracking
+// hashes and the ISL. With tokens it hashes them with the partition's block
+// size and eagle mode (or the request's is_eagle), LoRA name, cache salt and
+// per-block multimodal hashes; the hash trio is trusted as-is. local and
+// seq alias sc or the prompt. needLocal is false for reservations, which
+// need only sequence_hashes and isl_tokens.
+func normalize(pr *Prompt, sn *snapshot, sc *scratch, needLocal bool) (local, seq []uint64, isl int64, err error) {
+	toks, has, mm := pr.TokenIDs, pr.HasTokenIDs, pr.BlockMMHashes
+	if len(pr.RoutingTokenIDs) > 0 {
+		toks, has, mm = pr.RoutingTokenIDs, true, pr.RoutingBlockMMHashes
+	}
+	if has {
+		if len(toks) == 0 {
+			return nil, nil, 0, errISLZero
+		}
+		eagle := sn.isEagle
+		if pr.HasIsEagle {
+			eagle = pr.IsEagle
+		}
+		seed := radix.HashSeed(pr.LoraName, pr.CacheSalt)
+		sc.local = localHashes(sc.local[:0], toks, int(sn.blockSize), seed, eagle, mm, &sc.mmBuf)
+		sc.seq = radix.SequenceHashes(sc.seq[:0], sc.local)
+		return sc.local, sc.seq, int64(len(toks)), nil
+	}
+	switch {
+	case needLocal && !pr.HasBlockHashes:
+		return nil, nil, 0, errNeedBlockHashes
+	case !pr.HasSequenceHashes:
+		return nil, nil, 0, errNeedSeqHashes
+	case !pr.HasISLTokens:
+		return nil, nil, 0, errNeedISL
+	case pr.ISLTokens == 0:
+		return nil, nil, 0, errISLZero
+	case pr.HasBlockHashes && len(pr.BlockHashes) != len(pr.SequenceHashes):
+		return nil, nil, 0, errorf(ErrBadRequest, "block_hashes length %d must match sequence_hashes length %d", len(pr.BlockHashes), len(pr.SequenceHashes))
+	}
+	return pr.BlockHashes, pr.SequenceHashes, int64(min(pr.ISLTokens, 1<<62)), nil
+}
+
+// fillOverlap copies each match's tier depths onto its candidate. cands are
+// sorted by (worker, rank) (AppendCandidates walks the sorted snapshot), so
+// each match is one binary search.
+func fillOverlap(cands []sched.Candidate, ms []radix.Match) {
+	for i := range ms {
+		m := &ms[i]
+		j, ok := slices.BinarySearchFunc(cands, m.Worker, func(c sched.Candidate, k radix.WorkerKey) int {
+			return cmp.Or(cmp.Compare(c.Worker.WorkerID, k.WorkerID), cmp.Compare(c.Worker.DPRank, k.DPRank))
+		})
+		if !ok {
+			continue
+		}
+		c := &cands[j]
+		c.DeviceBlocks, c.HostBlocks, c.DiskBlocks = int64(m.Device), int64(m.Host), int64(m.Disk+m.External)
+	}
+}
+
+// fillLoads sets every candidate's load fields from the snapshot.
+func fillLoads(sn *snapshot, cands []sched.Candidate, seq []uint64, reuse bool) {
+	for i := range cands {
+		if _, wl := sn.load(cands[i].Worker); wl != nil {
+			wl.Fill(&cands[i], seq, reuse)
+		}
+	}
+}
+
+// Select picks a worker without booking (POST /select). With a selection
+// id it caches the booking inputs for a replay (spec 3.4).
+func (s *Service) Select(req *SelectRequest, out *Selection) error {
+	err := s.selectWorker(req, out, false)
+	s.countSelect(err)
+	return err
+}
+
+// SelectAndReserve picks a worker and books it atomically under the
+// request's selection id, generating a UUID v4 when absent (POST
+// /select_and_reserve). 409 when the id is already reserved or being
+// reserved, whatever the worker.
+func (s *Service) SelectAndReserve(req *SelectRequest, out *Selection) error {
+	err := s.selectWorker(req, out, true)
+	s.countSelect(err)
+	return err
+}
+
+func (s *Service) countSelect(err error) {
+	if err == nil {
+		s.stats.selectOK.Add(1)
+	} else {
+		s.stats.selectFailed.Add(1)
+	}
+}
+
+func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool) error {
+	out.Reset()
+	model := cmp.Or(req.ModelName, DefaultPartition)
+	group := cmp.Or(req.RoutingGroup, DefaultPartition)
+	p, sn, err := s.readyPartition(model, group)
+	if err != nil {
+		return err
+	}
+	if book && req.HasSelectionID {
+		// Dynamo claims the id before scheduling: a claimed id is a 409
+		// whatever else is wrong. The claim itself comes after the pick
+		// (book); this check answers the common case early.
+		if _, claimed := s.claims.Load(req.SelectionID); claimed {
+			s.stats.bookConflict.Add(1)
+			return errorf(ErrConflict, "selection %s is already reserved or being reserved", req.SelectionID)
+		}
+	}
+	params, err := s.cfg.Sched.Resolve(req.Override)
+	if err != nil {
+		return &Error{ErrBadRequest, err.Error()}
+	}
+	sc := s.getScratch()
+	defer s.putScratch(sc)
+	local, seq, isl, err := normalize(&req.Prompt, sn, sc, true)
+	if err != nil {
+		return err
+	}
+	cons := sched.Constraints{RequiredTaints: req.RequiredTaints, PreferredTaints: req.PreferredTaints, Pinned: req.PinnedWorker}
+	if req.HasAllowedWorkerIDs {
+		cons.AllowedWorkerIDs = req.AllowedWorkerIDs
+		if cons.AllowedWorkerIDs == nil {
+			cons.AllowedWorkerIDs = []uint64{}
+		}
+	}
+	cands, err := sched.AppendCandidates(sc.cands[:0], sn.workers, &cons)
+	sc.cands = cands
+	if err != nil {
+		return err
+	}
+	p.index.Match(local, &sc.res)
+	fillOverlap(cands, sc.res.Matches)
+	fillLoads(sn, cands, seq, params.AssumeKVReuse)
+	bs := int64(sn.blockSize)
+	r := sched.Request{ISLTokens: isl, BlockSize: bs}
+	sc.costs = slices.Grow(sc.costs[:0], len(cands))[:len(cands)]
+	sched.Score(&params, &r, cands, sc.costs)
+	c := &cands[sched.Pick(sc.costs, params.Temperature, s.rng)]
+
+	v, _ := sn.load(c.Worker)
+	out.ModelName, out.RoutingGroup = p.model, p.group
+	out.WorkerID, out.DPRank = c.Worker.WorkerID, c.Worker.DPRank
+	out.Endpoint = v.endpoint
+	out.BlockSize = sn.blockSize
+	out.EffectivePrefillTokens = sched.EffectivePrefillTokens(isl, sched.CachedTokens(&params, bs, c))
+	out.PotentialDecodeBlocks = sched.SelectedDecodeBlocks(&r, c, len(seq))
+	out.DecodeBusy, out.DecodeBusyKnown = sched.DecodeBusy(out.PotentialDecodeBlocks, v.totalKVBlocks, s.cfg.Sched.DecodeBusyThreshold)
+	summarize(&out.Overlap, sc.res.Matches, c.Worker, bs)
+	if req.Advisory && !book {
+		ap := c.ActivePrefillTokens
+		if params.TrackPrefillTokens {
+			ap += out.EffectivePrefillTokens
+		}
+		wl := &out.WorkerLoad
+		out.HasWorkerLoad = true
+		wl.ActivePrefillTokens = ap
+		wl.PrefillTokenCapacity = sched.PrefillCapacity(v.maxBatched)
+		wl.TotalKVBlocks = v.totalKVBlocks
+		wl.PrefillBusy, wl.PrefillBusyKnown = sched.PrefillBusy(ap, v.maxBatched, s.cfg.Sched.PrefillBusyThreshold)
+	}
+	if req.HasSelectionID {
+		out.SelectionID, out.HasSelectionID = req.SelectionID, true
+	}
+	if !book {
+		if req.HasSelectionID {
+			e := &pendingEntry{
+				key:           pendingKey{p.model, p.group, cloneString(req.SelectionID)},
+				worker:        c.Worker,
+				seq:           slices.Clone(seq),
+				isl:           isl,
+				effective:     out.EffectivePrefillTokens,
+				trackPrefill:  params.TrackPrefillTokens,
+				assumeKVReuse: params.AssumeKVReuse,
+				lora:          cloneString(req.LoraName),
+			}
+			if req.HasExpectedOutputTokens {
+				eo := req.ExpectedOutputTokens
+				e.expectedOutputTokens = &eo
+			}
+			s.pending.insert(e, s.clock())
+		}
+		return nil
+	}
+	id := req.SelectionID
+	if !req.HasSelectionID {
+		id = newUUID()
+	}
+	out.SelectionID, out.HasSelectionID = id, true
+	bk := booking{
+		p: p, id: id, worker: c.Worker, seq: seq, effective: out.EffectivePrefillTokens,
+		track: params.TrackPrefillTokens, reuse: params.AssumeKVReuse, lora: req.LoraName,
+		expected: req.ExpectedOutputTokens, hasExpected: req.HasExpectedOutputTokens,
+	}
+	if err := s.book(&bk); err != nil {
+		return err
+	}
+	out.Booked = true
+	out.SequenceHashes = append(out.SequenceHashes, seq...)
+	out.ISLTokens = isl
+	out.TrackPrefillTokens = params.TrackPrefillTokens
+	return nil
+}
+
+// summarize fills o with the overlap summary of worker w's ranks.
+func summarize(o *Overlap, ms []radix.Match, w radix.WorkerKey, bs int64) {
+	o.DP = o.DP[:0]
+	selected := false
+	for i := range ms {
+		m := &ms[i]
+		if m.Worker.WorkerID != w.WorkerID {
+			continue
+		}
+		gpu, cpu, disk := m.Cumulative()
+		o.GPU = max(o.GPU, int64(gpu)*bs)
+		o.CPU = max(o.CPU, int64(cpu)*bs)
+		o.Disk = max(o.Disk, int64(disk)*bs)
+		o.DP = append(o.DP, RankTokens{m.Worker.DPRank, int64(gpu) * bs})
+		selected = selected || m.Worker.DPRank == w.DPRank
+	}
+	if !selected {
+		o.DP = append(o.DP, RankTokens{w.DPRank, 0})
+	}
+	if len(o.DP) > 1 {
+		slices.SortFunc(o.DP, func(a, b RankTokens) int { return cmp.Compare(a.DPRank, b.DPRank) })
+	}
+	o.LongestMatched = max(o.GPU, o.CPU, o.Disk)
+}
+
+// newUUID returns a random UUID v4 string.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	const hex = "0123456789abcdef"
+	var out [36]byte
+	j := 0
+	for i, x := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			out[j] = '-'
+			j++
+		}
+		out[j], out[j+1] = hex[x>>4], hex[x&0xf]
+		j += 2
+	}
+	return string(out[:])
+}
+
+// cloneString copies s so that it does not alias a request buffer.
+func cloneString(s string) string {
+	if s == "" {
+		return ""
+	}
+	return string(append([]byte(nil), s...))
+}

@@ -100,6 +100,24 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *kvEvents != "" {
 		cfg.KVEventsEndpoints = strings.Split(*kvEvents, ",")
 	}
+	if *simulate {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["block-size"] {
+			cfg.BlockSize = simBlockSize
+		}
+		if set["rate"] {
+			cfg.Sim.ArrivalRate, cfg.Rate = cfg.Rate, 0
+		}
+		if cfg.Target == "" {
+			// The simulation brings its own engines and registers them.
+			cfg.StartServer = inProcessServer(stderr)
+		}
+		cfg.Log = stderr
+		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return simulateMain(ctx, cfg, *jsonPath, stdout, stderr)
+	}
 	if cfg.Target == "" {
 		// The default: kvselect in this process, with one idle simulated
 		// engine per worker so every worker has a live KV-event listener,
@@ -124,17 +142,6 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if *simulate {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		if !set["block-size"] {
-			cfg.BlockSize = simBlockSize
-		}
-		if set["rate"] {
-			cfg.Sim.ArrivalRate, cfg.Rate = cfg.Rate, 0
-		}
-		return simulateMain(ctx, cfg, *jsonPath, stdout, stderr)
-	}
 	start := time.Now()
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {

@@ -128,18 +128,21 @@ type PolicyResult struct {
 
 // SimReport is Simulate's outcome; its JSON form is what --json writes.
 type SimReport struct {
-	Target         string                   `json:"target"`
-	Workload       string                   `json:"workload"`
-	Workers        int                      `json:"workers"`
-	BlockSize      int                      `json:"block_size"`
-	CapacityBlocks int                      `json:"capacity_blocks"`
-	PrefillTPS     float64                  `json:"prefill_tokens_per_s"`
-	DecodeTPS      float64                  `json:"decode_tokens_per_s"`
-	TimeScale      float64                  `json:"time_scale"`
-	Seed           int64                    `json:"seed"`
-	Policies       map[string]*PolicyResult `json:"policies"`
-	WallS          float64                  `json:"wall_s"`
-	Warnings       []string                 `json:"warnings,omitempty"`
+	Target         string  `json:"target"`
+	Workload       string  `json:"workload"`
+	Workers        int     `json:"workers"`
+	BlockSize      int     `json:"block_size"`
+	CapacityBlocks int     `json:"capacity_blocks"`
+	PrefillTPS     float64 `json:"prefill_tokens_per_s"`
+	DecodeTPS      float64 `json:"decode_tokens_per_s"`
+	TimeScale      float64 `json:"time_scale"`
+	Seed           int64   `json:"seed"`
+	// HitRateBound is the hit rate of one engine of unbounded capacity
+	// serving every request: no policy over the engines can do better.
+	HitRateBound float64                  `json:"hit_rate_bound"`
+	Policies     map[string]*PolicyResult `json:"policies"`
+	WallS        float64                  `json:"wall_s"`
+	Warnings     []string                 `json:"warnings,omitempty"`
 }
 
 // Simulate replays cfg.Workload through simulated engines once per policy
@@ -185,6 +188,7 @@ func Simulate(ctx context.Context, cfg Config) (*SimReport, error) {
 		Target: base, Workload: desc, Workers: cfg.Workers, BlockSize: cfg.BlockSize,
 		CapacityBlocks: cfg.Sim.CapacityBlocks, PrefillTPS: cfg.Sim.PrefillTPS, DecodeTPS: cfg.Sim.DecodeTPS,
 		TimeScale: cfg.Sim.TimeScale, Seed: cfg.Seed, Policies: map[string]*PolicyResult{},
+		HitRateBound: hitRateBound(reqs),
 	}
 	for _, name := range SimPolicies {
 		if err := ctx.Err(); err != nil {
@@ -231,6 +235,31 @@ func simRequests(prompts []Prompt, cfg *Config) []simRequest {
 	}
 	sort.SliceStable(reqs, func(a, b int) bool { return reqs[a].arrival < reqs[b].arrival })
 	return reqs
+}
+
+// hitRateBound replays reqs on one unbounded cache: a prompt's hit is its
+// longest prefix (of full blocks) that an earlier prompt also had.
+func hitRateBound(reqs []simRequest) float64 {
+	seen := make(map[uint64]struct{})
+	var hit, total int
+	for _, r := range reqs {
+		k := 0
+		for k < len(r.p.Seq) {
+			if _, ok := seen[r.p.Seq[k]]; !ok {
+				break
+			}
+			k++
+		}
+		hit += k
+		total += len(r.p.Seq)
+		for _, h := range r.p.Seq[k:] {
+			seen[h] = struct{}{}
+		}
+	}
+	if total == 0 {
+		return 0
+	}
+	return float64(hit) / float64(total)
 }
 
 // router is a policy as the simulation loop drives it. Every method is
@@ -516,7 +545,8 @@ func (rep *SimReport) WriteJSONFile(path string) error {
 func (rep *SimReport) WriteTable(out io.Writer) error {
 	fmt.Fprintf(out, "kvselect bench --simulate: %d workers, block size %d, %d blocks per engine, prefill %.0f tokens/s, decode %.0f tokens/s per request, time scale %g, seed %d\n",
 		rep.Workers, rep.BlockSize, rep.CapacityBlocks, rep.PrefillTPS, rep.DecodeTPS, rep.TimeScale, rep.Seed)
-	fmt.Fprintf(out, "target %s; workload %s\n\n", rep.Target, rep.Workload)
+	fmt.Fprintf(out, "target %s; workload %s\n", rep.Target, rep.Workload)
+	fmt.Fprintf(out, "hit rate bound (one engine of unbounded capacity): %.3f\n\n", rep.HitRateBound)
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-12s %9s %12s %12s %13s %12s %11s %10s %9s\n",
 		"policy", "hit rate", "TTFT p50 ms", "TTFT p99 ms", "TTFT mean ms", "req max/mean", "prefill cv", "evicted", "requests")

@@ -91,9 +91,6 @@ func (k *selectorRouter) fail(route string, status int, err error) {
 }
 
 func (k *selectorRouter) pick(i int, r *simRequest) (int, error) {
-	if k.gpu == nil {
-		k.gpu = make([]int, 0, 1024)
-	}
 	id := k.id(i)
 	body := append(append(append([]byte(`{"selection_id":"`), id...), `",`...), r.p.Body[1:]...)
 	status, resp, err := k.t.ctl("POST", "/select_and_reserve", body, k.cfg.Timeout)

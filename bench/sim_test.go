@@ -65,9 +65,13 @@ func newTestEngines(t *testing.T, cfg *Config) []*Engine {
 // finds its 8 blocks cached (prefill 0) but queues behind request 2.
 func TestSimTimingModel(t *testing.T) {
 	cfg, ps := simTestConfig(1)
-	res, err := runSim(context.Background(), cfg, simRequests(ps, cfg), newTestEngines(t, cfg), &roundRobin{n: 1})
+	reqs := simRequests(ps, cfg)
+	res, err := runSim(context.Background(), cfg, reqs, newTestEngines(t, cfg), &roundRobin{n: 1})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if b := hitRateBound(reqs); b != 24.0/63 {
+		t.Fatalf("hit rate bound %v, want 24/63", b)
 	}
 	if res.HitBlocks != 16+8 || res.PromptBlocks != 16+15+24+8 {
 		t.Fatalf("hit %d of %d blocks", res.HitBlocks, res.PromptBlocks)

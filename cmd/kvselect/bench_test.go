@@ -120,3 +120,77 @@ func TestBenchServeNoop(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errw.String())
 	}
 }
+
+// TestBenchSimulateEndToEnd runs `kvselect bench --simulate` on the first
+// 200 requests of mooncake_trace_1000.jsonl against the in-process server
+// (real ZMQ listeners ingesting the engines' events): the kvselect policy
+// must hit the cache at least as often as round-robin, score every request
+// on the engines' exact state (no overlap mismatch, no sync timeout), and
+// leave no reservation behind. TTFTs are reported, not asserted.
+func TestBenchSimulateEndToEnd(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sim.json")
+	var out, errw bytes.Buffer
+	args := []string{"--simulate", "--workload", "trace:testdata/mooncake_trace_200.jsonl", "--json", path}
+	if code := benchMain(context.Background(), args, &out, &errw); code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, errw.String(), out.String())
+	}
+	t.Logf("\n%s", out.String())
+	for _, s := range []string{"kvselect", "round_robin", "random", "hit rate", "TTFT p50 ms"} {
+		if !strings.Contains(out.String(), s) {
+			t.Fatalf("table lacks %q:\n%s", s, out.String())
+		}
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type policy struct {
+		Requests   int              `json:"requests"`
+		HitRate    *float64         `json:"hit_rate"`
+		TTFTp50    *float64         `json:"ttft_p50_ms"`
+		TTFTp99    *float64         `json:"ttft_p99_ms"`
+		Mismatches int64            `json:"overlap_mismatches"`
+		Timeouts   int64            `json:"sync_timeouts"`
+		Leaked     int64            `json:"leaked_reservations"`
+		Errors     map[string]int64 `json:"errors"`
+	}
+	var rep struct {
+		BlockSize int               `json:"block_size"`
+		Workers   int               `json:"workers"`
+		Bound     float64           `json:"hit_rate_bound"`
+		Policies  map[string]policy `json:"policies"`
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.BlockSize != 64 || rep.Workers != 8 || len(rep.Policies) != 3 {
+		t.Fatalf("report %s", raw)
+	}
+	for name, p := range rep.Policies {
+		if p.Requests != 200 || p.HitRate == nil || p.TTFTp50 == nil || p.TTFTp99 == nil || *p.HitRate > rep.Bound {
+			t.Fatalf("%s: %+v (bound %v)", name, p, rep.Bound)
+		}
+	}
+	k, rr := rep.Policies["kvselect"], rep.Policies["round_robin"]
+	if k.Mismatches != 0 || k.Timeouts != 0 || k.Leaked != 0 || len(k.Errors) != 0 {
+		t.Fatalf("kvselect policy: %+v", k)
+	}
+	if *k.HitRate < *rr.HitRate {
+		t.Fatalf("kvselect hit rate %.3f below round-robin's %.3f", *k.HitRate, *rr.HitRate)
+	}
+}
+
+func TestBenchSimulateFlags(t *testing.T) {
+	var errw bytes.Buffer
+	for _, args := range [][]string{
+		{"--simulate", "--capacity-blocks", "0"},
+		{"--simulate", "--prefill-tps", "-1"},
+		{"--simulate", "--workers", "0"},
+		{"--simulate", "--block-size", "48", "--workload", "trace:testdata/mooncake_trace_200.jsonl"},
+	} {
+		errw.Reset()
+		if code := benchMain(context.Background(), append(args, "--target", "http://127.0.0.1:1"), io.Discard, &errw); code != 2 {
+			t.Fatalf("%q: exit %d: %s", args, code, errw.String())
+		}
+	}
+}

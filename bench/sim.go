@@ -548,14 +548,15 @@ func (rep *SimReport) WriteTable(out io.Writer) error {
 	fmt.Fprintf(out, "target %s; workload %s\n", rep.Target, rep.Workload)
 	fmt.Fprintf(out, "hit rate bound (one engine of unbounded capacity): %.3f\n\n", rep.HitRateBound)
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-12s %9s %12s %12s %13s %12s %11s %10s %9s\n",
-		"policy", "hit rate", "TTFT p50 ms", "TTFT p99 ms", "TTFT mean ms", "req max/mean", "prefill cv", "evicted", "requests")
+	fmt.Fprintf(&b, "%-12s  %9s  %12s  %12s  %13s  %13s  %10s  %9s  %9s\n",
+		"policy", "hit rate", "TTFT p50 ms", "TTFT p99 ms", "TTFT mean ms", "requests max/", "prefill", "evicted", "requests")
+	fmt.Fprintf(&b, "%-12s  %9s  %12s  %12s  %13s  %13s  %10s  %9s  %9s\n", "", "", "", "", "", "mean", "tokens CV", "blocks", "")
 	for _, name := range SimPolicies {
 		r := rep.Policies[name]
 		if r == nil {
 			continue
 		}
-		fmt.Fprintf(&b, "%-12s %9.3f %12.0f %12.0f %13.0f %12.2f %11.3f %10d %9d\n",
+		fmt.Fprintf(&b, "%-12s  %9.3f  %12.0f  %12.0f  %13.0f  %13.2f  %10.3f  %9d  %9d\n",
 			name, r.HitRate, r.TTFTp50ms, r.TTFTp99ms, r.TTFTMeanms, r.RequestsMaxOverMean, r.PrefillTokensCV, r.EvictedBlocks, r.Requests)
 	}
 	if _, err := io.WriteString(out, b.String()); err != nil {

@@ -5,6 +5,8 @@ import (
 	"math"
 	"reflect"
 	"testing"
+
+	"github.com/kvselect/kvselect/radix"
 )
 
 func TestPrefillQueueFIFO(t *testing.T) {
@@ -183,6 +185,24 @@ func TestSimPoliciesDeterministicAndCounted(t *testing.T) {
 			} else if !reflect.DeepEqual(first, res) {
 				t.Fatalf("%s not deterministic:\n%+v\n%+v", name, first, res)
 			}
+		}
+	}
+}
+
+// TestPromptTokensHashLikeTheEngine checks that the tokens an engine is
+// served hash, as the engine hashes them, to the prompt's block_hashes: the
+// selector's index (fed by the engine's events) and the request agree.
+func TestPromptTokensHashLikeTheEngine(t *testing.T) {
+	cfg, trace := simTestConfig(1)
+	cfg.Synthetic.Prompts = 20
+	syn := Synthetic(cfg.Synthetic, cfg.BlockSize, 3)
+	for _, p := range append(trace, syn...) {
+		toks := p.AppendTokens(nil, cfg.BlockSize)
+		if len(toks) != len(p.Local)*cfg.BlockSize {
+			t.Fatalf("prompt %d: %d tokens for %d blocks", p.Index, len(toks), len(p.Local))
+		}
+		if got := radix.LocalHashes(nil, toks, cfg.BlockSize, radix.HashSeed("", "")); !reflect.DeepEqual(got, p.Local) {
+			t.Fatalf("prompt %d: engine hashes differ from the prompt's", p.Index)
 		}
 	}
 }

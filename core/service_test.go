@@ -63,8 +63,11 @@ func TestSelectAllocs(t *testing.T) {
 		}
 	})
 	t.Logf("SelectAndReserve+Free: %v allocs", n)
-	if n > 9 {
-		t.Errorf("SelectAndReserve+Free allocates %v times, want <= 9", n)
+	// 10 since sched's lock-free prompt trie publishes immutable child sets
+	// (one more allocation on Book, one on Free); the budget is 10
+	// per HTTP request, enforced in httpapi.
+	if n > 10 {
+		t.Errorf("SelectAndReserve+Free allocates %v times, want <= 10", n)
 	}
 }
 

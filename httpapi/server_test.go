@@ -378,7 +378,10 @@ func TestHashPathValidation(t *testing.T) {
 	h.want(h.do("POST", "/select", `{"model_name":"m","block_hashes":[-1,9223372036854775807],"sequence_hashes":[-9223372036854775808,2],"isl_tokens":8}`), 200)
 	h.want(h.do("POST", "/select_and_reserve", `{"selection_id":"neg","model_name":"m","block_hashes":[-1],"sequence_hashes":[-5],"isl_tokens":4}`), 200, `"sequence_hashes":[-5]`)
 	h.want(h.do("POST", "/select", `{"model_name":"m","block_hashes":[18446744073709551615],"sequence_hashes":[1],"isl_tokens":4}`), 422, "expected i64")
-	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"pinned_worker":{"worker_id":9,"dp_rank":0}}`), 400, "pinned worker")
+	// A pin outside allowed_worker_ids is a 400; an unknown pin with no
+	// allowed set has no endpoint to route to (503), as in Dynamo.
+	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"allowed_worker_ids":[1],"pinned_worker":{"worker_id":9,"dp_rank":0}}`), 400, "not in allowed worker set")
+	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"pinned_worker":{"worker_id":9,"dp_rank":0}}`), 503, "pinned worker 9 is unavailable")
 	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"pinned_worker":{"worker_id":1}}`), 422, "missing field `dp_rank`")
 	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"router_config_override":{"shared_cache_multiplier":2}}`), 400, "shared_cache_multiplier")
 	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"allowed_worker_ids":[5]}`), 503, "no endpoints available to route work")

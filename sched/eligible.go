@@ -87,7 +87,7 @@ func AppendCandidates(dst []Candidate, workers []Worker, c *Constraints) ([]Cand
 func appendPinned(dst []Candidate, workers []Worker, c *Constraints) ([]Candidate, error) {
 	pin := *c.Pinned
 	if c.AllowedWorkerIDs != nil && !containsID(c.AllowedWorkerIDs, pin.WorkerID) {
-		return dst, fmt.Errorf("%w: pinned worker %d", ErrPinnedNotAllowed, pin.WorkerID)
+		return dst, &pinnedError{ErrPinnedNotAllowed, pin.WorkerID, "is not in allowed worker set"}
 	}
 	for i := range workers {
 		w := &workers[i]
@@ -101,7 +101,7 @@ func appendPinned(dst []Candidate, workers []Worker, c *Constraints) ([]Candidat
 			return dst, fmt.Errorf("%w: pinned worker %d does not satisfy routing constraints", ErrNoEndpoints, pin.WorkerID)
 		}
 		if w.Overloaded {
-			return dst, fmt.Errorf("%w: pinned worker %d", ErrPinnedOverloaded, pin.WorkerID)
+			return dst, &pinnedError{ErrPinnedOverloaded, pin.WorkerID, "is overloaded"}
 		}
 		return append(dst, Candidate{Worker: pin, TaintMultiplier: 1}), nil
 	}
@@ -157,3 +157,14 @@ func containsTaint(taints []string, t string) bool {
 	}
 	return false
 }
+
+// pinnedError words a pinned-worker error as Dynamo does ("pinned worker 7
+// is overloaded") while matching its sentinel with errors.Is.
+type pinnedError struct {
+	sentinel error
+	id       uint64
+	what     string
+}
+
+func (e *pinnedError) Error() string { return fmt.Sprintf("pinned worker %d %s", e.id, e.what) }
+func (e *pinnedError) Unwrap() error { return e.sentinel }

@@ -40,7 +40,20 @@
 //     nothing; stopped by cancelling its context after the HTTP drain.
 //   - CPU profile / trace requests run net/http/pprof through fasthttp's
 //     adaptor on their own goroutine for the profile's duration.
-//   - KV-event listeners: none yet (core.NopIngress); zmqin's ingress will
-//     add one goroutine per worker rank plus its writers, stopped by
-//     Ingress.Close at the end of the shutdown.
+//   - KV-event ingress (zmqin.Ingress, unless DYN_USE_KV_EVENTS=false): per
+//     worker rank a reader and a processor goroutine (dial with backoff,
+//     frames into a bounded queue; decode, sequence checks, replay), plus
+//     the writer goroutines that apply decoded batches to the partitions'
+//     indexes (a worker always maps to the same writer). Started by
+//     Ingress.Sync on registration, stopped by Detach or by Ingress.Close at
+//     the end of the shutdown. zmqin/doc.go has the details.
+//   - --demo engines: each simulated engine's publisher runs an accept loop
+//     and one goroutine per subscriber (zmqin.Publisher); closed last.
+//
+// # kvselect bench and kvselect mocker
+//
+// bench runs, by default, a whole `serve` in this process (inprocess.go)
+// with one idle simulated engine per worker, its client goroutines, and the
+// no-op baseline server; bench/doc.go lists them. mocker runs simulated
+// engines and one prompt driver goroutine per engine until a signal.
 package main

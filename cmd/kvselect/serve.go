@@ -58,12 +58,14 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	svc, err := core.New(opts.core, core.Options{Ingress: ingress})
 	if err != nil {
 		logger.Printf("serve: %v", err)
+		_ = ingress.Close()
 		return 2
 	}
 	opts.http.Logf = logger.Printf
 	srv, err := httpapi.New(svc, opts.http)
 	if err != nil {
 		logger.Printf("serve: %v", err)
+		_ = ingress.Close()
 		return 2
 	}
 	if zing != nil {
@@ -77,6 +79,7 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	ln, err := net.Listen("tcp", net.JoinHostPort(opts.host, strconv.Itoa(int(opts.port))))
 	if err != nil {
 		logger.Printf("serve: %v", err)
+		_ = ingress.Close()
 		return 1
 	}
 	logger.Printf("listening on http://%s", ln.Addr())
@@ -93,13 +96,12 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		demo, err = startDemo(svc, opts.demo, opts.demoBlockSize, logger.Printf)
 		if err != nil {
 			logger.Printf("demo: %v", err)
-			code := 1
 			svc.Close()
 			_ = srv.Shutdown(context.Background())
 			stopSweep()
 			<-sweepDone
 			_ = ingress.Close()
-			return code
+			return 1
 		}
 		logger.Printf("demo: %d simulated engines registered as workers 1..%d; try: curl -s localhost:%d/ready", opts.demo, opts.demo, opts.port)
 	}

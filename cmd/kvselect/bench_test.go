@@ -130,7 +130,11 @@ func TestBenchServeNoop(t *testing.T) {
 func TestBenchSimulateEndToEnd(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sim.json")
 	var out, errw bytes.Buffer
-	args := []string{"--simulate", "--workload", "trace:testdata/mooncake_trace_200.jsonl", "--json", path}
+	// At twice the trace's rate the workers are rarely idle and equal, so
+	// the selector's random tie-breaks seldom matter: the kvselect row was
+	// the same in every run (hit rate 0.246 against round-robin's 0.241); at
+	// time scale 1 it varied from 0.245 to 0.252.
+	args := []string{"--simulate", "--time-scale", "0.5", "--workload", "trace:testdata/mooncake_trace_200.jsonl", "--json", path}
 	if code := benchMain(context.Background(), args, &out, &errw); code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, errw.String(), out.String())
 	}

@@ -220,40 +220,46 @@ func (t *Tree) conflictAt(wb *workerBlocks, n *node, o int, blocks []Block) int 
 }
 
 // cover makes w cover blocks at offsets o.. of n, whose local hashes already
-// equal edge[o:o+len(blocks)]. Precondition: w covers edge[:o]. It returns
-// how many blocks it placed and whether it stopped at a hash conflict.
+// equal edge[o:o+len(blocks)]. Precondition: w covers edge[:o]. Blocks are
+// taken in order, as the naive model does: a block whose position w holds
+// under another hash rebinds it (releasing the old hash, which a later
+// block of the same event may then use), and a block whose hash w holds at
+// another position stops the store. It returns how many blocks it placed
+// and whether it stopped at such a conflict.
 func (t *Tree) cover(wb *workerBlocks, w WorkerKey, n *node, st *nodeState, o int, blocks []Block) (int, bool) {
-	placed := t.conflictAt(wb, n, o, blocks)
-	conflict := placed < len(blocks)
-	blocks = blocks[:placed]
 	var old []uint64
 	if i, found := st.find(w); found {
 		old = st.owners[i].ext
 	}
-	end := o + len(blocks)
-	same := len(old) >= end
-	for j := 0; same && j < len(blocks); j++ {
-		same = old[o+j] == blocks[j].Hash
-	}
-	if same {
-		return placed, conflict
-	}
-	ext := make([]uint64, max(len(old), end))
-	copy(ext, old)
+	var ext []uint64 // copy of old with the changes; nil while nothing changed
+	placed, conflict := 0, false
 	for j, b := range blocks {
 		pos := o + j
-		if pos < len(old) {
-			if old[pos] == b.Hash {
-				continue
+		if r, held := wb.lookup.get(b.Hash); held {
+			if r = t.resolve(wb, b.Hash, r); r.n != n || int(r.off) != pos {
+				conflict = true
+				break
 			}
-			wb.lookup.del(old[pos]) // rebind this position to the new hash
+			placed++ // already there
+			continue
+		}
+		if ext == nil {
+			ext = make([]uint64, max(len(old), o+len(blocks)))
+			copy(ext, old)
+		}
+		if pos < len(old) {
+			wb.lookup.del(ext[pos]) // rebind this position to the new hash
 			t.blocks--
 		}
 		ext[pos] = b.Hash
 		wb.lookup.put(b.Hash, ref{n, uint32(pos)})
 		t.blocks++
+		placed++
 	}
-	n.state.Store(st.withOwner(w, ext))
+	if ext != nil {
+		ext = ext[:max(len(old), o+placed)]
+		n.state.Store(st.withOwner(w, ext))
+	}
 	return placed, conflict
 }
 

@@ -44,19 +44,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	fmt.Fprintf(logw, "workload %s\n", desc)
 
-	base := cfg.Target
-	if base == "" {
-		if cfg.StartServer == nil {
-			return nil, ErrNoServer
-		}
-		url, stop, err := cfg.StartServer()
-		if err != nil {
-			return nil, fmt.Errorf("bench: starting the in-process server: %w", err)
-		}
-		defer stop()
-		base = url
-		fmt.Fprintf(logw, "in-process selector at %s\n", base)
+	base, stop, err := resolveTarget(&cfg, logw)
+	if err != nil {
+		return nil, err
 	}
+	defer stop()
 
 	loop := "closed"
 	if cfg.Rate > 0 {
@@ -153,4 +145,22 @@ func drive(ctx context.Context, name, url string, cfg *Config, p loadParams, pro
 	}
 	leaked, loadsErr = activeRequests(t, cfg.Timeout)
 	return res, leaked, loadsErr, nil
+}
+
+// resolveTarget returns the selector's base URL: cfg.Target, or a server
+// started with cfg.StartServer (ErrNoServer when there is neither). The
+// caller must call stop when done with it.
+func resolveTarget(cfg *Config, logw io.Writer) (base string, stop func(), err error) {
+	if cfg.Target != "" {
+		return cfg.Target, func() {}, nil
+	}
+	if cfg.StartServer == nil {
+		return "", nil, ErrNoServer
+	}
+	url, stop, err := cfg.StartServer()
+	if err != nil {
+		return "", nil, fmt.Errorf("bench: starting the in-process server: %w", err)
+	}
+	fmt.Fprintf(logw, "in-process selector at %s\n", url)
+	return url, stop, nil
 }

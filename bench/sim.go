@@ -175,19 +175,11 @@ func Simulate(ctx context.Context, cfg Config) (*SimReport, error) {
 	fmt.Fprintf(logw, "workload %s\n", desc)
 	reqs := simRequests(prompts, &cfg)
 
-	base := cfg.Target
-	if base == "" {
-		if cfg.StartServer == nil {
-			return nil, ErrNoServer
-		}
-		url, stop, err := cfg.StartServer()
-		if err != nil {
-			return nil, fmt.Errorf("bench: starting the in-process server: %w", err)
-		}
-		defer stop()
-		base = url
-		fmt.Fprintf(logw, "in-process selector at %s\n", base)
+	base, stop, err := resolveTarget(&cfg, logw)
+	if err != nil {
+		return nil, err
 	}
+	defer stop()
 	rep := &SimReport{
 		Target: base, Workload: desc, Workers: cfg.Workers, BlockSize: cfg.BlockSize,
 		CapacityBlocks: cfg.Sim.CapacityBlocks, PrefillTPS: cfg.Sim.PrefillTPS, DecodeTPS: cfg.Sim.DecodeTPS,

@@ -148,15 +148,9 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
 		return 2
 	}
-	if err := rep.WriteTable(stdout); err != nil {
+	if err := writeReport(rep, *jsonPath, stdout); err != nil {
 		fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
 		return 2
-	}
-	if *jsonPath != "" {
-		if err := rep.WriteJSONFile(*jsonPath); err != nil {
-			fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
-			return 2
-		}
 	}
 	fmt.Fprintf(stderr, "kvselect bench: done in %.1f s\n", time.Since(start).Seconds())
 	switch {
@@ -185,15 +179,9 @@ func simulateMain(ctx context.Context, cfg bench.Config, jsonPath string, stdout
 		fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
 		return 2
 	}
-	if err := rep.WriteTable(stdout); err != nil {
+	if err := writeReport(rep, jsonPath, stdout); err != nil {
 		fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
 		return 2
-	}
-	if jsonPath != "" {
-		if err := rep.WriteJSONFile(jsonPath); err != nil {
-			fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
-			return 2
-		}
 	}
 	if k := rep.Policies[bench.PolicyKVSelect]; k != nil && (k.LeakedReservations != 0 || len(k.Errors) > 0 || k.SyncTimeouts > 0) {
 		fmt.Fprintln(stderr, "kvselect bench: FAIL: the kvselect policy leaked reservations, had failed calls or unapplied KV event batches (see the report)")
@@ -215,4 +203,21 @@ func serveNoopUntilSignal(ctx context.Context, addr string, stderr io.Writer) in
 	<-ctx.Done()
 	stop()
 	return 0
+}
+
+// report is what the load run and the simulation both produce.
+type report interface {
+	WriteTable(w io.Writer) error
+	WriteJSONFile(path string) error
+}
+
+// writeReport prints rep's table to stdout and, with a path, writes its JSON.
+func writeReport(rep report, jsonPath string, stdout io.Writer) error {
+	if err := rep.WriteTable(stdout); err != nil {
+		return err
+	}
+	if jsonPath != "" {
+		return rep.WriteJSONFile(jsonPath)
+	}
+	return nil
 }

@@ -374,6 +374,12 @@ func (s *scanner) number() (lit []byte, integer bool, err error) {
 	return s.b[start:s.i], integer, nil
 }
 
+// negZero is serde_json's error for the literal -0 in an integer field: it
+// reads -0 as the float -0.0 (de.rs parse_number: "Convert into a float if
+// we underflow, or on `-0`"), so the reference answers 422 where
+// encoding/json would take 0.
+const negZero = "invalid type: floating point `-0.0`, expected "
+
 // uint reads a non-negative integer <= max.
 func (s *scanner) uint(field string, max uint64, want string) (uint64, error) {
 	c := s.peek()
@@ -394,6 +400,9 @@ func (s *scanner) uint(field string, max uint64, want string) (uint64, error) {
 		return 0, s.typeErr(field, "invalid type: floating point `"+string(lit)+"`, expected "+want)
 	}
 	if lit[0] == '-' {
+		if len(lit) == 2 && lit[1] == '0' {
+			return 0, s.typeErr(field, negZero+want)
+		}
 		return 0, s.typeErr(field, "invalid value: integer `"+string(lit)+"`, expected "+want)
 	}
 	var v uint64
@@ -443,6 +452,9 @@ func (s *scanner) int64(field string) (int64, error) {
 		v = n
 	}
 	if neg {
+		if v == 0 {
+			return 0, s.typeErr(field, negZero+"i64")
+		}
 		if v > 1<<63 {
 			return 0, s.typeErr(field, "invalid value: integer `"+string(lit)+"`, expected i64")
 		}
@@ -644,7 +656,7 @@ func fastInts(b []byte, i int, dst []uint64, signed bool, max uint64) (_ []uint6
 			return dst, 0, false
 		}
 		if neg {
-			if v > max+1 {
+			if v > max+1 || v == 0 { // -0: the generic path reports it
 				return dst, 0, false
 			}
 			v = -v

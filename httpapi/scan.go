@@ -338,6 +338,9 @@ func (s *scanner) number() (lit []byte, integer bool, err error) {
 	switch c := s.b[s.i]; {
 	case c == '0':
 		s.i++
+		if s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
+			return nil, false, s.syntaxErr("invalid number") // a leading zero, as serde
+		}
 	case c >= '1' && c <= '9':
 		for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
 			s.i++

@@ -35,6 +35,15 @@ func TestNegativeZeroIsAFloat(t *testing.T) {
 	if !errors.As(err, &de) || de.status != 422 || !strings.Contains(de.msg, "worker_id: "+float+"u64") {
 		t.Errorf("reservation worker_id -0: got %v", err)
 	}
+	// A leading zero is serde's syntax error (InvalidNumber), with or
+	// without the sign: 400, not the -0 type error.
+	for _, body := range []string{`{"block_hashes":[-01]}`, `{"isl_tokens":-01}`, `{"token_ids":[01]}`, `{"priority_jump":-00.5}`} {
+		var r selectReq
+		err := decodeSelect([]byte(body), &r)
+		if !errors.As(err, &de) || de.status != 400 || !strings.Contains(de.msg, "invalid number") {
+			t.Errorf("%s: got %v, want a 400 invalid number", body, err)
+		}
+	}
 	// A float field takes it, as serde does.
 	var r selectReq
 	if err := decodeSelect([]byte(`{"priority_jump":-0}`), &r); err != nil {

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/binary"
+	"math"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -400,6 +401,9 @@ func (s *scanner) uint(field string, max uint64, want string) (uint64, error) {
 		return 0, err
 	}
 	if !integer {
+		if outOfRange(lit) {
+			return 0, s.syntaxErr("number out of range")
+		}
 		return 0, s.typeErr(field, "invalid type: floating point `"+string(lit)+"`, expected "+want)
 	}
 	if lit[0] == '-' {
@@ -439,6 +443,9 @@ func (s *scanner) int64(field string) (int64, error) {
 		return 0, err
 	}
 	if !integer {
+		if outOfRange(lit) {
+			return 0, s.syntaxErr("number out of range")
+		}
 		return 0, s.typeErr(field, "invalid type: floating point `"+string(lit)+"`, expected i64")
 	}
 	neg := lit[0] == '-'
@@ -487,9 +494,20 @@ func (s *scanner) float(field string) (float64, error) {
 	}
 	f, err := strconv.ParseFloat(unsafe.String(unsafe.SliceData(lit), len(lit)), 64)
 	if err != nil {
+		if math.IsInf(f, 0) {
+			return 0, s.syntaxErr("number out of range")
+		}
 		return 0, s.typeErr(field, "invalid value: number `"+string(lit)+"`, expected f64")
 	}
 	return f, nil
+}
+
+// outOfRange reports whether a non-integer literal overflows f64. serde_json
+// fails such a number with NumberOutOfRange, a syntax error (400), before any
+// type check; underflow reads as 0.
+func outOfRange(lit []byte) bool {
+	f, err := strconv.ParseFloat(unsafe.String(unsafe.SliceData(lit), len(lit)), 64)
+	return err != nil && math.IsInf(f, 0)
 }
 
 // boolean reads true or false.

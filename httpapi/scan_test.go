@@ -50,3 +50,27 @@ func TestNegativeZeroIsAFloat(t *testing.T) {
 		t.Errorf("priority_jump -0: %v", err)
 	}
 }
+
+// TestNumberOutOfRange: serde_json fails a number beyond f64's range with
+// NumberOutOfRange, a syntax error (400), whatever the target type; a
+// number that only underflows reads as 0.
+func TestNumberOutOfRange(t *testing.T) {
+	for _, body := range []string{`{"priority_jump":1e400}`, `{"priority_jump":-1.5e309}`, `{"isl_tokens":1e400}`, `{"block_hashes":[1,1e999]}`,
+		`{"routing_constraints":{"preferred_taints":{"a":1e400}}}`} {
+		var r selectReq
+		err := decodeSelect([]byte(body), &r)
+		var de *decodeError
+		if !errors.As(err, &de) || de.status != 400 || !strings.Contains(de.msg, "number out of range") {
+			t.Errorf("%s: got %v, want a 400 number out of range", body, err)
+		}
+	}
+	var r selectReq
+	if err := decodeSelect([]byte(`{"priority_jump":1e-400}`), &r); err != nil || r.req.PriorityJump != 0 {
+		t.Errorf("underflow: %v, %v", err, r.req.PriorityJump)
+	}
+	err := decodeSelect([]byte(`{"isl_tokens":1.5}`), &r)
+	var de *decodeError
+	if !errors.As(err, &de) || de.status != 422 {
+		t.Errorf("isl_tokens 1.5: got %v, want a 422", err)
+	}
+}

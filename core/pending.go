@@ -13,8 +13,8 @@ import (
 type pendingKey struct{ model, group, id string }
 
 // pendingEntry is what a /select with a selection_id captured for a later
-// POST /reservations replay. Immutable once inserted (a peek hands out the
-// pointer).
+// POST /reservations replay. Immutable once inserted (take hands out the
+// pointer), except taken, which is under pendingCache.mu.
 type pendingEntry struct {
 	key                  pendingKey
 	worker               radix.WorkerKey
@@ -30,11 +30,15 @@ type pendingEntry struct {
 	gen      uint64
 	bytes    int64
 	elem     *list.Element // in pendingCache.order
+	// taken: a replay is booking this entry (between take and removeGen or
+	// untake). Under pendingCache.mu.
+	taken bool
 }
 
 // pendingCache is the bounded pending-selection cache (spec 3.4): TTL,
 // entry cap and byte budget, evicting oldest first; latest wins; a replay
-// peeks, books, then removes only the generation it peeked.
+// takes the entry (Dynamo's peek, exclusive while the replay books), books,
+// then removes only the generation it took, or untakes it on failure.
 //
 // Invariant: order holds exactly the entries of byKey, oldest at the front
 // (insert instants are non-decreasing when the clock is), and bytes is the
@@ -82,16 +86,32 @@ func (c *pendingCache) insert(e *pendingEntry, now time.Time) {
 	}
 }
 
-// peek returns the live entry for k without removing it; an entry older
-// than the TTL is absent.
-func (c *pendingCache) peek(k pendingKey, now time.Time) *pendingEntry {
+// take returns the live entry for k without removing it, marked taken so
+// that no other replay books it meanwhile (busy reports such a replay); an
+// entry older than the TTL is absent. The taker ends with removeGen (the
+// booking landed) or untake (it failed: the entry is usable again).
+func (c *pendingCache) take(k pendingKey, now time.Time) (e *pendingEntry, busy bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.byKey[k]
 	if !ok || now.Sub(e.inserted) > c.ttl {
-		return nil
+		return nil, false
 	}
-	return e
+	if e.taken {
+		return nil, true
+	}
+	e.taken = true
+	return e, false
+}
+
+// untake makes k's entry usable again after a failed booking, if it is
+// still generation gen.
+func (c *pendingCache) untake(k pendingKey, gen uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.byKey[k]; ok && e.gen == gen {
+		e.taken = false
+	}
 }
 
 // removeGen removes k's entry if it is still generation gen (a newer

@@ -141,15 +141,29 @@ func (s *Service) Reserve(req *ReservationRequest) (Reservation, error) {
 
 // replay books exactly what the cached select captured. Every failure before
 // the booking lands leaves the entry in place; success removes the
-// generation it peeked.
+// generation it took. The entry is taken for the length of the booking, so
+// a concurrent replay of it is a 409 (as its claim would be) even if the
+// first booking is freed before the entry is removed: single use.
 func (s *Service) replay(id, model, group string) (Reservation, error) {
 	k := pendingKey{model, group, id}
-	e := s.pending.peek(k, s.clock())
+	e, busy := s.pending.take(k, s.clock())
+	if busy {
+		s.stats.bookConflict.Add(1)
+		return Reservation{}, errorf(ErrConflict, "selection %s is already reserved or being reserved", id)
+	}
 	if e == nil {
 		s.stats.replayMiss.Add(1)
 		return Reservation{}, errorf(ErrNotFound, "no pending selection %s for model=%s routing_group=%s (expired, already used, or never selected)", id, model, group)
 	}
 	s.stats.replayHit.Add(1)
+	booked := false
+	defer func() {
+		if booked {
+			s.pending.removeGen(k, e.gen)
+		} else {
+			s.pending.untake(k, e.gen)
+		}
+	}()
 	p, sn, err := s.readyPartition(model, group)
 	if err != nil {
 		return Reservation{}, err
@@ -165,7 +179,7 @@ func (s *Service) replay(id, model, group string) (Reservation, error) {
 	if err := s.book(&b); err != nil {
 		return Reservation{}, err
 	}
-	s.pending.removeGen(k, e.gen)
+	booked = true
 	return Reservation{SelectionID: id, ModelName: p.model, RoutingGroup: p.group, WorkerID: e.worker.WorkerID, DPRank: e.worker.DPRank, Endpoint: v.endpoint}, nil
 }
 

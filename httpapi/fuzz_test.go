@@ -6,6 +6,7 @@ import (
 	"errors"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -45,7 +46,7 @@ var selectSeeds = []string{
 	`{"a":1,}`, `{"a"}`, `[1]`, `"x"`, `{"model_name":"\ud83d\ude00"}`, `{"model_name":"\ud83d"}`, `{`, ``, `{"x":01}`, `{"x":tru}`,
 	`{"block_hashes":[1,2 ,3 ] ,"sequence_hashes":[ -1 ]}`,
 	`{"token_ids":[1,2,3,4,5],"is_eagle":true,"block_mm_infos":[null,{"mm_objects":[{"mm_hash":7,"offsets":[[0,2]]}]}]}`,
-	`{"mm_routing_info":{"routing_token_ids":[1],"block_mm_infos":{}}}`, `{"token_ids":[007]}`, `{"allowed_worker_ids":[-0]}`,
+	`{"mm_routing_info":{"routing_token_ids":[1],"block_mm_infos":{}}}`, `{"token_ids":[007]}`, `{"allowed_worker_ids":[-0]}`, `{"priority_jump":1e400}`, `{"isl_tokens":-01}`,
 }
 
 // comparableInput reports whether the reference decoder's semantics match the
@@ -98,7 +99,8 @@ func checkSelect(t *testing.T, body []byte) {
 		}
 		return
 	}
-	if err != nil && de.status == 400 {
+	// serde's one syntax error on valid JSON: a number beyond f64's range.
+	if err != nil && de.status == 400 && !strings.Contains(de.msg, "number out of range") {
 		t.Fatalf("%q: valid JSON reported as a syntax error: %v", body, err)
 	}
 	var ref refSelect
@@ -197,7 +199,7 @@ func FuzzReservationBody(f *testing.F) {
 			if !errors.As(err, &de) || (de.status != 400 && de.status != 422) {
 				t.Fatalf("%q: %v", body, err)
 			}
-			if comparableInput(body) && stdjson.Valid(body) && de.status == 400 {
+			if comparableInput(body) && stdjson.Valid(body) && de.status == 400 && !strings.Contains(de.msg, "number out of range") {
 				t.Fatalf("%q: valid JSON reported as a syntax error: %v", body, err)
 			}
 			return

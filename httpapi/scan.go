@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/binary"
+	"math"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -338,6 +339,9 @@ func (s *scanner) number() (lit []byte, integer bool, err error) {
 	switch c := s.b[s.i]; {
 	case c == '0':
 		s.i++
+		if s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
+			return nil, false, s.syntaxErr("invalid number") // a leading zero, as serde
+		}
 	case c >= '1' && c <= '9':
 		for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
 			s.i++
@@ -374,6 +378,12 @@ func (s *scanner) number() (lit []byte, integer bool, err error) {
 	return s.b[start:s.i], integer, nil
 }
 
+// negZero is serde_json's error for the literal -0 in an integer field: it
+// reads -0 as the float -0.0 (de.rs parse_number: "Convert into a float if
+// we underflow, or on `-0`"), so the reference answers 422 where
+// encoding/json would take 0.
+const negZero = "invalid type: floating point `-0.0`, expected "
+
 // uint reads a non-negative integer <= max.
 func (s *scanner) uint(field string, max uint64, want string) (uint64, error) {
 	c := s.peek()
@@ -391,9 +401,15 @@ func (s *scanner) uint(field string, max uint64, want string) (uint64, error) {
 		return 0, err
 	}
 	if !integer {
+		if outOfRange(lit) {
+			return 0, s.syntaxErr("number out of range")
+		}
 		return 0, s.typeErr(field, "invalid type: floating point `"+string(lit)+"`, expected "+want)
 	}
 	if lit[0] == '-' {
+		if len(lit) == 2 && lit[1] == '0' {
+			return 0, s.typeErr(field, negZero+want)
+		}
 		return 0, s.typeErr(field, "invalid value: integer `"+string(lit)+"`, expected "+want)
 	}
 	var v uint64
@@ -427,6 +443,9 @@ func (s *scanner) int64(field string) (int64, error) {
 		return 0, err
 	}
 	if !integer {
+		if outOfRange(lit) {
+			return 0, s.syntaxErr("number out of range")
+		}
 		return 0, s.typeErr(field, "invalid type: floating point `"+string(lit)+"`, expected i64")
 	}
 	neg := lit[0] == '-'
@@ -443,6 +462,9 @@ func (s *scanner) int64(field string) (int64, error) {
 		v = n
 	}
 	if neg {
+		if v == 0 {
+			return 0, s.typeErr(field, negZero+"i64")
+		}
 		if v > 1<<63 {
 			return 0, s.typeErr(field, "invalid value: integer `"+string(lit)+"`, expected i64")
 		}
@@ -472,9 +494,20 @@ func (s *scanner) float(field string) (float64, error) {
 	}
 	f, err := strconv.ParseFloat(unsafe.String(unsafe.SliceData(lit), len(lit)), 64)
 	if err != nil {
+		if math.IsInf(f, 0) {
+			return 0, s.syntaxErr("number out of range")
+		}
 		return 0, s.typeErr(field, "invalid value: number `"+string(lit)+"`, expected f64")
 	}
 	return f, nil
+}
+
+// outOfRange reports whether a non-integer literal overflows f64. serde_json
+// fails such a number with NumberOutOfRange, a syntax error (400), before any
+// type check; underflow reads as 0.
+func outOfRange(lit []byte) bool {
+	f, err := strconv.ParseFloat(unsafe.String(unsafe.SliceData(lit), len(lit)), 64)
+	return err != nil && math.IsInf(f, 0)
 }
 
 // boolean reads true or false.
@@ -644,7 +677,7 @@ func fastInts(b []byte, i int, dst []uint64, signed bool, max uint64) (_ []uint6
 			return dst, 0, false
 		}
 		if neg {
-			if v > max+1 {
+			if v > max+1 || v == 0 { // -0: the generic path reports it
 				return dst, 0, false
 			}
 			v = -v

@@ -329,8 +329,20 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx) int {
 		}
 		return s.notAllowed(ctx)
 	}
-	if rest, ok := bytes.CutPrefix(path, []byte("/reservations/")); ok && len(rest) > 0 {
+	// The selection id is one path segment, percent-decoded as axum's Path
+	// extractor decodes it: it is read from the original path, where %2F is
+	// not yet a separator (the normalized path has decoded it and dropped
+	// dot segments, so an id like "tenant/req-1" could never be freed).
+	rest, ok := bytes.CutPrefix(ctx.URI().PathOriginal(), []byte("/reservations/"))
+	escaped := ok
+	if !ok {
+		rest, ok = bytes.CutPrefix(path, []byte("/reservations/"))
+	}
+	if ok && len(rest) > 0 {
 		id, action, _ := bytes.Cut(rest, []byte("/"))
+		if escaped {
+			id = unescapeSegment(id)
+		}
 		if len(id) > 0 {
 			switch string(action) {
 			case "":
@@ -363,6 +375,35 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx) int {
 	}
 	s.writeRaw(ctx, 404, errRouteNotFound)
 	return rUnmatched
+}
+
+// unescapeSegment percent-decodes one path segment; malformed escapes stay
+// as they are (as percent_decode leaves them). It allocates only when seg
+// has an escape, and returns seg itself otherwise.
+func unescapeSegment(seg []byte) []byte {
+	i := bytes.IndexByte(seg, '%')
+	if i < 0 {
+		return seg
+	}
+	out := append(make([]byte, 0, len(seg)), seg[:i]...)
+	for ; i < len(seg); i++ {
+		if c := seg[i]; c == '%' && i+2 < len(seg) && isHex(seg[i+1]) && isHex(seg[i+2]) {
+			out = append(out, unhex(seg[i+1])<<4|unhex(seg[i+2]))
+			i += 2
+		} else {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func isHex(c byte) bool { return c-'0' < 10 || (c|0x20)-'a' < 6 }
+
+func unhex(c byte) byte {
+	if c-'0' < 10 {
+		return c - '0'
+	}
+	return (c | 0x20) - 'a' + 10
 }
 
 func (s *Server) notAllowed(ctx *fasthttp.RequestCtx) int {

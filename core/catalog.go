@@ -179,6 +179,12 @@ func deref[T any](p *T, def T) T {
 	return *p
 }
 
+// MaxDataParallelSize bounds data_parallel_size: every rank costs a
+// candidate row, a load tracker and a listener, so one registration naming
+// billions of ranks would exhaust memory under the catalog lock. A worker
+// above it stays incomplete, with the reason.
+const MaxDataParallelSize = 1024
+
 // dpRange returns the worker's ranks [start, start+size).
 func (f *WorkerFields) dpRange() (start, size uint32) {
 	return deref(f.DataParallelStartRank, 0), deref(f.DataParallelSize, 1)
@@ -225,8 +231,15 @@ func (s *Service) reconcileLocked(id uint64, f *WorkerFields, p *partition, movi
 		reasons = append(reasons, "block_size must be greater than 0")
 	}
 	start, size := f.dpRange()
-	if size == 0 {
+	switch {
+	case size == 0:
 		reasons = append(reasons, "data_parallel_size must be greater than 0")
+	case size > MaxDataParallelSize:
+		reasons = append(reasons, fmt.Sprintf("data_parallel_size %d exceeds kvselect's limit of %d", size, MaxDataParallelSize))
+		size = 0 // nothing below may loop over the ranks
+	case uint64(start)+uint64(size) > 1<<32:
+		reasons = append(reasons, fmt.Sprintf("data_parallel_start_rank %d + data_parallel_size %d exceeds the u32 rank space", start, size))
+		size = 0
 	}
 	if s.cfg.queueing() && f.MaxNumBatchedTokens == nil {
 		reasons = append(reasons, "max_num_batched_tokens is required while queueing is enabled")

@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -163,5 +164,34 @@ func TestConcurrentCatalogAndLifecycle(t *testing.T) {
 	st := s.Stats()
 	if st.Reservations != st.ActiveRequests {
 		t.Fatalf("reservation index %d rows, trackers %d requests", st.Reservations, st.ActiveRequests)
+	}
+}
+
+// TestHugeDataParallelSizeIsIncomplete: a registration naming billions of
+// ranks (or a range past the u32 rank space) is kept incomplete with a
+// reason instead of allocating per rank under the catalog lock.
+func TestHugeDataParallelSizeIsIncomplete(t *testing.T) {
+	s, err := New(DefaultConfig(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, bs := "http://w", uint32(16)
+	for _, tc := range []struct {
+		start, size uint32
+		want        string
+	}{
+		{0, 1 << 31, "exceeds kvselect's limit"},
+		{1<<32 - 2, 4, "exceeds the u32 rank space"},
+	} {
+		spec := WorkerSpec{WorkerID: 7}
+		spec.Endpoint, spec.BlockSize = &ep, &bs
+		spec.DataParallelStartRank, spec.DataParallelSize = &tc.start, &tc.size
+		rec, err := s.UpsertWorker(&spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Lifecycle != Incomplete || len(rec.NotSchedulableReasons) != 1 || !strings.Contains(rec.NotSchedulableReasons[0], tc.want) {
+			t.Fatalf("start %d size %d: %s %v", tc.start, tc.size, rec.Lifecycle, rec.NotSchedulableReasons)
+		}
 	}
 }

@@ -41,6 +41,12 @@ type Prompt struct {
 }
 
 // Reset empties p, keeping its slices' capacity.
+// RetainedBytes is the memory p's reusable slices keep for the next use; a
+// pool uses it to drop a request that once held a huge prompt.
+func (p *Prompt) RetainedBytes() int {
+	return 4*(cap(p.TokenIDs)+cap(p.RoutingTokenIDs)) + 8*(cap(p.BlockHashes)+cap(p.SequenceHashes))
+}
+
 func (p *Prompt) Reset() {
 	*p = Prompt{TokenIDs: p.TokenIDs[:0], RoutingTokenIDs: p.RoutingTokenIDs[:0], BlockHashes: p.BlockHashes[:0], SequenceHashes: p.SequenceHashes[:0]}
 }

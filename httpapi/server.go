@@ -462,18 +462,29 @@ func (s *Server) handleSelect(ctx *fasthttp.RequestCtx, book bool) {
 	bp := s.bufPool.Get().(*[]byte)
 	*bp = appendSelection((*bp)[:0], &r.out, r.echoSeq())
 	s.writeRaw(ctx, 200, *bp)
-	s.bufPool.Put(bp)
+	s.putBuf(bp)
 }
 
 // releaseSelect drops the references into the request buffers before the
 // pooled request is reused.
+//
+// A request that grew past maxPooledBytes (an 8 MiB body of token ids
+// reaches 8 MiB of slices) is not pooled: the pool would otherwise keep the
+// largest prompt ever seen once per P, for the process's life.
 func (s *Server) releaseSelect(r *selectReq) {
 	r.req.Reset()
 	r.out.Reset()
 	r.sc = scanner{strbuf: r.sc.strbuf[:0]}
 	r.rawSeq = nil
-	s.selectPool.Put(r)
+	if r.retained() <= maxPooledBytes {
+		s.selectPool.Put(r)
+	}
 }
+
+// maxPooledBytes bounds what one pooled request or response buffer keeps
+// between requests: 64 Ki hashes, far above a real prompt's 256 to 8 Ki
+// blocks.
+const maxPooledBytes = 512 << 10
 
 func (s *Server) handleReserve(ctx *fasthttp.RequestCtx) {
 	body, ok := s.jsonBody(ctx)
@@ -484,7 +495,9 @@ func (s *Server) handleReserve(ctx *fasthttp.RequestCtx) {
 	defer func() {
 		r.req.Reset()
 		r.sc = scanner{strbuf: r.sc.strbuf[:0]}
-		s.reservePool.Put(r)
+		if r.retained() <= maxPooledBytes {
+			s.reservePool.Put(r)
+		}
 	}()
 	if err := decodeReservation(body, r); err != nil {
 		s.writeErr(ctx, err)
@@ -734,7 +747,19 @@ func (s *Server) writeErrMsg(ctx *fasthttp.RequestCtx, status int, msg string) {
 	bp := s.bufPool.Get().(*[]byte)
 	*bp = appendError((*bp)[:0], msg)
 	s.writeRaw(ctx, status, *bp)
-	s.bufPool.Put(bp)
+	s.putBuf(bp)
+}
+
+// retained is what a pooled request would keep between requests.
+func (r *selectReq) retained() int  { return r.req.RetainedBytes() + cap(r.sc.strbuf) }
+func (r *reserveReq) retained() int { return r.req.RetainedBytes() + cap(r.sc.strbuf) }
+
+// putBuf returns a response buffer to the pool unless it grew past
+// maxPooledBytes.
+func (s *Server) putBuf(bp *[]byte) {
+	if cap(*bp) <= maxPooledBytes {
+		s.bufPool.Put(bp)
+	}
 }
 
 // writeStats turns core.Stats into scrape-time lines.

@@ -1,0 +1,25 @@
+package httpapi
+
+import "testing"
+
+// TestPoolsDropHugeRequests: a request that grew past maxPooledBytes is not
+// returned to its pool, so one 8 MiB body does not pin 8 MiB per P for the
+// process's life, while ordinary requests are. (The predicate is tested, not
+// sync.Pool, which drops items at random under the race detector.)
+func TestPoolsDropHugeRequests(t *testing.T) {
+	var small, huge selectReq
+	small.req.TokenIDs = make([]uint32, 0, 8192)
+	small.sc.strbuf = make([]byte, 0, 4096)
+	huge.req.BlockHashes = make([]uint64, 0, maxPooledBytes/8+1)
+	if small.retained() > maxPooledBytes {
+		t.Fatalf("an ordinary request (%d bytes) would not be pooled", small.retained())
+	}
+	if huge.retained() <= maxPooledBytes {
+		t.Fatalf("a request retaining %d bytes would be pooled", huge.retained())
+	}
+	var r reserveReq
+	r.req.SequenceHashes = make([]uint64, 0, maxPooledBytes/8+1)
+	if r.retained() <= maxPooledBytes {
+		t.Fatal("a huge reservation request would be pooled")
+	}
+}

@@ -39,14 +39,6 @@ func NewTree() *Tree {
 	return t
 }
 
-// Blocks returns the number of (worker rank, block) pairs the tree holds.
-// Writer-only.
-func (t *Tree) Blocks() int64 { return t.blocks }
-
-// Workers returns the number of worker ranks holding at least one block.
-// Writer-only.
-func (t *Tree) Workers() int { return len(t.workers) }
-
 // resolve returns the current node and offset of r, following splits, and
 // stores the repaired entry back when it moved.
 func (t *Tree) resolve(wb *workerBlocks, e uint64, r ref) ref {
@@ -354,27 +346,8 @@ func (t *Tree) addChild(wb *workerBlocks, w WorkerKey, n *node, st *nodeState, b
 	return placed, placed < len(blocks)
 }
 
-// Remove drops the block with external hash h from w, and with it every
-// block w holds below it. It reports whether w held h.
-func (t *Tree) Remove(w WorkerKey, h uint64) bool {
-	wb := t.workers[w]
-	if wb == nil {
-		return false
-	}
-	r, ok := wb.lookup.get(h)
-	if !ok {
-		return false
-	}
-	r = t.resolve(wb, h, r)
-	t.cut(wb, w, r.n, int(r.off))
-	if wb.lookup.Len() == 0 {
-		delete(t.workers, w)
-	}
-	return true
-}
-
-// RemoveMany removes hashes in order, as repeated Remove calls would, and
-// returns how many w did not hold at their turn. Runs of hashes on one node
+// RemoveMany removes each hash in order, with every block w holds below it,
+// and returns how many w did not hold at their turn. Runs of hashes on one node
 // at decreasing offsets (an engine evicting a chain leaf first) are cut
 // once, at the lowest offset, instead of republishing the node per block.
 func (t *Tree) RemoveMany(w WorkerKey, hashes []uint64) (unknown int) {

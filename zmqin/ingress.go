@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/radix"
@@ -497,5 +498,18 @@ func copyEvents(evs []radix.Event) *evBuf {
 func putEvBuf(b *evBuf) {
 	clear(b.evs)
 	b.evs = b.evs[:0]
-	evBufPool.Put(b)
+	if b.retained() <= maxPooledEvBytes {
+		evBufPool.Put(b)
+	}
+}
+
+// maxPooledEvBytes bounds what a pooled evBuf keeps between batches: a
+// batch copied from a huge message (MaxFrameSize allows 64 MiB) is dropped
+// after use instead of pinning its memory in the pool. 1 MiB holds about
+// 64 Ki blocks, far beyond a vLLM step's batch.
+const maxPooledEvBytes = 1 << 20
+
+// retained is the memory b keeps for its next use.
+func (b *evBuf) retained() int {
+	return cap(b.evs)*int(unsafe.Sizeof(radix.Event{})) + cap(b.blocks)*int(unsafe.Sizeof(radix.Block{})) + 8*cap(b.hashes)
 }

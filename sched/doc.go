@@ -38,7 +38,12 @@
 //     verdict omits the field.
 //  7. Forwards lifecycle calls: PrefillComplete(id), OutputBlock(id, f),
 //     Free(id). Free and PrefillComplete are idempotent and report whether
-//     the id was live; mapping "not live" to 404 is the host's choice.
+//     the id was live; mapping "not live" to 404 is the host's choice. A
+//     host that keeps its own index of bookings books with BookHandle,
+//     stores the Handle in its row and forwards with PrefillCompleteHandle,
+//     OutputBlockHandle and FreeHandle: those act only on that booking, so
+//     a call that looked the row up before the id was freed and booked
+//     again cannot act on the newer booking (the id-based calls would).
 //  8. Calls Expire(now) periodically (Book also runs it lazily, at most
 //     once per Config.ExpiryCheckInterval), and AddWorker/RemoveWorker as
 //     the catalog changes. Booking never creates a worker.

@@ -200,6 +200,26 @@ type Booking struct {
 	AssumeKVReuse bool
 }
 
+// Handle identifies one booking, not its request id: a lifecycle call
+// through a handle acts only on the booking that returned it. Once that
+// booking is freed (Free, Expire, RemoveWorker), the handle's calls report
+// "not live" even if the id has been booked again since, where the id-based
+// calls would act on the newer booking. A host that looks a booking up in
+// its own index and acts on it later keeps the handle there, so a call that
+// raced a free and re-booking of the same id cannot touch the new booking.
+// The zero Handle is no booking. Handles are comparable and cost nothing to
+// copy (one pointer).
+type Handle struct{ r *request }
+
+// Worker returns the worker rank the booking is on (the zero key for the
+// zero Handle).
+func (h Handle) Worker() radix.WorkerKey {
+	if h.r == nil {
+		return radix.WorkerKey{}
+	}
+	return h.r.w.key
+}
+
 // Tracker is the load accounting of one partition: a WorkerLoad per
 // (worker, dp_rank) and a global index of live requests (spec 8). All
 // methods are safe for concurrent use; none blocks on another worker's
@@ -213,6 +233,10 @@ type Tracker struct {
 
 	workers *xsync.MapOf[radix.WorkerKey, *WorkerLoad]
 	reqs    *xsync.MapOf[string, *request]
+
+	// beforeExpireFree, when set (tests only), runs in Expire between
+	// finding an expired request and freeing it.
+	beforeExpireFree func(id string)
 
 	_ [cacheLinePad]byte
 	// nextExpiry is the UnixNano after which Book runs lazy expiry.
@@ -266,8 +290,8 @@ func (t *Tracker) RemoveWorker(workerID uint64) int {
 		return true
 	})
 	n := 0
-	t.reqs.Range(func(id string, r *request) bool {
-		if r.w.removed.Load() && t.freeID(id) {
+	t.reqs.Range(func(_ string, r *request) bool {
+		if r.w.removed.Load() && t.freeReq(r) {
 			n++
 		}
 		return true
@@ -283,13 +307,20 @@ func (t *Tracker) RemoveWorker(workerID uint64) int {
 // Errors: ErrWorkerNotFound (booking never creates a worker),
 // ErrDuplicateRequest when the id is live on any worker.
 func (t *Tracker) Book(b *Booking, now time.Time) error {
+	_, err := t.BookHandle(b, now)
+	return err
+}
+
+// BookHandle is Book, also returning the booking's Handle (the zero Handle
+// on error).
+func (t *Tracker) BookHandle(b *Booking, now time.Time) (Handle, error) {
 	nowNs := now.UnixNano()
 	if next := t.nextExpiry.Load(); nowNs >= next && t.nextExpiry.CompareAndSwap(next, nowNs+t.checkInterval) {
 		t.Expire(now)
 	}
 	w, ok := t.workers.Load(b.Worker)
 	if !ok {
-		return fmt.Errorf("%w: %v", ErrWorkerNotFound, b.Worker)
+		return Handle{}, fmt.Errorf("%w: %v", ErrWorkerNotFound, b.Worker)
 	}
 	r := &request{id: strings.Clone(b.RequestID), w: w, admitted: nowNs}
 	reuse := b.AssumeKVReuse && t.trackBlocks
@@ -301,7 +332,7 @@ func (t *Tracker) Book(b *Booking, now time.Time) error {
 	}
 	if prev, loaded := t.reqs.LoadOrStore(r.id, r); loaded {
 		t.duplicates.Add(1)
-		return fmt.Errorf("%w: request %s (assigned to worker %v)", ErrDuplicateRequest, b.RequestID, prev.w.key)
+		return Handle{}, fmt.Errorf("%w: request %s (assigned to worker %v)", ErrDuplicateRequest, b.RequestID, prev.w.key)
 	}
 	// From here r is visible: PrefillComplete or Free may run before the
 	// add below, leaving A_p transiently negative; the sum is still exact.
@@ -321,12 +352,12 @@ func (t *Tracker) Book(b *Booking, now time.Time) error {
 		if p := r.prefill.Swap(0); p != 0 {
 			w.c.prefillTokens.Add(-p)
 		}
-		return fmt.Errorf("%w: %v", ErrWorkerNotFound, b.Worker)
+		return Handle{}, fmt.Errorf("%w: %v", ErrWorkerNotFound, b.Worker)
 	}
 	if r.freed {
 		// Freed between publication and here: nothing to count.
 		w.mu.Unlock()
-		return nil
+		return Handle{r}, nil
 	}
 	var delta int64
 	if t.trackBlocks {
@@ -346,7 +377,7 @@ func (t *Tracker) Book(b *Booking, now time.Time) error {
 	w.c.requests.Add(1)
 	w.mu.Unlock()
 	t.booked.Add(1)
-	return nil
+	return Handle{r}, nil
 }
 
 // PrefillComplete clears the request's booked prefill from A_p
@@ -357,10 +388,36 @@ func (t *Tracker) PrefillComplete(id string) bool {
 	if !ok {
 		return false
 	}
+	r.completePrefill()
+	return true
+}
+
+// PrefillCompleteHandle is PrefillComplete of h's booking only: false once
+// that booking is freed, even if its id is live again.
+func (t *Tracker) PrefillCompleteHandle(h Handle) bool {
+	if !t.Live(h) {
+		return false
+	}
+	h.r.completePrefill()
+	return true
+}
+
+// completePrefill removes r's booked prefill from A_p, once: freeID swaps
+// the same field, so a free racing the call subtracts nothing twice.
+func (r *request) completePrefill() {
 	if p := r.prefill.Swap(0); p != 0 {
 		r.w.c.prefillTokens.Add(-p)
 	}
-	return true
+}
+
+// Live reports whether h's booking is live (booked and not freed). The zero
+// Handle is not.
+func (t *Tracker) Live(h Handle) bool {
+	if h.r == nil {
+		return false
+	}
+	cur, ok := t.reqs.Load(h.r.id)
+	return ok && cur == h.r
 }
 
 // OutputBlock records one output block of the request (add_output_block,
@@ -382,6 +439,32 @@ func (t *Tracker) OutputBlock(id string, decayFraction *float64) error {
 	if !ok {
 		return fmt.Errorf("%w: request %s", ErrRequestNotFound, id)
 	}
+	return t.outputBlock(r, decayFraction, wf)
+}
+
+// OutputBlockHandle is OutputBlock of h's booking only: ErrRequestNotFound
+// once that booking is freed, even if its id is live again.
+func (t *Tracker) OutputBlockHandle(h Handle, decayFraction *float64) error {
+	var wf int64
+	if decayFraction != nil {
+		f := *decayFraction
+		if math.IsNaN(f) || f < 0 || f > 1 {
+			return fmt.Errorf("%w: got %v", ErrInvalidDecayFraction, f)
+		}
+		wf = toFixed(f)
+	}
+	if !t.Live(h) {
+		if h.r == nil {
+			return ErrRequestNotFound
+		}
+		return fmt.Errorf("%w: request %s", ErrRequestNotFound, h.r.id)
+	}
+	return t.outputBlock(h.r, decayFraction, wf)
+}
+
+// outputBlock adds one output block to r (wf is the fixed-point
+// decayFraction when that is non-nil). A free racing it is seen under w.mu.
+func (t *Tracker) outputBlock(r *request, decayFraction *float64, wf int64) error {
 	if !t.trackOutput {
 		return nil
 	}
@@ -422,11 +505,45 @@ func (t *Tracker) Free(id string) bool {
 	return false
 }
 
+// FreeHandle is Free of h's booking only: false once that booking is
+// freed, even if its id is live again (the newer booking stays).
+func (t *Tracker) FreeHandle(h Handle) bool {
+	if h.r != nil && t.freeReq(h.r) {
+		t.freed.Add(1)
+		return true
+	}
+	return false
+}
+
 func (t *Tracker) freeID(id string) bool {
 	r, ok := t.reqs.LoadAndDelete(id)
 	if !ok {
 		return false
 	}
+	t.release(r)
+	return true
+}
+
+// freeReq removes r from the index if it is still the request of its id,
+// and releases it. It reports whether this call removed it (at most one
+// call does: Compute runs under the entry's lock).
+func (t *Tracker) freeReq(r *request) bool {
+	removed := false
+	t.reqs.Compute(r.id, func(old *request, loaded bool) (*request, bool) {
+		removed = loaded && old == r
+		// delete must be true when nothing is loaded: xsync's Compute
+		// stores the returned (nil) value otherwise.
+		return old, !loaded || old == r
+	})
+	if removed {
+		t.release(r)
+	}
+	return removed
+}
+
+// release takes a request removed from the index out of its worker's
+// counters and trie.
+func (t *Tracker) release(r *request) {
 	w := r.w
 	if p := r.prefill.Swap(0); p != 0 {
 		w.c.prefillTokens.Add(-p)
@@ -446,7 +563,6 @@ func (t *Tracker) freeID(id string) bool {
 	r.freed = true
 	r.term, r.hashes = nil, nil
 	w.mu.Unlock()
-	return true
 }
 
 // Expire frees every request admitted more than Config.ActiveRequestExpiry
@@ -457,7 +573,15 @@ func (t *Tracker) Expire(now time.Time) int {
 	cutoff := now.UnixNano() - t.expiry
 	n := 0
 	t.reqs.Range(func(id string, r *request) bool {
-		if r.admitted < cutoff && t.freeID(id) {
+		if r.admitted >= cutoff {
+			return true
+		}
+		if t.beforeExpireFree != nil {
+			t.beforeExpireFree(id)
+		}
+		// By request, not id: a newer booking of the same id made since
+		// the range read r is not expired with it.
+		if t.freeReq(r) {
 			n++
 		}
 		return true

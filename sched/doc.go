@@ -29,7 +29,9 @@
 //  5. Books (select_and_reserve, reservations): tracker.Book(&Booking{...},
 //     now) with PrefillTokens = EffectivePrefillTokens(isl,
 //     CachedTokens(&p, bs, &cands[i])) when p.TrackPrefillTokens, else 0.
-//     If the response cannot be delivered, Free the id again.
+//     If the response cannot be delivered, Free the id again. A_p
+//     saturates at MaxActivePrefillTokens (client-supplied token counts
+//     cannot wrap it).
 //  6. Reports: effective_prefill_tokens as in step 5,
 //     potential_decode_blocks = SelectedDecodeBlocks(&req, &cands[i],
 //     len(seqHashes)), decode_busy = DecodeBusy(that, totalKVBlocks,

@@ -19,11 +19,35 @@ import (
 // and VictoriaMetrics' lib/atomicutil).
 const cacheLinePad = 128
 
+// MaxActivePrefillTokens bounds a worker rank's booked prefill (A_p).
+// Booking saturates there instead of wrapping: prefill token counts come from
+// clients (isl_tokens, which httpapi clamps to 2^62, and
+// effective_prefill_tokens, up to 2^63-1), so a few huge bookings would
+// otherwise overflow the int64 counter to a negative A_p and make the worker
+// look idle until they are freed. A booking adds min(PrefillTokens,
+// MaxActivePrefillTokens − A_p) and remembers what it added, so completing
+// or freeing it subtracts exactly that: A_p stays in [0,
+// MaxActivePrefillTokens] at every read and returns to zero once every
+// booking is completed or freed. A saturated worker looks as busy as a
+// worker can (the right direction for a request that big). Saturating
+// rather than rejecting keeps booking total, as Dynamo's (no new error for
+// a select that already picked the worker), and bounds every path,
+// including callers that skip HTTP validation.
+//
+// 2^60 tokens is far above any real load (a million requests of a billion
+// tokens each) and leaves scoring's sums in range: A_p plus a request's
+// isl (≤ 2^62 after httpapi's clamp) plus its cached tokens stays below
+// 2^63.
+const MaxActivePrefillTokens = 1 << 60
+
 // counters are the loads scoring reads. They are written with atomic adds by
 // booking and lifecycle calls and read without any lock. Torn reads across
 // the three are accepted (spec 8.1: the read model is eventually consistent).
 type counters struct {
-	// prefillTokens (A_p) = Σ prefill still booked of live requests.
+	// prefillTokens (A_p) = Σ prefill still booked of live requests (and of
+	// a booking between its add and its publication or rollback). Written
+	// only by addPrefill and by subtracting what it returned: always in
+	// [0, MaxActivePrefillTokens].
 	prefillTokens atomic.Int64
 	// blocksFixed is the fixed-point active block total.
 	// Invariant: blocksFixed == trie.fixed + Σ over live booked requests of
@@ -151,6 +175,21 @@ func (w *WorkerLoad) NewBlocks(seq []uint64, assumeReuse bool) int64 {
 	return int64(len(seq) - w.trie.sharedDepth(seq))
 }
 
+// addPrefill adds min(p, MaxActivePrefillTokens − A_p) to A_p and returns
+// the amount added (0 when saturated or p <= 0).
+func (c *counters) addPrefill(p int64) int64 {
+	for {
+		cur := c.prefillTokens.Load()
+		a := min(p, MaxActivePrefillTokens-cur)
+		if a <= 0 {
+			return 0
+		}
+		if c.prefillTokens.CompareAndSwap(cur, cur+a) {
+			return a
+		}
+	}
+}
+
 // Fill sets c's load fields (HasLoad, A_p, A_d, N, add) from w for a request
 // with sequence hashes seq.
 func (w *WorkerLoad) Fill(c *Candidate, seq []uint64, assumeReuse bool) {
@@ -168,7 +207,8 @@ type request struct {
 	w        *WorkerLoad
 	admitted int64 // UnixNano of admission; immutable
 	// prefill is the part of the booked prefill still counted in
-	// w.c.prefillTokens; swapped to 0 exactly once.
+	// w.c.prefillTokens (what addPrefill added, which is less than
+	// Booking.PrefillTokens when A_p saturated); swapped to 0 exactly once.
 	prefill atomic.Int64
 
 	// Under w.mu:
@@ -193,7 +233,7 @@ type Booking struct {
 	SequenceHashes []uint64
 	// PrefillTokens is the effective prefill to book (EffectivePrefillTokens
 	// of the selected worker). 0 books none; pass 0 when
-	// track_prefill_tokens is off.
+	// track_prefill_tokens is off. A_p saturates at MaxActivePrefillTokens.
 	PrefillTokens int64
 	// AssumeKVReuse is the request's resolved assume_kv_reuse: false counts
 	// every block as the request's own (no prefix sharing).
@@ -300,7 +340,7 @@ func (t *Tracker) RemoveWorker(workerID uint64) int {
 }
 
 // Book records a request on its selected worker rank (add_request, spec
-// 8.4): A_p += PrefillTokens, the prompt path joins the worker's prompt set
+// 8.4): A_p += PrefillTokens (saturating at MaxActivePrefillTokens), the prompt path joins the worker's prompt set
 // (blocks shared with live requests on that worker are not counted again),
 // N += 1. It first runs lazy expiry when the check interval has passed.
 //
@@ -327,17 +367,19 @@ func (t *Tracker) BookHandle(b *Booking, now time.Time) (Handle, error) {
 	if reuse && len(b.SequenceHashes) > 0 {
 		r.hashes = slices.Clone(b.SequenceHashes)
 	}
+	// The prefill is counted before r is published, so that the amount
+	// addPrefill actually added (saturation) is what r records before any
+	// PrefillComplete or Free can swap it out: A_p never goes negative. A
+	// duplicate rolls it back, so it is seen for a moment only.
 	if b.PrefillTokens > 0 {
-		r.prefill.Store(b.PrefillTokens)
+		r.prefill.Store(w.c.addPrefill(b.PrefillTokens))
 	}
 	if prev, loaded := t.reqs.LoadOrStore(r.id, r); loaded {
+		if p := r.prefill.Load(); p != 0 {
+			w.c.prefillTokens.Add(-p)
+		}
 		t.duplicates.Add(1)
 		return Handle{}, fmt.Errorf("%w: request %s (assigned to worker %v)", ErrDuplicateRequest, b.RequestID, prev.w.key)
-	}
-	// From here r is visible: PrefillComplete or Free may run before the
-	// add below, leaving A_p transiently negative; the sum is still exact.
-	if b.PrefillTokens > 0 {
-		w.c.prefillTokens.Add(b.PrefillTokens)
 	}
 
 	w.mu.Lock()

@@ -21,7 +21,7 @@ const cacheLinePad = 128
 
 // MaxActivePrefillTokens bounds a worker rank's booked prefill (A_p).
 // Booking saturates there instead of wrapping: prefill token counts come from
-// clients (isl_tokens, which httpapi clamps to 2^62, and
+// clients (isl_tokens, which core clamps to 2^62, and
 // effective_prefill_tokens, up to 2^63-1), so a few huge bookings would
 // otherwise overflow the int64 counter to a negative A_p and make the worker
 // look idle until they are freed. A booking adds min(PrefillTokens,
@@ -36,7 +36,7 @@ const cacheLinePad = 128
 //
 // 2^60 tokens is far above any real load (a million requests of a billion
 // tokens each) and leaves scoring's sums in range: A_p plus a request's
-// isl (≤ 2^62 after httpapi's clamp) plus its cached tokens stays below
+// isl (≤ 2^62 after core's clamp) plus its cached tokens stays below
 // 2^63.
 const MaxActivePrefillTokens = 1 << 60
 

@@ -21,8 +21,9 @@ const cacheLinePad = 128
 
 // MaxActivePrefillTokens bounds a worker rank's booked prefill (A_p).
 // Booking saturates there instead of wrapping: prefill token counts come from
-// clients (isl_tokens, which core clamps to 2^62, and
-// effective_prefill_tokens, up to 2^63-1), so a few huge bookings would
+// clients (isl_tokens, which core clamps to 2^62, and an explicit
+// reservation's effective_prefill_tokens, at most that), so two such bookings
+// would
 // otherwise overflow the int64 counter to a negative A_p and make the worker
 // look idle until they are freed. A booking adds min(PrefillTokens,
 // MaxActivePrefillTokens − A_p) and remembers what it added, so completing

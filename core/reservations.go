@@ -12,13 +12,23 @@ import (
 )
 
 // reservation is one row of the reservation index: the partition that holds
-// the booking of a selection id. A row is claimed (installed false) before
-// booking and installed after; lifecycle calls see only installed rows.
+// the booking of a selection id, and the tracker's handle of that booking.
+// A row is claimed (installed false) before booking and installed after;
+// lifecycle calls see only installed rows.
+//
+// Lifecycle calls act through h, never by id: between a call's row lookup
+// and its tracker call, the id may be freed and booked again (a new row, a
+// new booking), and the call must not act on that newer booking. Through
+// h it finds its own booking freed and answers 404, as if it had run just
+// after the free (TestLifecycleCallSparesANewerBooking).
 type reservation struct {
 	// id is the row's own copy of the selection id (the map key): dropRow
 	// passes it to Compute, which stores the key it is given.
-	id        string
-	p         *partition
+	id string
+	p  *partition
+	// h is the booking's handle; written before installed is set, read
+	// only after installed is seen true.
+	h         sched.Handle
 	installed atomic.Bool
 }
 
@@ -49,7 +59,7 @@ func (s *Service) book(b *booking) error {
 	if b.track {
 		prefill = b.effective
 	}
-	err := b.p.tracker.Book(&sched.Booking{RequestID: id, Worker: b.worker, SequenceHashes: b.seq, PrefillTokens: prefill, AssumeKVReuse: b.reuse}, s.clock())
+	h, err := b.p.tracker.BookHandle(&sched.Booking{RequestID: id, Worker: b.worker, SequenceHashes: b.seq, PrefillTokens: prefill, AssumeKVReuse: b.reuse}, s.clock())
 	if err != nil {
 		s.dropRow(row)
 		switch {
@@ -64,6 +74,7 @@ func (s *Service) book(b *booking) error {
 		s.stats.bookFailed.Add(1)
 		return err
 	}
+	row.h = h
 	row.installed.Store(true)
 	s.stats.bookOK.Add(1)
 	if !s.publishing {
@@ -248,6 +259,9 @@ func (s *Service) installedRow(id string) (*reservation, error) {
 		s.stats.lifecycle404.Add(1)
 		return nil, errorf(ErrNotFound, "reservation %s not found", id)
 	}
+	if s.afterRowLookup != nil {
+		s.afterRowLookup(id)
+	}
 	return r, nil
 }
 
@@ -258,8 +272,7 @@ func (s *Service) PrefillComplete(id string) error {
 	if err != nil {
 		return err
 	}
-	w, ok := r.p.tracker.Lookup(id)
-	if !ok || !r.p.tracker.PrefillComplete(id) {
+	if !r.p.tracker.PrefillCompleteHandle(r.h) {
 		s.dropRow(r)
 		s.stats.lifecycle404.Add(1)
 		return errorf(ErrNotFound, "reservation %s not found", id)
@@ -268,7 +281,7 @@ func (s *Service) PrefillComplete(id string) error {
 	if !s.publishing {
 		return nil
 	}
-	s.replica.Publish(&ReplicaEvent{Kind: ReplicaPrefillCompleted, ModelName: r.p.model, RoutingGroup: r.p.group, BlockSize: r.p.snap.Load().blockSize, RequestID: id, Worker: w})
+	s.replica.Publish(&ReplicaEvent{Kind: ReplicaPrefillCompleted, ModelName: r.p.model, RoutingGroup: r.p.group, BlockSize: r.p.snap.Load().blockSize, RequestID: id, Worker: r.h.Worker()})
 	return nil
 }
 
@@ -286,7 +299,7 @@ func (s *Service) OutputBlock(id string, decayFraction *float64) error {
 	if err != nil {
 		return err
 	}
-	if err := r.p.tracker.OutputBlock(id, decayFraction); err != nil {
+	if err := r.p.tracker.OutputBlockHandle(r.h, decayFraction); err != nil {
 		if errors.Is(err, sched.ErrRequestNotFound) {
 			s.dropRow(r)
 			s.stats.lifecycle404.Add(1)
@@ -305,8 +318,7 @@ func (s *Service) Free(id string) error {
 	if err != nil {
 		return err
 	}
-	w, _ := r.p.tracker.Lookup(id)
-	ok := r.p.tracker.Free(id)
+	ok := r.p.tracker.FreeHandle(r.h)
 	s.dropRow(r)
 	if !ok {
 		s.stats.lifecycle404.Add(1)
@@ -316,6 +328,6 @@ func (s *Service) Free(id string) error {
 	if !s.publishing {
 		return nil
 	}
-	s.replica.Publish(&ReplicaEvent{Kind: ReplicaFree, ModelName: r.p.model, RoutingGroup: r.p.group, BlockSize: r.p.snap.Load().blockSize, RequestID: id, Worker: w})
+	s.replica.Publish(&ReplicaEvent{Kind: ReplicaFree, ModelName: r.p.model, RoutingGroup: r.p.group, BlockSize: r.p.snap.Load().blockSize, RequestID: id, Worker: r.h.Worker()})
 	return nil
 }

@@ -51,6 +51,10 @@ type Service struct {
 
 	scratch sync.Pool // *scratch
 
+	// afterRowLookup, when set (tests only), runs in every lifecycle call
+	// between its row lookup and its tracker call.
+	afterRowLookup func(id string)
+
 	stats counters
 }
 
@@ -121,10 +125,8 @@ func (s *Service) Sweep(now time.Time) int {
 		n += p.tracker.Expire(now)
 	}
 	s.claims.Range(func(id string, r *reservation) bool {
-		if r.installed.Load() {
-			if _, ok := r.p.tracker.Lookup(id); !ok {
-				s.dropRow(r)
-			}
+		if r.installed.Load() && !r.p.tracker.Live(r.h) {
+			s.dropRow(r)
 		}
 		return true
 	})

@@ -29,7 +29,9 @@
 //  5. Books (select_and_reserve, reservations): tracker.Book(&Booking{...},
 //     now) with PrefillTokens = EffectivePrefillTokens(isl,
 //     CachedTokens(&p, bs, &cands[i])) when p.TrackPrefillTokens, else 0.
-//     If the response cannot be delivered, Free the id again.
+//     If the response cannot be delivered, Free the id again. A_p
+//     saturates at MaxActivePrefillTokens (client-supplied token counts
+//     cannot wrap it).
 //  6. Reports: effective_prefill_tokens as in step 5,
 //     potential_decode_blocks = SelectedDecodeBlocks(&req, &cands[i],
 //     len(seqHashes)), decode_busy = DecodeBusy(that, totalKVBlocks,
@@ -38,7 +40,12 @@
 //     verdict omits the field.
 //  7. Forwards lifecycle calls: PrefillComplete(id), OutputBlock(id, f),
 //     Free(id). Free and PrefillComplete are idempotent and report whether
-//     the id was live; mapping "not live" to 404 is the host's choice.
+//     the id was live; mapping "not live" to 404 is the host's choice. A
+//     host that keeps its own index of bookings books with BookHandle,
+//     stores the Handle in its row and forwards with PrefillCompleteHandle,
+//     OutputBlockHandle and FreeHandle: those act only on that booking, so
+//     a call that looked the row up before the id was freed and booked
+//     again cannot act on the newer booking (the id-based calls would).
 //  8. Calls Expire(now) periodically (Book also runs it lazily, at most
 //     once per Config.ExpiryCheckInterval), and AddWorker/RemoveWorker as
 //     the catalog changes. Booking never creates a worker.

@@ -19,11 +19,36 @@ import (
 // and VictoriaMetrics' lib/atomicutil).
 const cacheLinePad = 128
 
+// MaxActivePrefillTokens bounds a worker rank's booked prefill (A_p).
+// Booking saturates there instead of wrapping: prefill token counts come from
+// clients (isl_tokens, which core clamps to 2^62, and an explicit
+// reservation's effective_prefill_tokens, at most that), so two such bookings
+// would
+// otherwise overflow the int64 counter to a negative A_p and make the worker
+// look idle until they are freed. A booking adds min(PrefillTokens,
+// MaxActivePrefillTokens − A_p) and remembers what it added, so completing
+// or freeing it subtracts exactly that: A_p stays in [0,
+// MaxActivePrefillTokens] at every read and returns to zero once every
+// booking is completed or freed. A saturated worker looks as busy as a
+// worker can (the right direction for a request that big). Saturating
+// rather than rejecting keeps booking total, as Dynamo's (no new error for
+// a select that already picked the worker), and bounds every path,
+// including callers that skip HTTP validation.
+//
+// 2^60 tokens is far above any real load (a million requests of a billion
+// tokens each) and leaves scoring's sums in range: A_p plus a request's
+// isl (≤ 2^62 after core's clamp) plus its cached tokens stays below
+// 2^63.
+const MaxActivePrefillTokens = 1 << 60
+
 // counters are the loads scoring reads. They are written with atomic adds by
 // booking and lifecycle calls and read without any lock. Torn reads across
 // the three are accepted (spec 8.1: the read model is eventually consistent).
 type counters struct {
-	// prefillTokens (A_p) = Σ prefill still booked of live requests.
+	// prefillTokens (A_p) = Σ prefill still booked of live requests (and of
+	// a booking between its add and its publication or rollback). Written
+	// only by addPrefill and by subtracting what it returned: always in
+	// [0, MaxActivePrefillTokens].
 	prefillTokens atomic.Int64
 	// blocksFixed is the fixed-point active block total.
 	// Invariant: blocksFixed == trie.fixed + Σ over live booked requests of
@@ -151,6 +176,21 @@ func (w *WorkerLoad) NewBlocks(seq []uint64, assumeReuse bool) int64 {
 	return int64(len(seq) - w.trie.sharedDepth(seq))
 }
 
+// addPrefill adds min(p, MaxActivePrefillTokens − A_p) to A_p and returns
+// the amount added (0 when saturated or p <= 0).
+func (c *counters) addPrefill(p int64) int64 {
+	for {
+		cur := c.prefillTokens.Load()
+		a := min(p, MaxActivePrefillTokens-cur)
+		if a <= 0 {
+			return 0
+		}
+		if c.prefillTokens.CompareAndSwap(cur, cur+a) {
+			return a
+		}
+	}
+}
+
 // Fill sets c's load fields (HasLoad, A_p, A_d, N, add) from w for a request
 // with sequence hashes seq.
 func (w *WorkerLoad) Fill(c *Candidate, seq []uint64, assumeReuse bool) {
@@ -168,7 +208,8 @@ type request struct {
 	w        *WorkerLoad
 	admitted int64 // UnixNano of admission; immutable
 	// prefill is the part of the booked prefill still counted in
-	// w.c.prefillTokens; swapped to 0 exactly once.
+	// w.c.prefillTokens (what addPrefill added, which is less than
+	// Booking.PrefillTokens when A_p saturated); swapped to 0 exactly once.
 	prefill atomic.Int64
 
 	// Under w.mu:
@@ -193,11 +234,31 @@ type Booking struct {
 	SequenceHashes []uint64
 	// PrefillTokens is the effective prefill to book (EffectivePrefillTokens
 	// of the selected worker). 0 books none; pass 0 when
-	// track_prefill_tokens is off.
+	// track_prefill_tokens is off. A_p saturates at MaxActivePrefillTokens.
 	PrefillTokens int64
 	// AssumeKVReuse is the request's resolved assume_kv_reuse: false counts
 	// every block as the request's own (no prefix sharing).
 	AssumeKVReuse bool
+}
+
+// Handle identifies one booking, not its request id: a lifecycle call
+// through a handle acts only on the booking that returned it. Once that
+// booking is freed (Free, Expire, RemoveWorker), the handle's calls report
+// "not live" even if the id has been booked again since, where the id-based
+// calls would act on the newer booking. A host that looks a booking up in
+// its own index and acts on it later keeps the handle there, so a call that
+// raced a free and re-booking of the same id cannot touch the new booking.
+// The zero Handle is no booking. Handles are comparable and cost nothing to
+// copy (one pointer).
+type Handle struct{ r *request }
+
+// Worker returns the worker rank the booking is on (the zero key for the
+// zero Handle).
+func (h Handle) Worker() radix.WorkerKey {
+	if h.r == nil {
+		return radix.WorkerKey{}
+	}
+	return h.r.w.key
 }
 
 // Tracker is the load accounting of one partition: a WorkerLoad per
@@ -213,6 +274,10 @@ type Tracker struct {
 
 	workers *xsync.MapOf[radix.WorkerKey, *WorkerLoad]
 	reqs    *xsync.MapOf[string, *request]
+
+	// beforeExpireFree, when set (tests only), runs in Expire between
+	// finding an expired request and freeing it.
+	beforeExpireFree func(id string)
 
 	_ [cacheLinePad]byte
 	// nextExpiry is the UnixNano after which Book runs lazy expiry.
@@ -266,8 +331,8 @@ func (t *Tracker) RemoveWorker(workerID uint64) int {
 		return true
 	})
 	n := 0
-	t.reqs.Range(func(id string, r *request) bool {
-		if r.w.removed.Load() && t.freeID(id) {
+	t.reqs.Range(func(_ string, r *request) bool {
+		if r.w.removed.Load() && t.freeReq(r) {
 			n++
 		}
 		return true
@@ -276,37 +341,46 @@ func (t *Tracker) RemoveWorker(workerID uint64) int {
 }
 
 // Book records a request on its selected worker rank (add_request, spec
-// 8.4): A_p += PrefillTokens, the prompt path joins the worker's prompt set
+// 8.4): A_p += PrefillTokens (saturating at MaxActivePrefillTokens), the prompt path joins the worker's prompt set
 // (blocks shared with live requests on that worker are not counted again),
 // N += 1. It first runs lazy expiry when the check interval has passed.
 //
 // Errors: ErrWorkerNotFound (booking never creates a worker),
 // ErrDuplicateRequest when the id is live on any worker.
 func (t *Tracker) Book(b *Booking, now time.Time) error {
+	_, err := t.BookHandle(b, now)
+	return err
+}
+
+// BookHandle is Book, also returning the booking's Handle (the zero Handle
+// on error).
+func (t *Tracker) BookHandle(b *Booking, now time.Time) (Handle, error) {
 	nowNs := now.UnixNano()
 	if next := t.nextExpiry.Load(); nowNs >= next && t.nextExpiry.CompareAndSwap(next, nowNs+t.checkInterval) {
 		t.Expire(now)
 	}
 	w, ok := t.workers.Load(b.Worker)
 	if !ok {
-		return fmt.Errorf("%w: %v", ErrWorkerNotFound, b.Worker)
+		return Handle{}, fmt.Errorf("%w: %v", ErrWorkerNotFound, b.Worker)
 	}
 	r := &request{id: strings.Clone(b.RequestID), w: w, admitted: nowNs}
 	reuse := b.AssumeKVReuse && t.trackBlocks
 	if reuse && len(b.SequenceHashes) > 0 {
 		r.hashes = slices.Clone(b.SequenceHashes)
 	}
+	// The prefill is counted before r is published, so that the amount
+	// addPrefill actually added (saturation) is what r records before any
+	// PrefillComplete or Free can swap it out: A_p never goes negative. A
+	// duplicate rolls it back, so it is seen for a moment only.
 	if b.PrefillTokens > 0 {
-		r.prefill.Store(b.PrefillTokens)
+		r.prefill.Store(w.c.addPrefill(b.PrefillTokens))
 	}
 	if prev, loaded := t.reqs.LoadOrStore(r.id, r); loaded {
+		if p := r.prefill.Load(); p != 0 {
+			w.c.prefillTokens.Add(-p)
+		}
 		t.duplicates.Add(1)
-		return fmt.Errorf("%w: request %s (assigned to worker %v)", ErrDuplicateRequest, b.RequestID, prev.w.key)
-	}
-	// From here r is visible: PrefillComplete or Free may run before the
-	// add below, leaving A_p transiently negative; the sum is still exact.
-	if b.PrefillTokens > 0 {
-		w.c.prefillTokens.Add(b.PrefillTokens)
+		return Handle{}, fmt.Errorf("%w: request %s (assigned to worker %v)", ErrDuplicateRequest, b.RequestID, prev.w.key)
 	}
 
 	w.mu.Lock()
@@ -321,12 +395,12 @@ func (t *Tracker) Book(b *Booking, now time.Time) error {
 		if p := r.prefill.Swap(0); p != 0 {
 			w.c.prefillTokens.Add(-p)
 		}
-		return fmt.Errorf("%w: %v", ErrWorkerNotFound, b.Worker)
+		return Handle{}, fmt.Errorf("%w: %v", ErrWorkerNotFound, b.Worker)
 	}
 	if r.freed {
 		// Freed between publication and here: nothing to count.
 		w.mu.Unlock()
-		return nil
+		return Handle{r}, nil
 	}
 	var delta int64
 	if t.trackBlocks {
@@ -346,7 +420,7 @@ func (t *Tracker) Book(b *Booking, now time.Time) error {
 	w.c.requests.Add(1)
 	w.mu.Unlock()
 	t.booked.Add(1)
-	return nil
+	return Handle{r}, nil
 }
 
 // PrefillComplete clears the request's booked prefill from A_p
@@ -357,10 +431,36 @@ func (t *Tracker) PrefillComplete(id string) bool {
 	if !ok {
 		return false
 	}
+	r.completePrefill()
+	return true
+}
+
+// PrefillCompleteHandle is PrefillComplete of h's booking only: false once
+// that booking is freed, even if its id is live again.
+func (t *Tracker) PrefillCompleteHandle(h Handle) bool {
+	if !t.Live(h) {
+		return false
+	}
+	h.r.completePrefill()
+	return true
+}
+
+// completePrefill removes r's booked prefill from A_p, once: freeID swaps
+// the same field, so a free racing the call subtracts nothing twice.
+func (r *request) completePrefill() {
 	if p := r.prefill.Swap(0); p != 0 {
 		r.w.c.prefillTokens.Add(-p)
 	}
-	return true
+}
+
+// Live reports whether h's booking is live (booked and not freed). The zero
+// Handle is not.
+func (t *Tracker) Live(h Handle) bool {
+	if h.r == nil {
+		return false
+	}
+	cur, ok := t.reqs.Load(h.r.id)
+	return ok && cur == h.r
 }
 
 // OutputBlock records one output block of the request (add_output_block,
@@ -382,6 +482,32 @@ func (t *Tracker) OutputBlock(id string, decayFraction *float64) error {
 	if !ok {
 		return fmt.Errorf("%w: request %s", ErrRequestNotFound, id)
 	}
+	return t.outputBlock(r, decayFraction, wf)
+}
+
+// OutputBlockHandle is OutputBlock of h's booking only: ErrRequestNotFound
+// once that booking is freed, even if its id is live again.
+func (t *Tracker) OutputBlockHandle(h Handle, decayFraction *float64) error {
+	var wf int64
+	if decayFraction != nil {
+		f := *decayFraction
+		if math.IsNaN(f) || f < 0 || f > 1 {
+			return fmt.Errorf("%w: got %v", ErrInvalidDecayFraction, f)
+		}
+		wf = toFixed(f)
+	}
+	if !t.Live(h) {
+		if h.r == nil {
+			return ErrRequestNotFound
+		}
+		return fmt.Errorf("%w: request %s", ErrRequestNotFound, h.r.id)
+	}
+	return t.outputBlock(h.r, decayFraction, wf)
+}
+
+// outputBlock adds one output block to r (wf is the fixed-point
+// decayFraction when that is non-nil). A free racing it is seen under w.mu.
+func (t *Tracker) outputBlock(r *request, decayFraction *float64, wf int64) error {
 	if !t.trackOutput {
 		return nil
 	}
@@ -422,11 +548,45 @@ func (t *Tracker) Free(id string) bool {
 	return false
 }
 
+// FreeHandle is Free of h's booking only: false once that booking is
+// freed, even if its id is live again (the newer booking stays).
+func (t *Tracker) FreeHandle(h Handle) bool {
+	if h.r != nil && t.freeReq(h.r) {
+		t.freed.Add(1)
+		return true
+	}
+	return false
+}
+
 func (t *Tracker) freeID(id string) bool {
 	r, ok := t.reqs.LoadAndDelete(id)
 	if !ok {
 		return false
 	}
+	t.release(r)
+	return true
+}
+
+// freeReq removes r from the index if it is still the request of its id,
+// and releases it. It reports whether this call removed it (at most one
+// call does: Compute runs under the entry's lock).
+func (t *Tracker) freeReq(r *request) bool {
+	removed := false
+	t.reqs.Compute(r.id, func(old *request, loaded bool) (*request, bool) {
+		removed = loaded && old == r
+		// delete must be true when nothing is loaded: xsync's Compute
+		// stores the returned (nil) value otherwise.
+		return old, !loaded || old == r
+	})
+	if removed {
+		t.release(r)
+	}
+	return removed
+}
+
+// release takes a request removed from the index out of its worker's
+// counters and trie.
+func (t *Tracker) release(r *request) {
 	w := r.w
 	if p := r.prefill.Swap(0); p != 0 {
 		w.c.prefillTokens.Add(-p)
@@ -446,7 +606,6 @@ func (t *Tracker) freeID(id string) bool {
 	r.freed = true
 	r.term, r.hashes = nil, nil
 	w.mu.Unlock()
-	return true
 }
 
 // Expire frees every request admitted more than Config.ActiveRequestExpiry
@@ -457,7 +616,15 @@ func (t *Tracker) Expire(now time.Time) int {
 	cutoff := now.UnixNano() - t.expiry
 	n := 0
 	t.reqs.Range(func(id string, r *request) bool {
-		if r.admitted < cutoff && t.freeID(id) {
+		if r.admitted >= cutoff {
+			return true
+		}
+		if t.beforeExpireFree != nil {
+			t.beforeExpireFree(id)
+		}
+		// By request, not id: a newer booking of the same id made since
+		// the range read r is not expired with it.
+		if t.freeReq(r) {
 			n++
 		}
 		return true

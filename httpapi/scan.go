@@ -384,111 +384,90 @@ func (s *scanner) number() (lit []byte, integer bool, err error) {
 // encoding/json would take 0.
 const negZero = "invalid type: floating point `-0.0`, expected "
 
-// uint reads a non-negative integer <= max.
-func (s *scanner) uint(field string, max uint64, want string) (uint64, error) {
+// numberLit reads the literal of a number where a number of type want is
+// expected; any other value is skipped and reported as serde does.
+func (s *scanner) numberLit(field, want string) (lit []byte, integer bool, err error) {
 	c := s.peek()
 	if c != '-' && (c < '0' || c > '9') {
 		if c == 0 {
-			return 0, s.syntaxErr("EOF while parsing a value")
+			return nil, false, s.syntaxErr("EOF while parsing a value")
 		}
 		if err := s.skip(); err != nil {
-			return 0, err
+			return nil, false, err
 		}
-		return 0, s.typeErr(field, "invalid type: "+kindName(c)+", expected "+want)
+		return nil, false, s.typeErr(field, "invalid type: "+kindName(c)+", expected "+want)
 	}
-	lit, integer, err := s.number()
+	return s.number()
+}
+
+// integer reads an integer literal as its sign and magnitude. A fraction or
+// exponent, -0, and a magnitude beyond u64 are errors worded as serde's.
+func (s *scanner) integer(field, want string) (lit []byte, neg bool, v uint64, err error) {
+	lit, integer, err := s.numberLit(field, want)
 	if err != nil {
-		return 0, err
+		return nil, false, 0, err
 	}
 	if !integer {
 		if outOfRange(lit) {
-			return 0, s.syntaxErr("number out of range")
+			return nil, false, 0, s.syntaxErr("number out of range")
 		}
-		return 0, s.typeErr(field, "invalid type: floating point `"+string(lit)+"`, expected "+want)
+		return nil, false, 0, s.typeErr(field, "invalid type: floating point `"+string(lit)+"`, expected "+want)
 	}
-	if lit[0] == '-' {
-		if len(lit) == 2 && lit[1] == '0' {
-			return 0, s.typeErr(field, negZero+want)
-		}
-		return 0, s.typeErr(field, "invalid value: integer `"+string(lit)+"`, expected "+want)
+	neg = lit[0] == '-'
+	digits := lit
+	if neg {
+		digits = lit[1:]
 	}
-	var v uint64
-	for _, d := range lit {
+	for _, d := range digits {
 		n := v*10 + uint64(d-'0')
 		if v > (1<<64-1)/10 || n < v*10 {
-			return 0, s.typeErr(field, "invalid value: integer `"+string(lit)+"`, expected "+want)
+			return nil, false, 0, s.rangeErr(field, lit, want)
 		}
 		v = n
 	}
-	if v > max {
-		return 0, s.typeErr(field, "invalid value: integer `"+string(lit)+"`, expected "+want)
+	if neg && v == 0 {
+		return nil, false, 0, s.typeErr(field, negZero+want)
+	}
+	return lit, neg, v, nil
+}
+
+func (s *scanner) rangeErr(field string, lit []byte, want string) error {
+	return s.typeErr(field, "invalid value: integer `"+string(lit)+"`, expected "+want)
+}
+
+// uint reads a non-negative integer <= max.
+func (s *scanner) uint(field string, max uint64, want string) (uint64, error) {
+	lit, neg, v, err := s.integer(field, want)
+	if err != nil {
+		return 0, err
+	}
+	if neg || v > max {
+		return 0, s.rangeErr(field, lit, want)
 	}
 	return v, nil
 }
 
 // int64 reads a signed 64-bit integer.
 func (s *scanner) int64(field string) (int64, error) {
-	c := s.peek()
-	if c != '-' && (c < '0' || c > '9') {
-		if c == 0 {
-			return 0, s.syntaxErr("EOF while parsing a value")
-		}
-		if err := s.skip(); err != nil {
-			return 0, err
-		}
-		return 0, s.typeErr(field, "invalid type: "+kindName(c)+", expected i64")
-	}
-	lit, integer, err := s.number()
+	lit, neg, v, err := s.integer(field, "i64")
 	if err != nil {
 		return 0, err
 	}
-	if !integer {
-		if outOfRange(lit) {
-			return 0, s.syntaxErr("number out of range")
-		}
-		return 0, s.typeErr(field, "invalid type: floating point `"+string(lit)+"`, expected i64")
-	}
-	neg := lit[0] == '-'
-	digits := lit
 	if neg {
-		digits = lit[1:]
-	}
-	var v uint64
-	for _, d := range digits {
-		n := v*10 + uint64(d-'0')
-		if v > (1<<64-1)/10 || n < v*10 {
-			return 0, s.typeErr(field, "invalid value: integer `"+string(lit)+"`, expected i64")
-		}
-		v = n
-	}
-	if neg {
-		if v == 0 {
-			return 0, s.typeErr(field, negZero+"i64")
-		}
 		if v > 1<<63 {
-			return 0, s.typeErr(field, "invalid value: integer `"+string(lit)+"`, expected i64")
+			return 0, s.rangeErr(field, lit, "i64")
 		}
 		return -int64(v), nil
 	}
 	if v > 1<<63-1 {
-		return 0, s.typeErr(field, "invalid value: integer `"+string(lit)+"`, expected i64")
+		return 0, s.rangeErr(field, lit, "i64")
 	}
 	return int64(v), nil
 }
 
 // float reads a number as f64.
 func (s *scanner) float(field string) (float64, error) {
-	c := s.peek()
-	if c != '-' && (c < '0' || c > '9') {
-		if c == 0 {
-			return 0, s.syntaxErr("EOF while parsing a value")
-		}
-		if err := s.skip(); err != nil {
-			return 0, err
-		}
-		return 0, s.typeErr(field, "invalid type: "+kindName(c)+", expected f64")
-	}
-	lit, _, err := s.number()
+	lit, _, err := s.numberLit(field, "f64")
 	if err != nil {
 		return 0, err
 	}

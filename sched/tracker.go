@@ -470,13 +470,9 @@ func (t *Tracker) Live(h Handle) bool {
 //
 // Errors: ErrInvalidDecayFraction (f outside [0, 1]), ErrRequestNotFound.
 func (t *Tracker) OutputBlock(id string, decayFraction *float64) error {
-	var wf int64
-	if decayFraction != nil {
-		f := *decayFraction
-		if math.IsNaN(f) || f < 0 || f > 1 {
-			return fmt.Errorf("%w: got %v", ErrInvalidDecayFraction, f)
-		}
-		wf = toFixed(f)
+	wf, err := decayWeight(decayFraction)
+	if err != nil {
+		return err
 	}
 	r, ok := t.reqs.Load(id)
 	if !ok {
@@ -488,13 +484,9 @@ func (t *Tracker) OutputBlock(id string, decayFraction *float64) error {
 // OutputBlockHandle is OutputBlock of h's booking only: ErrRequestNotFound
 // once that booking is freed, even if its id is live again.
 func (t *Tracker) OutputBlockHandle(h Handle, decayFraction *float64) error {
-	var wf int64
-	if decayFraction != nil {
-		f := *decayFraction
-		if math.IsNaN(f) || f < 0 || f > 1 {
-			return fmt.Errorf("%w: got %v", ErrInvalidDecayFraction, f)
-		}
-		wf = toFixed(f)
+	wf, err := decayWeight(decayFraction)
+	if err != nil {
+		return err
 	}
 	if !t.Live(h) {
 		if h.r == nil {
@@ -503,6 +495,19 @@ func (t *Tracker) OutputBlockHandle(h Handle, decayFraction *float64) error {
 		return fmt.Errorf("%w: request %s", ErrRequestNotFound, h.r.id)
 	}
 	return t.outputBlock(h.r, decayFraction, wf)
+}
+
+// decayWeight validates a decay_fraction (nil: none) and returns it in
+// fixed point.
+func decayWeight(decayFraction *float64) (int64, error) {
+	if decayFraction == nil {
+		return 0, nil
+	}
+	f := *decayFraction
+	if math.IsNaN(f) || f < 0 || f > 1 {
+		return 0, fmt.Errorf("%w: got %v", ErrInvalidDecayFraction, f)
+	}
+	return toFixed(f), nil
 }
 
 // outputBlock adds one output block to r (wf is the fixed-point

@@ -61,7 +61,7 @@ func (c EngineConfig) Validate() error {
 // 0), as vLLM's offset_endpoint_port does; other schemes get a _dp<rank>
 // suffix for rank > 0.
 func offsetEndpoint(ep string, rank int) (string, bool, error) {
-	if _, _, err := zmqin.ParseEndpoint(ep); err != nil {
+	if _, err := zmqin.ParseEndpoint(ep); err != nil {
 		return "", false, err
 	}
 	rest, ok := cutPrefix(ep, "tcp://")

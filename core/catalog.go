@@ -4,10 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/kvselect/kvselect/radix"
 	"github.com/kvselect/kvselect/sched"
@@ -272,12 +269,12 @@ func (s *Service) reconcileLocked(id uint64, f *WorkerFields, p *partition, movi
 	}
 	if s.cfg.UseKVEvents {
 		for _, rs := range f.rankSources() {
-			if err := validateZMQEndpoint(rs.Endpoint); err != nil {
+			if _, err := checkDialable(rs.Endpoint); err != nil {
 				return []string{fmt.Sprintf("reconciliation failed: invalid kv_events endpoint for worker %d dp_rank %d: invalid ZMQ endpoint `%s`: %v", id, rs.DPRank, rs.Endpoint, err)}
 			}
 		}
 		if f.ReplayEndpoint != nil {
-			if err := validateZMQEndpoint(*f.ReplayEndpoint); err != nil {
+			if _, err := checkDialable(*f.ReplayEndpoint); err != nil {
 				return []string{fmt.Sprintf("reconciliation failed: invalid replay endpoint for worker %d dp_rank %d: invalid ZMQ endpoint `%s`: %v", id, start, *f.ReplayEndpoint, err)}
 			}
 		}
@@ -285,35 +282,41 @@ func (s *Service) reconcileLocked(id uint64, f *WorkerFields, p *partition, movi
 	return nil
 }
 
-// validateZMQEndpoint accepts tcp://host:port (IPv6 in brackets), ipc://path
-// and inproc://name, like the reference's replica-peer validation.
-func validateZMQEndpoint(ep string) error {
-	scheme, rest, ok := strings.Cut(ep, "://")
-	if !ok {
-		return fmt.Errorf("missing transport (expected tcp://, ipc:// or inproc://)")
+// checkNetworks refuses a record whose KV-event or replay endpoints the
+// service may not dial (Config.KVEndpointNetworks), so that an
+// unauthenticated caller cannot make it connect to arbitrary hosts. An
+// endpoint that does not parse is left to reconciliation (the worker stays
+// incomplete, as in the reference).
+func (s *Service) checkNetworks(id uint64, f *WorkerFields) error {
+	if s.cfg.KVEndpointNetworks == nil {
+		return nil
 	}
-	switch scheme {
-	case "ipc", "inproc":
-		if rest == "" {
-			return fmt.Errorf("empty %s address", scheme)
+	check := func(kind, ep string) error {
+		z, err := ParseZMQEndpoint(ep)
+		if err != nil {
+			return nil
+		}
+		if err := z.allowedBy(s.cfg.KVEndpointNetworks); err != nil {
+			return errorf(ErrBadRequest, "%s endpoint `%s` of worker %d refused: %v", kind, ep, id, err)
 		}
 		return nil
-	case "tcp":
-		host, port, err := net.SplitHostPort(rest)
-		if err != nil {
+	}
+	eps := make([]string, 0, len(f.KVEventsEndpoints)+1)
+	if f.KVEventsEndpoint != nil {
+		eps = append(eps, *f.KVEventsEndpoint)
+	}
+	for _, r := range slices.Sorted(maps.Keys(f.KVEventsEndpoints)) {
+		eps = append(eps, f.KVEventsEndpoints[r])
+	}
+	for _, ep := range eps {
+		if err := check("kv_events", ep); err != nil {
 			return err
 		}
-		if host == "" {
-			return fmt.Errorf("empty host")
-		}
-		if port != "*" {
-			if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
-				return fmt.Errorf("invalid port %q", port)
-			}
-		}
-		return nil
 	}
-	return fmt.Errorf("unsupported transport %q", scheme)
+	if f.ReplayEndpoint != nil {
+		return check("replay", *f.ReplayEndpoint)
+	}
+	return nil
 }
 
 // UpsertWorker registers or replaces worker spec.WorkerID (POST /workers).
@@ -327,6 +330,9 @@ func (s *Service) UpsertWorker(spec *WorkerSpec) (WorkerRecord, error) {
 	}
 	model := cmp.Or(spec.ModelName, DefaultPartition)
 	group := cmp.Or(spec.RoutingGroup, DefaultPartition)
+	if err := s.checkNetworks(spec.WorkerID, &spec.WorkerFields); err != nil {
+		return WorkerRecord{}, err
+	}
 	f := spec.WorkerFields.clone()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -346,6 +352,9 @@ func (s *Service) PatchWorker(id uint64, p *WorkerPatch) (WorkerRecord, error) {
 		return WorkerRecord{}, errorf(ErrNotFound, "worker %d not found", id)
 	}
 	f := e.rec.WorkerFields.patch(p)
+	if err := s.checkNetworks(id, &f); err != nil {
+		return WorkerRecord{}, err
+	}
 	return s.applyLocked(id, e.rec.ModelName, e.rec.RoutingGroup, f), nil
 }
 

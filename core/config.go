@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/kvselect/kvselect/sched"
@@ -32,6 +33,12 @@ type Config struct {
 	SelectionCacheTTL        time.Duration
 	SelectionCacheMaxEntries int
 	SelectionCacheMaxBytes   int64
+	// KVEndpointNetworks, when non-nil, are the only networks whose
+	// addresses a worker's kv_events and replay endpoints may name: a
+	// registration naming another address (or a host name, or an ipc path)
+	// is refused as a bad request. nil allows any endpoint, as the
+	// reference does.
+	KVEndpointNetworks []netip.Prefix
 	// IndexShards is radix.Config.Shards of every partition's index; 0 picks
 	// radix.DefaultShards.
 	IndexShards int

@@ -71,7 +71,7 @@ func (s *Service) query(req *QueryRequest, sc *scratch) (*snapshot, sched.Params
 	}
 	params, err := s.cfg.Sched.Resolve(req.Override)
 	if err != nil {
-		return nil, sched.Params{}, sched.Request{}, nil, &Error{ErrBadRequest, err.Error()}
+		return nil, sched.Params{}, sched.Request{}, nil, fromSched(err)
 	}
 	local, seq, isl, err := normalize(&req.Prompt, sn, sc, true)
 	if err != nil {
@@ -80,7 +80,7 @@ func (s *Service) query(req *QueryRequest, sc *scratch) (*snapshot, sched.Params
 	cands, err := sched.AppendCandidates(sc.cands[:0], sn.workers, &sched.Constraints{})
 	sc.cands = cands
 	if err != nil {
-		return nil, sched.Params{}, sched.Request{}, nil, err
+		return nil, sched.Params{}, sched.Request{}, nil, fromSched(err)
 	}
 	p.index.Match(local, &sc.res)
 	fillOverlap(cands, sc.res.Matches)

@@ -204,7 +204,7 @@ func (s *Service) reserveExplicit(req *ReservationRequest, model, group string) 
 	}
 	params, err := s.cfg.Sched.Resolve(req.Override)
 	if err != nil {
-		return Reservation{}, &Error{ErrBadRequest, err.Error()}
+		return Reservation{}, fromSched(err)
 	}
 	sc := s.getScratch()
 	defer s.putScratch(sc)
@@ -286,7 +286,7 @@ func (s *Service) PrefillComplete(id string) error {
 }
 
 // errDecayFraction is the output_block validation error (400).
-var errDecayFraction = &Error{ErrBadRequest, "decay_fraction must be between 0.0 and 1.0"}
+var errDecayFraction = &Error{Class: ErrBadRequest, Msg: "decay_fraction must be between 0.0 and 1.0"}
 
 // OutputBlock adds one decode block to the reservation's local accounting
 // (POST /reservations/{id}/output_block); decayFraction, when non-nil, must

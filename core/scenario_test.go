@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -216,6 +217,11 @@ func applyConfig(t *testing.T, cfg *Config, args string) {
 		case "cache_bytes":
 			n, _ := strconv.Atoi(v)
 			cfg.SelectionCacheMaxBytes = int64(n)
+		case "networks":
+			cfg.KVEndpointNetworks = []netip.Prefix{}
+			for _, n := range strings.Split(v, ",") {
+				cfg.KVEndpointNetworks = append(cfg.KVEndpointNetworks, netip.MustParsePrefix(n))
+			}
 		default:
 			t.Fatalf("unknown config %q", k)
 		}
@@ -275,7 +281,11 @@ func prompt(a map[string]string) Prompt {
 	return p
 }
 
-func errText(err error) string { return fmt.Sprintf("error %d: %s", Status(err), err) }
+// errText names the error's class (the host maps classes to statuses) and
+// its message.
+func errText(err error) string {
+	return fmt.Sprintf("error %s: %s", strings.TrimPrefix(ClassOf(err).Error(), "core: "), err)
+}
 
 func jsonLine(v any) string {
 	b, err := json.Marshal(v)

@@ -182,10 +182,10 @@ func (s *Service) readyPartition(model, group string) (*partition, *snapshot, er
 
 // Hash-path validation errors (400), allocation-free.
 var (
-	errNeedBlockHashes = &Error{ErrBadRequest, "block_hashes is required without token_ids"}
-	errNeedSeqHashes   = &Error{ErrBadRequest, "sequence_hashes is required without token_ids"}
-	errNeedISL         = &Error{ErrBadRequest, "isl_tokens is required without token_ids"}
-	errISLZero         = &Error{ErrBadRequest, "isl_tokens must be greater than 0"}
+	errNeedBlockHashes = &Error{Class: ErrBadRequest, Msg: "block_hashes is required without token_ids"}
+	errNeedSeqHashes   = &Error{Class: ErrBadRequest, Msg: "sequence_hashes is required without token_ids"}
+	errNeedISL         = &Error{Class: ErrBadRequest, Msg: "isl_tokens is required without token_ids"}
+	errISLZero         = &Error{Class: ErrBadRequest, Msg: "isl_tokens must be greater than 0"}
 )
 
 // normalize turns a prompt into local block hashes (for the index), tracking
@@ -298,7 +298,7 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool) er
 	}
 	params, err := s.cfg.Sched.Resolve(req.Override)
 	if err != nil {
-		return &Error{ErrBadRequest, err.Error()}
+		return fromSched(err)
 	}
 	sc := s.getScratch()
 	defer s.putScratch(sc)
@@ -316,7 +316,7 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool) er
 	cands, err := sched.AppendCandidates(sc.cands[:0], sn.workers, &cons)
 	sc.cands = cands
 	if err != nil {
-		return err
+		return fromSched(err)
 	}
 	p.index.Match(local, &sc.res)
 	fillOverlap(cands, sc.res.Matches)

@@ -1,6 +1,8 @@
 // Package httpapi is the fasthttp front end of core.Service: the routes of
-// Dynamo's standalone selection service (spec service-api 1), JSON decoding
-// and encoding, the mapping of error classes to status codes (core.Status),
+// Dynamo's standalone selection service (ai-dynamo/dynamo:
+// lib/kv-router/src/services/selection/server.rs), JSON decoding and
+// encoding, the one table from core's error classes to status codes
+// (classStatus),
 // /metrics and /debug/pprof.
 //
 // # Request lifetime

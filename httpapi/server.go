@@ -730,17 +730,41 @@ func (s *Server) writeValue(ctx *fasthttp.RequestCtx, status int, v any) {
 	s.writeRaw(ctx, status, b)
 }
 
-// writeErr answers {"error": msg} with the error's status: a decode error's
-// own, else core.Status.
-func (s *Server) writeErr(ctx *fasthttp.RequestCtx, err error) {
-	status := 0
+// classStatus is the one table from the domain's error classes to HTTP
+// statuses (ai-dynamo/dynamo:lib/kv-router/src/services/selection/error.rs:
+// BadRequest 400, NotFound 404, Conflict 409, NotReady 503, overload 429,
+// Internal 500).
+var classStatus = [...]struct {
+	class  error
+	status int
+}{
+	{core.ErrBadRequest, fasthttp.StatusBadRequest},
+	{core.ErrNotFound, fasthttp.StatusNotFound},
+	{core.ErrConflict, fasthttp.StatusConflict},
+	{core.ErrNotReady, fasthttp.StatusServiceUnavailable},
+	{core.ErrOverloaded, fasthttp.StatusTooManyRequests},
+	{core.ErrInternal, fasthttp.StatusInternalServerError},
+}
+
+// statusOf returns the status of an error: a decode error's own, else its
+// class's (500 for an unclassified error).
+func statusOf(err error) int {
 	var de *decodeError
 	if errors.As(err, &de) {
-		status = de.status
-	} else {
-		status = core.Status(err)
+		return de.status
 	}
-	s.writeErrMsg(ctx, status, err.Error())
+	class := core.ClassOf(err)
+	for _, c := range classStatus {
+		if c.class == class {
+			return c.status
+		}
+	}
+	return fasthttp.StatusInternalServerError
+}
+
+// writeErr answers {"error": msg} with the error's status.
+func (s *Server) writeErr(ctx *fasthttp.RequestCtx, err error) {
+	s.writeErrMsg(ctx, statusOf(err), err.Error())
 }
 
 func (s *Server) writeErrMsg(ctx *fasthttp.RequestCtx, status int, msg string) {

@@ -6,7 +6,9 @@ import (
 	"time"
 )
 
-// Defaults of Config (spec 7.1 and 7.3).
+// Defaults of Config: Dynamo's KvRouterConfig defaults
+// (ai-dynamo/dynamo:lib/kv-router/src/config.rs) and its active-sequence
+// expiry (lib/kv-router/src/sequences/single.rs).
 const (
 	DefaultOverlapScoreCredit        = 1.0
 	DefaultPrefillLoadScale          = 1.0
@@ -17,10 +19,9 @@ const (
 	DefaultMaxBatchedTokens    int64 = 10_000_000
 )
 
-// Config is the router configuration sched reads. Only cmd reads the
-// environment; the `env` tag names the variable cmd maps onto each field
-// (Dynamo's Rust names for the select service, spec 7.1), and `json` names
-// the KvRouterConfig field. A nil pointer means "unset".
+// Config is the router configuration sched reads; `json` names the field of
+// Dynamo's KvRouterConfig (ai-dynamo/dynamo:lib/kv-router/src/config.rs).
+// A nil pointer means "unset".
 //
 // Build it with DefaultConfig, change fields, then call Validate. Resolve
 // applies the deprecated OverlapScoreWeight mapping and a per-request
@@ -28,64 +29,60 @@ const (
 type Config struct {
 	// OverlapScoreCredit (c) scales device-tier overlap credit in the logit.
 	// Finite, >= 0.
-	OverlapScoreCredit float64 `json:"overlap_score_credit" env:"DYN_ROUTER_KV_OVERLAP_SCORE_CREDIT"`
+	OverlapScoreCredit float64 `json:"overlap_score_credit"`
 	// OverlapScoreCreditDecay (k) shrinks the device credit of workers with
 	// more active prefill than the least loaded one. Finite, >= 0; 0 = off.
-	OverlapScoreCreditDecay float64 `json:"overlap_score_credit_decay" env:"DYN_ROUTER_KV_OVERLAP_SCORE_CREDIT_DECAY"`
+	OverlapScoreCreditDecay float64 `json:"overlap_score_credit_decay"`
 	// PrefillLoadScale (s) multiplies the adjusted prefill blocks. Finite, >= 0.
-	PrefillLoadScale float64 `json:"prefill_load_scale" env:"DYN_ROUTER_PREFILL_LOAD_SCALE"`
+	PrefillLoadScale float64 `json:"prefill_load_scale"`
 	// OverlapScoreWeight is the deprecated pre-#9267 knob. When set to w it
 	// sets PrefillLoadScale = w, and w == 0 also sets OverlapScoreCredit = 0
-	// (spec 2.7). It wins over PrefillLoadScale when both are set.
-	OverlapScoreWeight *float64 `json:"overlap_score_weight,omitempty" env:"DYN_ROUTER_KV_OVERLAP_SCORE_WEIGHT,DYN_OVERLAP_SCORE_WEIGHT"`
+	// It wins over PrefillLoadScale when both are set.
+	OverlapScoreWeight *float64 `json:"overlap_score_weight,omitempty"`
 	// DecodeActiveRequestWeight (w_req) is the cost per active request, in
 	// blocks. Finite, >= 0.
-	DecodeActiveRequestWeight float64 `json:"decode_active_request_weight" env:"DYN_ROUTER_DECODE_ACTIVE_REQUEST_WEIGHT"`
+	DecodeActiveRequestWeight float64 `json:"decode_active_request_weight"`
 	// HostCacheHitWeight weighs host-pinned extension blocks, in [0, 1].
-	// Dynamo's select service has no env for it; the frontend reads
-	// DYN_ROUTER_HOST_CACHE_HIT_WEIGHT.
-	HostCacheHitWeight float64 `json:"host_cache_hit_weight" env:"DYN_ROUTER_HOST_CACHE_HIT_WEIGHT"`
+	HostCacheHitWeight float64 `json:"host_cache_hit_weight"`
 	// DiskCacheHitWeight weighs disk and external extension blocks, in
-	// [0, 1]. Dynamo has no env var for it (frontend CLI
-	// --router-disk-cache-hit-weight only); cmd may expose it as
-	// DYN_ROUTER_DISK_CACHE_HIT_WEIGHT.
-	DiskCacheHitWeight float64 `json:"disk_cache_hit_weight" env:"DYN_ROUTER_DISK_CACHE_HIT_WEIGHT"`
+	// [0, 1].
+	DiskCacheHitWeight float64 `json:"disk_cache_hit_weight"`
 	// SharedCacheMultiplier (m) weighs shared-cache hits beyond the device
-	// prefix, in [0, 1]. No env var in Dynamo; 0 in the standalone service.
-	SharedCacheMultiplier float64 `json:"shared_cache_multiplier" env:"-"`
+	// prefix, in [0, 1]. 0 in the standalone service (no shared cache).
+	SharedCacheMultiplier float64 `json:"shared_cache_multiplier"`
 	// RouterTemperature is the picker temperature: 0 = argmin with random
 	// tie-break, > 0 = range-normalised softmax. Finite, >= 0.
-	RouterTemperature float64 `json:"router_temperature" env:"DYN_ROUTER_TEMPERATURE"`
+	RouterTemperature float64 `json:"router_temperature"`
 	// TrackPrefillTokens books effective prefill tokens and scores prefill
 	// load.
-	TrackPrefillTokens bool `json:"router_track_prefill_tokens" env:"DYN_ROUTER_TRACK_PREFILL_TOKENS"`
+	TrackPrefillTokens bool `json:"router_track_prefill_tokens"`
 	// TrackActiveBlocks books prompt blocks (prefix-deduplicated) as decode
 	// load. When false, active blocks and new blocks are always 0.
-	TrackActiveBlocks bool `json:"router_track_active_blocks" env:"DYN_ROUTER_TRACK_ACTIVE_BLOCKS"`
+	TrackActiveBlocks bool `json:"router_track_active_blocks"`
 	// TrackOutputBlocks books output blocks reported by OutputBlock.
 	// Requires TrackActiveBlocks.
-	TrackOutputBlocks bool `json:"router_track_output_blocks" env:"DYN_ROUTER_TRACK_OUTPUT_BLOCKS"`
+	TrackOutputBlocks bool `json:"router_track_output_blocks"`
 	// AssumeKVReuse: when false, a request's prompt blocks are never shared
 	// with other requests (Dynamo uses random tracking hashes), so every
 	// booked block is new.
-	AssumeKVReuse bool `json:"router_assume_kv_reuse" env:"DYN_ROUTER_ASSUME_KV_REUSE"`
+	AssumeKVReuse bool `json:"router_assume_kv_reuse"`
 
 	// QueueThreshold is router_queue_threshold. Queueing is not implemented
 	// yet (see Admission); sched reads it only as the fallback of
 	// PrefillBusyThreshold. Finite, >= 0 when set.
-	QueueThreshold *float64 `json:"router_queue_threshold,omitempty" env:"DYN_ROUTER_QUEUE_THRESHOLD"`
+	QueueThreshold *float64 `json:"router_queue_threshold,omitempty"`
 	// PrefillBusyThreshold is conditional_disagg_prefill_busy_threshold, a
 	// fraction of the worker's prefill token capacity. Finite, >= 0 when set.
-	PrefillBusyThreshold *float64 `json:"conditional_disagg_prefill_busy_threshold,omitempty" env:"DYN_ROUTER_CONDITIONAL_DISAGG_PREFILL_BUSY_THRESHOLD"`
+	PrefillBusyThreshold *float64 `json:"conditional_disagg_prefill_busy_threshold,omitempty"`
 	// DecodeBusyThreshold is conditional_disagg_decode_busy_threshold, a
 	// fraction of the worker's total KV blocks. Finite, >= 0 when set.
-	DecodeBusyThreshold *float64 `json:"conditional_disagg_decode_busy_threshold,omitempty" env:"DYN_ROUTER_CONDITIONAL_DISAGG_DECODE_BUSY_THRESHOLD"`
+	DecodeBusyThreshold *float64 `json:"conditional_disagg_decode_busy_threshold,omitempty"`
 
 	// ActiveRequestExpiry force-frees a booking this long after admission
 	// (output progress does not refresh it). > 0. cmd reads whole seconds.
-	ActiveRequestExpiry time.Duration `json:"-" env:"DYN_ROUTER_ACTIVE_REQUEST_EXPIRY_SECS"`
+	ActiveRequestExpiry time.Duration `json:"-"`
 	// ExpiryCheckInterval bounds how often Book runs lazy expiry. > 0.
-	ExpiryCheckInterval time.Duration `json:"-" env:"-"`
+	ExpiryCheckInterval time.Duration `json:"-"`
 }
 
 // DefaultConfig returns Dynamo's KvRouterConfig defaults.
@@ -162,7 +159,7 @@ func checkNonNeg(name string, v float64, unit bool) error {
 	return nil
 }
 
-// Override is a request's router_config_override (spec 7.2). A nil field
+// Override is a request's router_config_override. A nil field
 // keeps the configured value.
 type Override struct {
 	OverlapScoreCredit *float64 `json:"overlap_score_credit,omitempty"`
@@ -263,7 +260,9 @@ func (c *Config) Resolve(o *Override) (Params, error) {
 	return p, nil
 }
 
-// applyOverlapScoreWeight is the compatibility mapping of spec 2.7.
+// applyOverlapScoreWeight is the compatibility mapping of the deprecated
+// overlap_score_weight: it sets the prefill load scale, and 0 also turns
+// the overlap credit off (ai-dynamo/dynamo:lib/kv-router/src/config.rs).
 func (p *Params) applyOverlapScoreWeight(w float64) {
 	p.PrefillLoadScale = w
 	if w == 0 {

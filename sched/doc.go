@@ -63,6 +63,5 @@
 //
 // # Errors
 //
-// Every error wraps one sentinel of errors.go; ErrorStatus maps each to its
-// HTTP status.
+// Every error wraps one sentinel of errors.go; the host classifies them.
 package sched

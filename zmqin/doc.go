@@ -14,7 +14,8 @@
 //     core.EventSink, e.g. a pointer) and block size. Reconciliation is rank
 //     by rank (see Ingress.Sync). A rank's replay endpoint is honoured only
 //     when the worker has exactly one rank (data_parallel_size 1). Validate
-//     endpoints beforehand with ParseEndpoint: Sync cannot fail, and a
+//     endpoints beforehand (core validates them at registration with
+//     core.ParseZMQEndpoint, the parser ParseEndpoint wraps): Sync cannot fail, and a
 //     listener with an unusable endpoint keeps retrying with its error in
 //     Status.
 //  3. Detach(worker) on DELETE or when the worker leaves its partition; on

@@ -41,11 +41,11 @@ type PublisherConfig struct {
 
 // Validate reports a config that cannot work.
 func (c PublisherConfig) Validate() error {
-	if _, _, err := ParseEndpoint(c.Endpoint); err != nil {
+	if _, err := ParseEndpoint(c.Endpoint); err != nil {
 		return err
 	}
 	if c.ReplayEndpoint != "" {
-		if _, _, err := ParseEndpoint(c.ReplayEndpoint); err != nil {
+		if _, err := ParseEndpoint(c.ReplayEndpoint); err != nil {
 			return err
 		}
 	}
@@ -163,11 +163,11 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 }
 
 func listen(ep string) (net.Listener, error) {
-	network, addr, err := ParseEndpoint(ep)
+	z, err := ParseEndpoint(ep)
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen(network, listenAddr(network, addr))
+	ln, err := net.Listen(z.Network, z.ListenAddr())
 	if err != nil {
 		return nil, fmt.Errorf("zmqin: bind %s: %w", ep, err)
 	}

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/go-zeromq/zmq4/security/null"
+	"github.com/kvselect/kvselect/core"
 )
 
 // This file is the only place that talks ZMTP. It uses go-zeromq/zmq4's
@@ -45,55 +45,14 @@ const handshakeTimeout = 5 * time.Second
 // bufSize is the read and write buffer of one connection.
 const bufSize = 64 << 10
 
-// ParseEndpoint splits a ZMQ endpoint into a Go network and address.
-// Supported: tcp://host:port (IPv6 hosts in brackets) and ipc://path (a unix
-// socket). For dialing, a host of "*" (vLLM's bind-all notation) means the
-// local machine, as Dynamo's listener assumes. A host "*" binds every
-// interface when the endpoint is bound.
-func ParseEndpoint(ep string) (network, addr string, err error) {
-	scheme, rest, ok := strings.Cut(ep, "://")
-	if !ok || rest == "" {
-		return "", "", fmt.Errorf("%w %q: want tcp://host:port or ipc://path", ErrEndpoint, ep)
+// ParseEndpoint reads ep with core's parser (the one reading of an endpoint
+// string, shared with registration), wrapping ErrEndpoint.
+func ParseEndpoint(ep string) (core.ZMQEndpoint, error) {
+	z, err := core.ParseZMQEndpoint(ep)
+	if err != nil {
+		return z, fmt.Errorf("%w %q: %v", ErrEndpoint, ep, err)
 	}
-	switch scheme {
-	case "tcp":
-		host, port, err := net.SplitHostPort(rest)
-		if err != nil || port == "" {
-			return "", "", fmt.Errorf("%w %q: %v", ErrEndpoint, ep, err)
-		}
-		return "tcp", net.JoinHostPort(host, port), nil
-	case "ipc":
-		return "unix", rest, nil
-	}
-	return "", "", fmt.Errorf("%w %q: scheme %q not supported (tcp, ipc)", ErrEndpoint, ep, scheme)
-}
-
-// dialAddr turns a parsed tcp address with a wildcard host into a loopback
-// address for dialing.
-func dialAddr(network, addr string) string {
-	if network != "tcp" {
-		return addr
-	}
-	host, port, _ := net.SplitHostPort(addr)
-	if host == "*" || host == "" || host == "0.0.0.0" {
-		return net.JoinHostPort("127.0.0.1", port)
-	}
-	if host == "::" {
-		return net.JoinHostPort("::1", port)
-	}
-	return addr
-}
-
-// listenAddr turns vLLM's "*" host into Go's bind-all address.
-func listenAddr(network, addr string) string {
-	if network != "tcp" {
-		return addr
-	}
-	host, port, _ := net.SplitHostPort(addr)
-	if host == "*" {
-		return net.JoinHostPort("", port)
-	}
-	return addr
+	return z, nil
 }
 
 // ErrFrameTooLarge marks a ZMTP frame whose announced size exceeds the
@@ -230,7 +189,7 @@ func (c *handshakeConn) Write(p []byte) (int, error) {
 // dialZMTP dials ep and opens a ZMTP connection as socket type typ. The
 // dial and the handshake end when ctx is done.
 func dialZMTP(ctx context.Context, ep string, typ zmq4.SocketType, maxFrame int) (*zconn, error) {
-	network, addr, err := ParseEndpoint(ep)
+	z, err := ParseEndpoint(ep)
 	if err != nil {
 		return nil, err
 	}
@@ -241,7 +200,7 @@ func dialZMTP(ctx context.Context, ep string, typ zmq4.SocketType, maxFrame int)
 	// find it in about 25 s.
 	d := net.Dialer{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 10 * time.Second, Interval: 5 * time.Second, Count: 3}}
 	dctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
-	c, err := d.DialContext(dctx, network, dialAddr(network, addr))
+	c, err := d.DialContext(dctx, z.Network, z.DialAddr())
 	cancel()
 	if err != nil {
 		return nil, err

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/netip"
 	"net/url"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -60,6 +60,7 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	keyFile := fs.String("router-tracking-key-file", "", "file of exactly 32 raw bytes for keyed-xxh3-v1")
 	keyID := fs.String("router-tracking-key-id", "", "key epoch id for keyed-xxh3-v1")
 	remoteIndexer := fs.String("remote-indexer-url", "", "standalone indexer used as the primary index")
+	networks := fs.String("kv-endpoint-networks", "", "comma-separated CIDRs (e.g. 10.0.0.0/8,127.0.0.1/32): worker kv_events and replay endpoints must be IP addresses inside them, or registration is refused with a 400; empty allows any endpoint, as the reference")
 	fs.BoolVar(&o.http.Pprof, "pprof", true, "serve /debug/pprof/*")
 	fs.IntVar(&o.demo, "demo", 0, "start N built-in simulated vLLM engines on loopback, publishing real ZMQ KV events, registered as workers 1..N (a working default for trying kvselect)")
 	fs.IntVar(&o.demoBlockSize, "demo-block-size", 16, "KV block size of the --demo engines")
@@ -92,6 +93,16 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 		return nil, fmt.Errorf("--selection-cache-ttl-secs must be > 0, got %v", *ttl)
 	}
 	o.core.SelectionCacheTTL = time.Duration(*ttl * float64(time.Second))
+	if *networks != "" {
+		o.core.KVEndpointNetworks = []netip.Prefix{}
+		for _, n := range splitList(*networks) {
+			p, err := netip.ParsePrefix(n)
+			if err != nil {
+				return nil, fmt.Errorf("--kv-endpoint-networks: %q is not a CIDR (like 10.0.0.0/8): %v", n, err)
+			}
+			o.core.KVEndpointNetworks = append(o.core.KVEndpointNetworks, p.Masked())
+		}
+	}
 	o.core.SelectionCacheMaxBytes = *maxBytes
 	if set["router-assume-kv-reuse"] && set["no-router-assume-kv-reuse"] {
 		return nil, errors.New("--router-assume-kv-reuse and --no-router-assume-kv-reuse are mutually exclusive")
@@ -198,23 +209,86 @@ var laterEnv = []string{
 	"DYN_ROUTER_PREDICTED_TTL_SECS",
 }
 
-// applyEnv maps the environment onto the configs: every sched.Config field
-// with an `env` tag (the first variable of the tag's list that is set wins)
-// and DYN_USE_KV_EVENTS.
-func applyEnv(o *serveOptions, env func(string) (string, bool)) error {
-	v := reflect.ValueOf(&o.core.Sched).Elem()
-	t := v.Type()
-	for i := range t.NumField() {
-		tag := t.Field(i).Tag.Get("env")
-		if tag == "" || tag == "-" {
-			continue
+// schedEnv maps Dynamo's environment variables onto sched.Config, the names
+// the reference's selection service reads (ai-dynamo/dynamo:
+// lib/kv-router/src/config.rs and the frontend's DYN_ROUTER_* names for the
+// cache-hit weights, which the standalone service lacks). Where a row lists
+// several names, the first one set wins.
+var schedEnv = []struct {
+	names []string
+	set   func(c *sched.Config, name, s string) error
+}{
+	{[]string{"DYN_ROUTER_KV_OVERLAP_SCORE_CREDIT"}, floatEnv(func(c *sched.Config) *float64 { return &c.OverlapScoreCredit })},
+	{[]string{"DYN_ROUTER_KV_OVERLAP_SCORE_CREDIT_DECAY"}, floatEnv(func(c *sched.Config) *float64 { return &c.OverlapScoreCreditDecay })},
+	{[]string{"DYN_ROUTER_PREFILL_LOAD_SCALE"}, floatEnv(func(c *sched.Config) *float64 { return &c.PrefillLoadScale })},
+	{[]string{"DYN_ROUTER_KV_OVERLAP_SCORE_WEIGHT", "DYN_OVERLAP_SCORE_WEIGHT"}, optFloatEnv(func(c *sched.Config) **float64 { return &c.OverlapScoreWeight })},
+	{[]string{"DYN_ROUTER_DECODE_ACTIVE_REQUEST_WEIGHT"}, floatEnv(func(c *sched.Config) *float64 { return &c.DecodeActiveRequestWeight })},
+	{[]string{"DYN_ROUTER_HOST_CACHE_HIT_WEIGHT"}, floatEnv(func(c *sched.Config) *float64 { return &c.HostCacheHitWeight })},
+	{[]string{"DYN_ROUTER_DISK_CACHE_HIT_WEIGHT"}, floatEnv(func(c *sched.Config) *float64 { return &c.DiskCacheHitWeight })},
+	{[]string{"DYN_ROUTER_TEMPERATURE"}, floatEnv(func(c *sched.Config) *float64 { return &c.RouterTemperature })},
+	{[]string{"DYN_ROUTER_TRACK_PREFILL_TOKENS"}, boolEnv(func(c *sched.Config) *bool { return &c.TrackPrefillTokens })},
+	{[]string{"DYN_ROUTER_TRACK_ACTIVE_BLOCKS"}, boolEnv(func(c *sched.Config) *bool { return &c.TrackActiveBlocks })},
+	{[]string{"DYN_ROUTER_TRACK_OUTPUT_BLOCKS"}, boolEnv(func(c *sched.Config) *bool { return &c.TrackOutputBlocks })},
+	{[]string{"DYN_ROUTER_ASSUME_KV_REUSE"}, boolEnv(func(c *sched.Config) *bool { return &c.AssumeKVReuse })},
+	{[]string{"DYN_ROUTER_QUEUE_THRESHOLD"}, optFloatEnv(func(c *sched.Config) **float64 { return &c.QueueThreshold })},
+	{[]string{"DYN_ROUTER_CONDITIONAL_DISAGG_PREFILL_BUSY_THRESHOLD"}, optFloatEnv(func(c *sched.Config) **float64 { return &c.PrefillBusyThreshold })},
+	{[]string{"DYN_ROUTER_CONDITIONAL_DISAGG_DECODE_BUSY_THRESHOLD"}, optFloatEnv(func(c *sched.Config) **float64 { return &c.DecodeBusyThreshold })},
+	{[]string{"DYN_ROUTER_ACTIVE_REQUEST_EXPIRY_SECS"}, func(c *sched.Config, _, s string) error {
+		// Whole seconds. Dynamo falls back to the default for an invalid
+		// or zero expiry; so do we.
+		n, err := strconv.ParseUint(s, 10, 32)
+		if err != nil || n == 0 {
+			c.ActiveRequestExpiry = sched.DefaultActiveRequestExpiry
+			return nil
 		}
-		for _, name := range strings.Split(tag, ",") {
+		c.ActiveRequestExpiry = time.Duration(n) * time.Second
+		return nil
+	}},
+}
+
+func floatEnv(field func(*sched.Config) *float64) func(*sched.Config, string, string) error {
+	return func(c *sched.Config, name, s string) error {
+		x, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not a number", name, s)
+		}
+		*field(c) = x
+		return nil
+	}
+}
+
+func optFloatEnv(field func(*sched.Config) **float64) func(*sched.Config, string, string) error {
+	return func(c *sched.Config, name, s string) error {
+		x, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not a number", name, s)
+		}
+		*field(c) = &x
+		return nil
+	}
+}
+
+func boolEnv(field func(*sched.Config) *bool) func(*sched.Config, string, string) error {
+	return func(c *sched.Config, name, s string) error {
+		b, err := parseBool(s)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		*field(c) = b
+		return nil
+	}
+}
+
+// applyEnv maps the environment onto the configs: schedEnv and
+// DYN_USE_KV_EVENTS.
+func applyEnv(o *serveOptions, env func(string) (string, bool)) error {
+	for _, row := range schedEnv {
+		for _, name := range row.names {
 			s, ok := env(name)
 			if !ok {
 				continue
 			}
-			if err := setField(v.Field(i), name, strings.TrimSpace(s)); err != nil {
+			if err := row.set(&o.core.Sched, name, strings.TrimSpace(s)); err != nil {
 				return err
 			}
 			break
@@ -231,41 +305,6 @@ func applyEnv(o *serveOptions, env func(string) (string, bool)) error {
 		if _, ok := env(name); ok {
 			o.inactive = append(o.inactive, name)
 		}
-	}
-	return nil
-}
-
-func setField(f reflect.Value, name, s string) error {
-	switch f.Interface().(type) {
-	case float64:
-		x, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return fmt.Errorf("%s: %q is not a number", name, s)
-		}
-		f.SetFloat(x)
-	case *float64:
-		x, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return fmt.Errorf("%s: %q is not a number", name, s)
-		}
-		f.Set(reflect.ValueOf(&x))
-	case bool:
-		b, err := parseBool(s)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		f.SetBool(b)
-	case time.Duration:
-		// Whole seconds. Dynamo falls back to the default for an invalid
-		// or zero expiry; so do we.
-		n, err := strconv.ParseUint(s, 10, 32)
-		if err != nil || n == 0 {
-			f.Set(reflect.ValueOf(sched.DefaultActiveRequestExpiry))
-			return nil
-		}
-		f.Set(reflect.ValueOf(time.Duration(n) * time.Second))
-	default:
-		return fmt.Errorf("BUG: %s: unsupported config field type %s", name, f.Type())
 	}
 	return nil
 }

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -108,6 +110,47 @@ func TestEnvMapping(t *testing.T) {
 	o, _ = parseServe(nil, envOf(map[string]string{"DYN_ROUTER_ACTIVE_REQUEST_EXPIRY_SECS": "42"}), io.Discard)
 	if o.core.Sched.ActiveRequestExpiry != 42*time.Second {
 		t.Fatal(o.core.Sched.ActiveRequestExpiry)
+	}
+}
+
+// TestEveryEnvRowSetsItsField sets each schedEnv name alone to a value
+// unlike its default and expects the config to change: a row wired to the
+// wrong field (or to none) fails.
+func TestEveryEnvRowSetsItsField(t *testing.T) {
+	def, err := parseServe(nil, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range schedEnv {
+		for _, name := range row.names {
+			changed := false
+			for _, v := range []string{"0.25", "0.5", "false", "true", "7"} {
+				o, err := parseServe(nil, envOf(map[string]string{name: v}), io.Discard)
+				if err == nil && !reflect.DeepEqual(o.core.Sched, def.core.Sched) {
+					changed = true
+					break
+				}
+			}
+			if !changed {
+				t.Errorf("%s changes nothing in sched.Config", name)
+			}
+		}
+	}
+}
+
+func TestKVEndpointNetworksFlag(t *testing.T) {
+	o, err := parseServe([]string{"--kv-endpoint-networks", "10.1.2.3/8, 127.0.0.1/32"}, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(o.core.KVEndpointNetworks); got != "[10.0.0.0/8 127.0.0.1/32]" {
+		t.Fatalf("networks %s", got)
+	}
+	if o, _ := parseServe(nil, envOf(nil), io.Discard); o.core.KVEndpointNetworks != nil {
+		t.Fatalf("default networks %v, want nil (any)", o.core.KVEndpointNetworks)
+	}
+	if _, err := parseServe([]string{"--kv-endpoint-networks", "10.0.0.1"}, envOf(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "not a CIDR") {
+		t.Fatalf("bare address accepted: %v", err)
 	}
 }
 

@@ -6,7 +6,8 @@ import (
 )
 
 // Types of radix and sched that appear in core's API, re-exported so that
-// hosts (httpapi may import core but not radix or sched, DESIGN.md) can
+// hosts (httpapi may import core but not radix or sched: the import-direction
+// test in cmd/kvselect) can
 // name them.
 type (
 	// WorkerKey is one (worker_id, dp_rank).
@@ -25,6 +26,6 @@ const NumTiers = radix.NumTiers
 // TierName returns the storage_tier name of Stats.IndexBlocks[t].
 func TierName(t int) string { return radix.Tier(t).String() }
 
-// AppendEventJSON appends ev in the /dump RouterEvent JSON format (spec
-// service-api 7.2).
+// AppendEventJSON appends ev in the /dump RouterEvent JSON format (the
+// reference's RouterEvent, ai-dynamo/dynamo:lib/kv-router/src/protocols.rs).
 func AppendEventJSON(dst []byte, ev *Event) []byte { return radix.AppendEventJSON(dst, ev) }

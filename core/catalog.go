@@ -1,16 +1,13 @@
 package core
 
 import (
-	"cmp"
 	"fmt"
 	"maps"
 	"slices"
-
-	"github.com/kvselect/kvselect/radix"
-	"github.com/kvselect/kvselect/sched"
 )
 
-// Lifecycle is a worker record's state (spec service-api 1.3).
+// Lifecycle is a worker record's state, as the reference's catalog names
+// it (ai-dynamo/dynamo:lib/kv-router/src/services/selection/catalog.rs).
 type Lifecycle string
 
 const (
@@ -177,7 +174,7 @@ func deref[T any](p *T, def T) T {
 }
 
 // MaxDataParallelSize bounds data_parallel_size: every rank costs a
-// candidate row, a load tracker and a listener, so one registration naming
+// candidate row, a WorkerLoad and a listener, so one registration naming
 // billions of ranks would exhaust memory under the catalog lock. A worker
 // above it stays incomplete, with the reason.
 const MaxDataParallelSize = 1024
@@ -211,9 +208,13 @@ func (f *WorkerFields) rankSources() []RankSource {
 type catalogEntry struct {
 	rec  WorkerRecord
 	part *partition // the partition the record names
-	// attached: the worker is schedulable in part (in its snapshot, tracker
-	// and ingress).
+	// attached: the worker is schedulable in part (in its snapshot, with a
+	// load per rank, and its listeners synced or about to be).
 	attached bool
+	// rankStart and rankSize are the ranks that hold loads in part while
+	// attached: the range of the record that attached them, which a
+	// replacing record inherits until it attaches its own.
+	rankStart, rankSize uint32
 }
 
 // reconcileLocked computes the lifecycle of f in partition p: the reasons that
@@ -317,190 +318,4 @@ func (s *Service) checkNetworks(id uint64, f *WorkerFields) error {
 		return check("replay", *f.ReplayEndpoint)
 	}
 	return nil
-}
-
-// UpsertWorker registers or replaces worker spec.WorkerID (POST /workers).
-// The whole record is replaced; a worker whose partition changes leaves its
-// old partition first. It returns the new record: incomplete with reasons
-// when the worker cannot be scheduled (still a success), schedulable
-// otherwise.
-func (s *Service) UpsertWorker(spec *WorkerSpec) (WorkerRecord, error) {
-	if s.closed.Load() {
-		return WorkerRecord{}, errShuttingDown
-	}
-	model := cmp.Or(spec.ModelName, DefaultPartition)
-	group := cmp.Or(spec.RoutingGroup, DefaultPartition)
-	if err := s.checkNetworks(spec.WorkerID, &spec.WorkerFields); err != nil {
-		return WorkerRecord{}, err
-	}
-	f := spec.WorkerFields.clone()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.applyLocked(spec.WorkerID, model, group, f), nil
-}
-
-// PatchWorker updates the fields p sets (PATCH /workers/{id}) and
-// reconciles again. A patch cannot move a worker to another partition.
-func (s *Service) PatchWorker(id uint64, p *WorkerPatch) (WorkerRecord, error) {
-	if s.closed.Load() {
-		return WorkerRecord{}, errShuttingDown
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.catalog[id]
-	if !ok {
-		return WorkerRecord{}, errorf(ErrNotFound, "worker %d not found", id)
-	}
-	f := e.rec.WorkerFields.patch(p)
-	if err := s.checkNetworks(id, &f); err != nil {
-		return WorkerRecord{}, err
-	}
-	return s.applyLocked(id, e.rec.ModelName, e.rec.RoutingGroup, f), nil
-}
-
-// applyLocked installs the record (id, model, group, f) and reconciles the
-// worker's partitions, ingress and tracker. f is owned by the catalog.
-func (s *Service) applyLocked(id uint64, model, group string, f WorkerFields) WorkerRecord {
-	p := s.partitionLocked(model, group)
-	old := s.catalog[id]
-	moving := old != nil && old.part != p
-	if moving && old.attached {
-		s.detachLocked(id, old)
-	}
-	reasons := s.reconcileLocked(id, &f, p, moving || old == nil)
-	e := &catalogEntry{part: p, rec: WorkerRecord{WorkerID: id, ModelName: p.model, RoutingGroup: p.group, WorkerFields: f}}
-	if old != nil && !moving {
-		e.attached = old.attached
-	}
-	if len(reasons) > 0 {
-		if e.attached {
-			s.detachLocked(id, e)
-		}
-		e.rec.Lifecycle = Incomplete
-		e.rec.NotSchedulableReasons = reasons
-	} else {
-		s.attachLocked(id, e)
-		e.rec.Lifecycle = Schedulable
-	}
-	s.catalog[id] = e
-	return s.recordLocked(e)
-}
-
-// attachLocked makes e schedulable in its partition: block size and eagle
-// flag fixed on first use, tracker ranks, listeners, snapshot.
-func (s *Service) attachLocked(id uint64, e *catalogEntry) {
-	p := e.part
-	if p.blockSize == 0 {
-		p.blockSize = *e.rec.BlockSize
-	}
-	if _, self := p.workers[id]; p.schedulable == 0 || (self && p.schedulable == 1) {
-		p.isEagle = deref(e.rec.IsEagle, false)
-	}
-	start, size := e.rec.dpRange()
-	for r := start; r < start+size; r++ {
-		p.tracker.AddWorker(radix.WorkerKey{WorkerID: id, DPRank: r})
-	}
-	if !e.attached {
-		s.schedulable.Add(1)
-		p.schedulable++
-	}
-	e.attached = true
-	p.workers[id] = e
-	if s.cfg.UseKVEvents {
-		s.ingress.Sync(id, int(p.blockSize), e.rec.rankSources(), p.sink)
-	}
-	p.publishLocked()
-}
-
-// detachLocked removes e's worker from its partition: listeners first (so
-// no late batch restores blocks), then index blocks and tracker bookings.
-func (s *Service) detachLocked(id uint64, e *catalogEntry) {
-	p := e.part
-	if !e.attached {
-		return
-	}
-	e.attached = false
-	delete(p.workers, id)
-	p.schedulable--
-	s.schedulable.Add(-1)
-	p.publishLocked()
-	s.ingress.Detach(id)
-	p.index.RemoveWorker(id)
-	p.tracker.RemoveWorker(id)
-}
-
-// DeleteWorker removes worker id from the catalog (DELETE /workers/{id}):
-// draining, listeners and blocks dropped, bookings freed. It returns the
-// final record, lifecycle unschedulable.
-func (s *Service) DeleteWorker(id uint64) (WorkerRecord, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.catalog[id]
-	if !ok {
-		return WorkerRecord{}, errorf(ErrNotFound, "worker %d not found", id)
-	}
-	s.detachLocked(id, e)
-	delete(s.catalog, id)
-	e.rec.Lifecycle = Unschedulable
-	return s.recordLocked(e), nil
-}
-
-// recordLocked returns a copy of e's record.
-func (s *Service) recordLocked(e *catalogEntry) WorkerRecord {
-	r := e.rec
-	r.WorkerFields = r.WorkerFields.clone()
-	r.NotSchedulableReasons = slices.Clone(r.NotSchedulableReasons)
-	return r
-}
-
-// ListWorkers returns the catalog sorted by (model_name, routing_group,
-// worker_id), filtered by model and group when non-empty, with the listener
-// states of schedulable workers (Ingress.Status, asked after the catalog
-// lock is released).
-func (s *Service) ListWorkers(model, group string) []WorkerRecord {
-	s.mu.Lock()
-	out := make([]WorkerRecord, 0, len(s.catalog))
-	for _, e := range s.catalog {
-		if (model == "" || e.rec.ModelName == model) && (group == "" || e.rec.RoutingGroup == group) {
-			out = append(out, s.recordLocked(e))
-		}
-	}
-	s.mu.Unlock()
-	if s.cfg.UseKVEvents {
-		for i := range out {
-			if out[i].Lifecycle == Schedulable {
-				out[i].Listeners = s.ingress.Status(out[i].WorkerID, nil)
-			}
-		}
-	}
-	slices.SortFunc(out, func(a, b WorkerRecord) int {
-		return cmp.Or(cmp.Compare(a.ModelName, b.ModelName), cmp.Compare(a.RoutingGroup, b.RoutingGroup), cmp.Compare(a.WorkerID, b.WorkerID))
-	})
-	return out
-}
-
-// Readiness is the body of GET /ready.
-type Readiness struct {
-	Ready              bool           `json:"ready"`
-	SchedulableWorkers int            `json:"schedulable_workers"`
-	Workers            []WorkerRecord `json:"workers"`
-}
-
-// Ready reports whether the service is ready: not shutting down and at
-// least one worker schedulable anywhere.
-func (s *Service) Ready() Readiness {
-	ws := s.ListWorkers("", "")
-	n := 0
-	for i := range ws {
-		if ws[i].Lifecycle == Schedulable {
-			n++
-		}
-	}
-	return Readiness{Ready: !s.closed.Load() && n > 0, SchedulableWorkers: n, Workers: ws}
-}
-
-// schedWorker builds the eligibility row of a schedulable record.
-func schedWorker(r *WorkerRecord) sched.Worker {
-	start, size := r.dpRange()
-	return sched.Worker{ID: r.WorkerID, DPStart: start, DPSize: size, Taints: r.Taints}
 }

@@ -8,11 +8,27 @@ import (
 	"github.com/kvselect/kvselect/sched"
 )
 
-// Defaults of Config (spec service-api 2 and 3.4).
+// Defaults of Config: the reference's pending-selection cache bounds
+// (ai-dynamo/dynamo:lib/kv-router/src/services/selection/pending.rs) and
+// kvselect's own limits.
 const (
 	DefaultSelectionCacheTTL        = 120 * time.Second
 	DefaultSelectionCacheMaxEntries = 4096
 	DefaultSelectionCacheMaxBytes   = 256 << 20
+	// DefaultMaxReservations bounds the live reservations. A reservation
+	// costs about 450 bytes with a short prompt (1.1 M small bookings
+	// held 495 MB of heap), so the default caps that part of the heap
+	// near 470 MB: far above a busy selector's need (5,000 bookings/s
+	// never freed stay under it for 200 s of the 300 s expiry guard,
+	// and callers that free keep a small fraction of it live).
+	DefaultMaxReservations = 1 << 20
+	// DefaultMaxReservationBytes bounds the tracking hashes and ids the
+	// live reservations hold (8 bytes per block): 512 MiB is 64 M blocks,
+	// e.g. 1,000 live requests of a million 16-token blocks each.
+	DefaultMaxReservationBytes = 512 << 20
+	// DefaultMaxListeners bounds the KV-event listener ranks (one TCP
+	// connection each once connected).
+	DefaultMaxListeners = 4096
 	// DefaultSweepInterval is how often the host should call Service.Sweep
 	// (Dynamo's force-expiry task runs every 60 s).
 	DefaultSweepInterval = 60 * time.Second
@@ -24,12 +40,12 @@ type Config struct {
 	// Sched is the router configuration (scoring weights, tracking, busy
 	// thresholds, expiry guard).
 	Sched sched.Config
-	// UseKVEvents is DYN_USE_KV_EVENTS: the service listens to workers' KV
+	// UseKVEvents: the service listens to workers' KV
 	// events, so every rank of a worker needs a kv_events endpoint to be
 	// schedulable.
 	UseKVEvents bool
 	// SelectionCacheTTL, SelectionCacheMaxEntries and SelectionCacheMaxBytes
-	// bound the pending-selection cache (spec 3.4). All > 0.
+	// bound the pending-selection cache. All > 0.
 	SelectionCacheTTL        time.Duration
 	SelectionCacheMaxEntries int
 	SelectionCacheMaxBytes   int64
@@ -39,6 +55,16 @@ type Config struct {
 	// is refused as a bad request. nil allows any endpoint, as the
 	// reference does.
 	KVEndpointNetworks []netip.Prefix
+	// MaxReservations and MaxReservationBytes bound the live
+	// reservations: their number (in-flight bookings included) and the
+	// bytes their tracking hashes and ids hold. A booking past either is
+	// refused with ErrCapacity; nothing already booked is touched. > 0.
+	MaxReservations     int
+	MaxReservationBytes int64
+	// MaxListeners bounds the KV-event listener ranks (the ranks of the
+	// schedulable workers, with UseKVEvents): a registration past it is a
+	// conflict and changes nothing. > 0.
+	MaxListeners int
 	// IndexShards is radix.Config.Shards of every partition's index; 0 picks
 	// radix.DefaultShards.
 	IndexShards int
@@ -52,6 +78,9 @@ func DefaultConfig() Config {
 		SelectionCacheTTL:        DefaultSelectionCacheTTL,
 		SelectionCacheMaxEntries: DefaultSelectionCacheMaxEntries,
 		SelectionCacheMaxBytes:   DefaultSelectionCacheMaxBytes,
+		MaxReservations:          DefaultMaxReservations,
+		MaxReservationBytes:      DefaultMaxReservationBytes,
+		MaxListeners:             DefaultMaxListeners,
 	}
 }
 
@@ -68,6 +97,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SelectionCacheMaxBytes <= 0 {
 		return fmt.Errorf("%w: selection cache max bytes must be > 0, got %d", ErrConfig, c.SelectionCacheMaxBytes)
+	}
+	if c.MaxReservations <= 0 || c.MaxReservationBytes <= 0 || c.MaxListeners <= 0 {
+		return fmt.Errorf("%w: reservation and listener limits must be > 0, got %d reservations, %d bytes, %d listeners", ErrConfig, c.MaxReservations, c.MaxReservationBytes, c.MaxListeners)
 	}
 	if c.IndexShards < 0 || c.IndexShards > 1024 {
 		return fmt.Errorf("%w: index shards %d outside [0, 1024]", ErrConfig, c.IndexShards)

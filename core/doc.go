@@ -1,11 +1,11 @@
 // Package core is the selection service as an embeddable Go library: the
 // partitions (model_name, routing_group), the worker catalog, selections,
-// reservations, the pending-selection cache and expiry. It composes radix
-// (the KV index) and sched (cost function, picker, load accounting) and has
-// no sockets and no HTTP: a host (cmd/kvselect) wires an Ingress (zmqin's
-// ZMQ listeners) and an HTTP front end (httpapi) around it. Every method of
-// Service mirrors one route of Dynamo's standalone selection service (spec
-// service-api 1 to 3).
+// reservations and their ledger, the pending-selection cache and expiry. It
+// composes radix (the KV index) and sched (cost function, picker, load
+// accounting) and has no sockets and no HTTP: a host (cmd/kvselect) wires an
+// Ingress (zmqin's ZMQ listeners) and a front end (httpapi) around it. Every
+// method of Service mirrors one route of Dynamo's standalone selection
+// service (ai-dynamo/dynamo:lib/kv-router/src/services/selection/).
 //
 // # The host's contract
 //
@@ -17,43 +17,81 @@
 //     which is still a success), PatchWorker and DeleteWorker. The service
 //     calls Ingress.Sync for a schedulable worker's ranks (when
 //     Config.UseKVEvents), and Ingress.Detach, then drops the worker's
-//     index blocks and bookings, when it leaves a partition. Sync and Detach
-//     run under the catalog mutex (catalog mutations are serialized, as in
-//     Dynamo, listener registration included), so an Ingress must not call
-//     back into the catalog methods; Status is asked without it.
+//     index blocks and releases its bookings, when it leaves a partition.
+//     Those calls run without the catalog lock, one change of a worker at a
+//     time; an Ingress may block in them, but must not call back into the
+//     catalog methods for the same worker.
 //  3. Serve requests with Select, SelectAndReserve, Reserve,
 //     PrefillComplete, OutputBlock, Free, Loads, PotentialLoads,
 //     OverlapScores, Dump, ListWorkers and Ready, from any number of
 //     goroutines. Requests may alias the caller's buffers: the service
 //     copies every string and slice it keeps, and a Selection must be
 //     encoded before those buffers are reused.
-//  4. Call Sweep(now) periodically (DefaultSweepInterval): it expires
-//     bookings older than the expiry guard, drops reservation rows whose
-//     booking vanished and expired pending selections. The service starts
-//     no goroutine and reads time only through the Clock.
-//  5. At shutdown call Close (readiness turns false, new work gets 503),
-//     drain the front end, then close the Ingress (the host owns it).
+//  4. Call Sweep(now) periodically (DefaultSweepInterval): it releases
+//     reservations older than the expiry guard and removes expired pending
+//     selections. The service starts no goroutine and reads time only
+//     through the Clock.
+//  5. At shutdown call Close (readiness turns false, new work fails as not
+//     ready), drain the front end, then close the Ingress (the host owns
+//     it).
 //
-// Errors carry the reference's exact message and wrap one class (ErrBadRequest,
-// ErrNotReady, ErrNotFound, ErrConflict, ErrInternal, or a sched sentinel);
-// Status maps an error to its HTTP status through the single ErrorStatus
-// table.
+// Errors carry the reference's exact message and wrap one class
+// (ErrBadRequest, ErrNotFound, ErrConflict, ErrNotReady, ErrOverloaded,
+// ErrCapacity, ErrInternal; ClassOf finds it). The host maps classes to its
+// own answers; core names no transport's codes.
+//
+// # One ledger for live requests
+//
+// Every live request has exactly one record (reservation, ledger.go), in
+// one concurrent map keyed by selection id across all partitions. The
+// record owns the request's load: it embeds the sched.Slot booked on the
+// worker rank, so a lifecycle call (prefill_complete, output_block, DELETE)
+// is one map lookup plus the slot's updates (an atomic swap for
+// prefill_complete; the worker rank's mutex for output_block and free).
+// Expiry, worker removal and the pending cache act on the same record; a
+// replica origin and a lease (session affinity, a disaggregated plan's
+// leg) hang off it and end with it.
+//
+// A record moves claimed → live → released:
+//
+//   - A booking claims the id (inserts a claimed record), books the slot,
+//     consumes the pending entry it replays, then turns the record live.
+//     Claimed records are invisible to lifecycle calls.
+//   - Free, expiry and worker removal release a live record by one CAS
+//     (live → released); only the winner releases the slot, removes the
+//     record and releases its lease.
+//
+// Why a double booking is impossible: a selection id names at most one
+// record in the ledger (LoadOrStore), and a record stays in the ledger from
+// its claim until it is released or its claim abandoned. A booking of an
+// id therefore succeeds only when no booking of the id is live or in
+// flight, whatever the partition or worker; otherwise it is a conflict. A
+// cached selection books at most once because the replay consumes its
+// entry before its record turns live: no free can end the booking while
+// the entry still exists.
+//
+// Worker removal retires the rank's sched.WorkerLoad first (no booking
+// lands on it after), then releases every live record on a retired rank; a
+// booking that raced the retirement re-checks the rank after turning live
+// and releases itself.
 //
 // # Concurrency
 //
-// Catalog mutations are serialized by one mutex (Dynamo: one async mutex)
-// and publish an immutable per-partition snapshot; selections read the
-// snapshot, the index and the load counters without a lock. Selections are
-// not serialized per partition (Dynamo runs one actor per partition): two
-// concurrent selections may score the same stale load for the microseconds
-// between scoring and booking. The reservation index (selection id to
-// partition) is a concurrent map; a booking claims its id there first, so a
-// duplicate id is a 409 whatever the worker.
+// Catalog changes are in-memory under one mutex (Service.mu, held briefly)
+// and publish an immutable per-partition snapshot; the ingress calls they
+// imply run after the mutex is released, serialized per worker
+// (workers.go). Selections read the snapshot, the index and the load
+// counters without a lock. Selections are not serialized per partition
+// (Dynamo runs one actor per partition): two concurrent selections may score
+// the same stale load for the microseconds between scoring and booking.
+// The ledger and the pending-selection cache (sharded by id) take no global
+// lock.
 //
 // # Seams for later issues
 //
 // ReplicaSink receives admission, prefill-completion and free events
-// (never output blocks); session affinity, kv hints, queueing and startup
-// recovery (Dump's inverse) are not built yet: session_id and
-// affinity_target are accepted and ignored.
+// (never output blocks) for the replica mesh; Origin and Lease on the
+// record are for mirrored bookings and session affinity; session_id,
+// affinity_target and priority_jump/strict_priority are accepted and
+// ignored until session affinity and the router queue land.
 package core

@@ -10,7 +10,7 @@ import (
 // Error classes. Every error a Service method returns wraps exactly one of
 // these (errors.Is works), and its Error() text is the exact message the
 // reference puts in its error body. The domain names the class; the host
-// (httpapi) owns the one table that turns a class into a status code.
+// (httpapi) owns the one table that turns a class into its answer.
 var (
 	// ErrBadRequest: the request is invalid (hash-path validation,
 	// effective_prefill_tokens above isl, decay_fraction, a pinned worker
@@ -24,8 +24,11 @@ var (
 	// the service is shutting down.
 	ErrNotReady = errors.New("core: not ready")
 	// ErrOverloaded: every eligible worker (or the pinned one) is flagged
-	// overloaded, or a booking limit of the service is reached.
+	// overloaded.
 	ErrOverloaded = errors.New("core: overloaded")
+	// ErrCapacity: a bounded table of the service is full (live
+	// reservations, their bytes): retry later or on another replica.
+	ErrCapacity = errors.New("core: at capacity")
 	// ErrInternal: a broken invariant surfaced to the caller.
 	ErrInternal = errors.New("core: internal error")
 	// ErrConfig: an invalid Config (a start-up error, never a request's).
@@ -33,7 +36,7 @@ var (
 )
 
 // Classes lists the request error classes, in the order ClassOf tests them.
-var Classes = [...]error{ErrBadRequest, ErrNotFound, ErrConflict, ErrNotReady, ErrOverloaded, ErrInternal}
+var Classes = [...]error{ErrBadRequest, ErrNotFound, ErrConflict, ErrNotReady, ErrOverloaded, ErrCapacity, ErrInternal}
 
 // ClassOf returns the class err wraps, ErrInternal when it wraps none.
 func ClassOf(err error) error {

@@ -8,7 +8,8 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// localHashes appends the local block hashes of toks (spec scheduling 10):
+// localHashes appends the local block hashes of toks (the reference's
+// compute_block_hash_for_seq, ai-dynamo/dynamo:lib/kv-router/src/protocols.rs):
 // radix.LocalHashes' scheme, plus two variants radix does not cover.
 //   - Eagle: block i hashes the window [i*bs, i*bs+bs+1), stride bs, so
 //     there are (n-1)/bs blocks.

@@ -60,32 +60,16 @@ type QueryRequest struct {
 	Override *sched.Override
 }
 
-// query prepares a query: partition, snapshot, weights, every schedulable
-// (worker, rank) with overlap and loads filled. The caller owns sc.
-func (s *Service) query(req *QueryRequest, sc *scratch) (*snapshot, sched.Params, sched.Request, []uint64, error) {
+// query prepares a query over every schedulable (worker, rank), without
+// constraints. The caller owns sc.
+func (s *Service) query(req *QueryRequest, sc *scratch) (scored, error) {
 	model := cmp.Or(req.ModelName, DefaultPartition)
 	group := cmp.Or(req.RoutingGroup, DefaultPartition)
 	p, sn, err := s.readyPartition(model, group)
 	if err != nil {
-		return nil, sched.Params{}, sched.Request{}, nil, err
+		return scored{}, err
 	}
-	params, err := s.cfg.Sched.Resolve(req.Override)
-	if err != nil {
-		return nil, sched.Params{}, sched.Request{}, nil, fromSched(err)
-	}
-	local, seq, isl, err := normalize(&req.Prompt, sn, sc, true)
-	if err != nil {
-		return nil, sched.Params{}, sched.Request{}, nil, err
-	}
-	cands, err := sched.AppendCandidates(sc.cands[:0], sn.workers, &sched.Constraints{})
-	sc.cands = cands
-	if err != nil {
-		return nil, sched.Params{}, sched.Request{}, nil, fromSched(err)
-	}
-	p.index.Match(local, &sc.res)
-	fillOverlap(cands, sc.res.Matches)
-	fillLoads(sn, cands, seq, params.AssumeKVReuse)
-	return sn, params, sched.Request{ISLTokens: isl, BlockSize: int64(sn.blockSize)}, local, nil
+	return s.prepare(p, sn, &req.Prompt, req.Override, &sched.Constraints{}, sc)
 }
 
 // PotentialLoads returns the load every schedulable (worker, rank) would
@@ -93,12 +77,12 @@ func (s *Service) query(req *QueryRequest, sc *scratch) (*snapshot, sched.Params
 func (s *Service) PotentialLoads(req *QueryRequest) ([]PotentialLoad, error) {
 	sc := s.getScratch()
 	defer s.putScratch(sc)
-	_, params, r, _, err := s.query(req, sc)
+	q, err := s.query(req, sc)
 	if err != nil {
 		return nil, err
 	}
 	sc.loads = slices.Grow(sc.loads[:0], len(sc.cands))[:len(sc.cands)]
-	sched.PotentialLoads(&params, &r, sc.cands, sc.loads)
+	sched.PotentialLoads(&q.params, &q.req, sc.cands, sc.loads)
 	out := make([]PotentialLoad, len(sc.loads))
 	for i, l := range sc.loads {
 		out[i] = PotentialLoad{WorkerID: l.Worker.WorkerID, DPRank: l.Worker.DPRank, PotentialPrefillTokens: l.PrefillTokens, PotentialDecodeBlocks: l.DecodeBlocks, ActiveRequests: l.ActiveRequests}
@@ -143,11 +127,12 @@ type OverlapScores struct {
 func (s *Service) OverlapScores(req *QueryRequest) (OverlapScores, error) {
 	sc := s.getScratch()
 	defer s.putScratch(sc)
-	sn, params, _, local, err := s.query(req, sc)
+	q, err := s.query(req, sc)
 	if err != nil {
 		return OverlapScores{}, err
 	}
-	out := OverlapScores{BlockSize: sn.blockSize, NumBlocks: len(local), Workers: make([]OverlapRow, len(sc.cands)), SharedCache: SharedCache{Ranges: [][2]int64{}}}
+	params := &q.params
+	out := OverlapScores{BlockSize: q.sn.blockSize, NumBlocks: len(q.local), Workers: make([]OverlapRow, len(sc.cands)), SharedCache: SharedCache{Ranges: [][2]int64{}}}
 	for i := range sc.cands {
 		c := &sc.cands[i]
 		out.Workers[i] = OverlapRow{

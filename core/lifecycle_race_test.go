@@ -9,8 +9,8 @@ import (
 // reservation's row, then lost the race with a Free of the id and a new
 // booking of the same id, acts on nothing (404) and leaves the newer
 // booking whole. Deterministic: the free and re-booking run from the
-// afterRowLookup hook, between the outer call's row lookup and its tracker
-// call.
+// afterLookup hook, between the outer call's ledger lookup and its use of
+// the record.
 func TestLifecycleCallSparesANewerBooking(t *testing.T) {
 	half := 0.5
 	calls := map[string]func(s *Service) error{
@@ -39,7 +39,7 @@ func TestLifecycleCallSparesANewerBooking(t *testing.T) {
 				t.Fatal(err)
 			}
 			ran := false
-			s.afterRowLookup = func(id string) {
+			s.afterLookup = func(id string) {
 				if ran {
 					return
 				}
@@ -81,8 +81,8 @@ func TestLifecycleCallSparesANewerBooking(t *testing.T) {
 			if err := s.Free("r"); !errors.Is(err, ErrNotFound) {
 				t.Errorf("second free: %v, want 404", err)
 			}
-			if st := s.Stats(); st.ActiveRequests != 0 {
-				t.Errorf("after: %d bookings, want 0", st.ActiveRequests)
+			if st := s.Stats(); st.Reservations != 0 {
+				t.Errorf("after: %d bookings, want 0", st.Reservations)
 			}
 		})
 	}

@@ -11,14 +11,14 @@ import (
 // partKey names a routing partition.
 type partKey struct{ model, group string }
 
-// partition is one (model_name, routing_group): its KV index, its load
-// tracker and the schedulable view of its workers. Partitions are created
-// on first use and never removed, so the block size fixed by the first
-// schedulable worker stays (as Dynamo's indexer registry does).
+// partition is one (model_name, routing_group): its KV index, the loads of
+// its schedulable worker ranks and the schedulable view of its workers.
+// Partitions are created on first use and never removed, so the block size
+// fixed by the first schedulable worker stays (as Dynamo's indexer registry
+// does).
 type partition struct {
 	model, group string
 	index        *radix.Index
-	tracker      *sched.Tracker
 	sink         *partitionSink
 
 	// snap is the immutable schedulable view the selection paths read
@@ -30,6 +30,10 @@ type partition struct {
 	isEagle     bool
 	schedulable int
 	workers     map[uint64]*catalogEntry // schedulable workers
+	// loads are the schedulable worker ranks' load accounting. A rank
+	// that leaves is retired and deleted; a rank that comes back gets a
+	// fresh WorkerLoad.
+	loads map[radix.WorkerKey]*sched.WorkerLoad
 }
 
 // snapshot is the schedulable view of a partition. Immutable once
@@ -95,11 +99,7 @@ func (s *Service) partitionLocked(model, group string) *partition {
 	if err != nil {
 		panic("BUG: radix config validated by Config.Validate: " + err.Error())
 	}
-	tr, err := sched.NewTracker(s.cfg.Sched)
-	if err != nil {
-		panic("BUG: sched config validated by Config.Validate: " + err.Error())
-	}
-	p := &partition{model: model, group: group, index: ix, tracker: tr, workers: map[uint64]*catalogEntry{}}
+	p := &partition{model: model, group: group, index: ix, workers: map[uint64]*catalogEntry{}, loads: map[radix.WorkerKey]*sched.WorkerLoad{}}
 	p.sink = &partitionSink{p: p}
 	p.snap.Store(&snapshot{})
 	// Copy on write: readers load the map pointer without a lock.
@@ -118,7 +118,7 @@ func (s *Service) lookup(model, group string) *partition {
 }
 
 // publishLocked rebuilds the partition's snapshot from its schedulable
-// workers.
+// workers. Every rank of a schedulable worker has a load (attachLocked).
 func (p *partition) publishLocked() {
 	sn := &snapshot{blockSize: p.blockSize, isEagle: p.isEagle}
 	ids := make([]uint64, 0, len(p.workers))
@@ -136,7 +136,7 @@ func (p *partition) publishLocked() {
 			dpStart:       w.DPStart,
 		}
 		for r := w.DPStart; r < w.DPStart+w.DPSize; r++ {
-			v.loads = append(v.loads, p.tracker.AddWorker(radix.WorkerKey{WorkerID: id, DPRank: r}))
+			v.loads = append(v.loads, p.loads[radix.WorkerKey{WorkerID: id, DPRank: r}])
 		}
 		sn.workers = append(sn.workers, w)
 		sn.views = append(sn.views, v)

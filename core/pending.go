@@ -2,10 +2,11 @@ package core
 
 import (
 	"container/list"
+	"hash/maphash"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
-
-	"github.com/kvselect/kvselect/radix"
 )
 
 // pendingKey keys a cached selection: a replay with another model or group
@@ -13,11 +14,11 @@ import (
 type pendingKey struct{ model, group, id string }
 
 // pendingEntry is what a /select with a selection_id captured for a later
-// POST /reservations replay. Immutable once inserted (take hands out the
-// pointer), except taken, which is under pendingCache.mu.
+// POST /reservations replay. Immutable once inserted (peek hands out the
+// pointer), except elem, which is under its shard's mutex.
 type pendingEntry struct {
 	key                  pendingKey
-	worker               radix.WorkerKey
+	worker               WorkerKey
 	seq                  []uint64
 	isl                  int64
 	effective            int64
@@ -27,36 +28,71 @@ type pendingEntry struct {
 	lora                 string
 
 	inserted time.Time
-	gen      uint64
-	bytes    int64
-	elem     *list.Element // in pendingCache.order
-	// taken: a replay is booking this entry (between take and removeGen or
-	// untake). Under pendingCache.mu.
-	taken bool
+	// gen orders entries inserted at the same instant and tells a
+	// replaced entry from its replacement.
+	gen   uint64
+	bytes int64
+	elem  *list.Element // in its shard's order
 }
 
-// pendingCache is the bounded pending-selection cache (spec 3.4): TTL,
-// entry cap and byte budget, evicting oldest first; latest wins; a replay
-// takes the entry (Dynamo's peek, exclusive while the replay books), books,
-// then removes only the generation it took, or untakes it on failure.
+// older reports whether e sorts before f in eviction order: (insert
+// instant, generation).
+func (e *pendingEntry) older(f *pendingEntry) bool {
+	if !e.inserted.Equal(f.inserted) {
+		return e.inserted.Before(f.inserted)
+	}
+	return e.gen < f.gen
+}
+
+// pendingCache is the bounded pending-selection cache, with the reference's
+// rules (ai-dynamo/dynamo:lib/kv-router/src/services/selection/pending.rs):
+// a TTL, an entry cap and a byte budget, evicting oldest first; latest wins
+// (a new select of an id replaces its entry with a new generation); a
+// replay peeks, books, then removes only the generation it peeked.
 //
-// Invariant: order holds exactly the entries of byKey, oldest at the front
-// (insert instants are non-decreasing when the clock is), and bytes is the
-// sum of their sizes.
+// It is sharded by selection id, so concurrent selects with ids take
+// different locks: no global lock on the selection path. The caps are
+// global (atomic totals); an insert that takes a total over a cap evicts
+// the globally oldest entries, finding them by comparing the shards'
+// oldest entries. While concurrent inserts race, the totals may exceed a
+// cap by one entry per racing insert, each of which then evicts until the
+// totals are back under it.
+//
+// Invariant, per shard: order holds exactly the entries of byKey, oldest
+// first (by older). entries and bytes are the sums over the shards.
 type pendingCache struct {
 	ttl        time.Duration
-	maxEntries int
+	maxEntries int64
 	maxBytes   int64
+	seed       maphash.Seed
 
+	entries, bytes atomic.Int64
+	gen            atomic.Uint64
+	shards         []pendingShard
+}
+
+type pendingShard struct {
 	mu    sync.Mutex
 	byKey map[pendingKey]*pendingEntry
 	order list.List // of *pendingEntry
-	bytes int64
-	gen   uint64
+	// pad keeps two shards' mutexes off one cache line pair.
+	_ [64]byte
 }
 
+// pendingShards returns the shard count: four per P, at least 8, at most
+// 64 (eviction scans every shard's oldest entry).
+func pendingShards() int { return min(64, max(8, 4*runtime.GOMAXPROCS(0))) }
+
 func newPendingCache(ttl time.Duration, maxEntries int, maxBytes int64) *pendingCache {
-	return &pendingCache{ttl: ttl, maxEntries: maxEntries, maxBytes: maxBytes, byKey: map[pendingKey]*pendingEntry{}}
+	c := &pendingCache{ttl: ttl, maxEntries: int64(maxEntries), maxBytes: maxBytes, seed: maphash.MakeSeed(), shards: make([]pendingShard, pendingShards())}
+	for i := range c.shards {
+		c.shards[i].byKey = map[pendingKey]*pendingEntry{}
+	}
+	return c
+}
+
+func (c *pendingCache) shard(k pendingKey) *pendingShard {
+	return &c.shards[maphash.String(c.seed, k.id)%uint64(len(c.shards))]
 }
 
 // entrySize is the reference's approximate size of one entry.
@@ -64,99 +100,133 @@ func entrySize(e *pendingEntry) int64 {
 	return int64(8*len(e.seq) + len(e.key.id) + len(e.key.model) + len(e.key.group) + len(e.lora))
 }
 
-// insert stores e (latest wins), first sweeping expired entries from the
-// front, then evicting oldest first while over the entry cap or the byte
+// insert stores e (latest wins), first sweeping its shard's expired
+// entries, then evicting oldest first while over the entry cap or the byte
 // budget. An entry larger than the whole budget evicts itself.
 func (c *pendingCache) insert(e *pendingEntry, now time.Time) {
 	e.inserted = now
 	e.bytes = entrySize(e)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.sweepLocked(now)
-	if old, ok := c.byKey[e.key]; ok {
-		c.removeLocked(old)
+	sh := c.shard(e.key)
+	sh.mu.Lock()
+	c.sweepLocked(sh, now)
+	if old, ok := sh.byKey[e.key]; ok {
+		c.removeLocked(sh, old)
 	}
-	c.gen++
-	e.gen = c.gen
-	e.elem = c.order.PushBack(e)
-	c.byKey[e.key] = e
-	c.bytes += e.bytes
-	for c.order.Len() > c.maxEntries || c.bytes > c.maxBytes {
-		c.removeLocked(c.order.Front().Value.(*pendingEntry))
+	e.gen = c.gen.Add(1)
+	// Insert in order: the clock is read before the lock, so a racing
+	// insert of the same shard may be newer; walk back past it.
+	at := sh.order.Back()
+	for at != nil && e.older(at.Value.(*pendingEntry)) {
+		at = at.Prev()
+	}
+	if at == nil {
+		e.elem = sh.order.PushFront(e)
+	} else {
+		e.elem = sh.order.InsertAfter(e, at)
+	}
+	sh.byKey[e.key] = e
+	c.entries.Add(1)
+	c.bytes.Add(e.bytes)
+	sh.mu.Unlock()
+	for c.entries.Load() > c.maxEntries || c.bytes.Load() > c.maxBytes {
+		if !c.evictOldest() {
+			return
+		}
 	}
 }
 
-// take returns the live entry for k without removing it, marked taken so
-// that no other replay books it meanwhile (busy reports such a replay); an
-// entry older than the TTL is absent. The taker ends with removeGen (the
-// booking landed) or untake (it failed: the entry is usable again).
-func (c *pendingCache) take(k pendingKey, now time.Time) (e *pendingEntry, busy bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.byKey[k]
+// evictOldest removes the oldest entry of all shards. It reports false
+// when the cache is empty.
+func (c *pendingCache) evictOldest() bool {
+	for {
+		var oldest *pendingEntry
+		var from *pendingShard
+		for i := range c.shards {
+			sh := &c.shards[i]
+			sh.mu.Lock()
+			if f := sh.order.Front(); f != nil {
+				if e := f.Value.(*pendingEntry); oldest == nil || e.older(oldest) {
+					oldest, from = e, sh
+				}
+			}
+			sh.mu.Unlock()
+		}
+		if oldest == nil {
+			return false
+		}
+		from.mu.Lock()
+		// It may have been replaced, replayed or evicted meanwhile: only
+		// the entry still at the front goes, else look again.
+		if f := from.order.Front(); f != nil && f.Value.(*pendingEntry) == oldest {
+			c.removeLocked(from, oldest)
+			from.mu.Unlock()
+			return true
+		}
+		from.mu.Unlock()
+	}
+}
+
+// peek returns the live entry for k without removing it; an entry older than
+// the TTL is absent.
+func (c *pendingCache) peek(k pendingKey, now time.Time) *pendingEntry {
+	sh := c.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.byKey[k]
 	if !ok || now.Sub(e.inserted) > c.ttl {
-		return nil, false
+		return nil
 	}
-	if e.taken {
-		return nil, true
-	}
-	e.taken = true
-	return e, false
-}
-
-// untake makes k's entry usable again after a failed booking, if it is
-// still generation gen.
-func (c *pendingCache) untake(k pendingKey, gen uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.byKey[k]; ok && e.gen == gen {
-		e.taken = false
-	}
+	return e
 }
 
 // removeGen removes k's entry if it is still generation gen (a newer
 // select survives a replay of the older one).
 func (c *pendingCache) removeGen(k pendingKey, gen uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.byKey[k]; ok && e.gen == gen {
-		c.removeLocked(e)
+	sh := c.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e, ok := sh.byKey[k]; ok && e.gen == gen {
+		c.removeLocked(sh, e)
 	}
 }
 
 // discard removes k's entry whatever its generation (an explicit booking).
 func (c *pendingCache) discard(k pendingKey) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.byKey[k]; ok {
-		c.removeLocked(e)
+	sh := c.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e, ok := sh.byKey[k]; ok {
+		c.removeLocked(sh, e)
 	}
 }
 
+// sweep removes every expired entry.
 func (c *pendingCache) sweep(now time.Time) {
-	c.mu.Lock()
-	c.sweepLocked(now)
-	c.mu.Unlock()
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		c.sweepLocked(sh, now)
+		sh.mu.Unlock()
+	}
 }
 
-func (c *pendingCache) sweepLocked(now time.Time) {
-	for f := c.order.Front(); f != nil; f = c.order.Front() {
+func (c *pendingCache) sweepLocked(sh *pendingShard, now time.Time) {
+	for f := sh.order.Front(); f != nil; f = sh.order.Front() {
 		e := f.Value.(*pendingEntry)
 		if now.Sub(e.inserted) <= c.ttl {
 			return
 		}
-		c.removeLocked(e)
+		c.removeLocked(sh, e)
 	}
 }
 
-func (c *pendingCache) removeLocked(e *pendingEntry) {
-	c.order.Remove(e.elem)
-	delete(c.byKey, e.key)
-	c.bytes -= e.bytes
+func (c *pendingCache) removeLocked(sh *pendingShard, e *pendingEntry) {
+	sh.order.Remove(e.elem)
+	delete(sh.byKey, e.key)
+	c.entries.Add(-1)
+	c.bytes.Add(-e.bytes)
 }
 
 func (c *pendingCache) size() (int, int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.byKey), c.bytes
+	return int(c.entries.Load()), c.bytes.Load()
 }

@@ -59,7 +59,7 @@ func TestReplayIsSingleUseUnderConcurrency(t *testing.T) {
 	if !errors.Is(nested, ErrConflict) && !errors.Is(nested, ErrNotFound) {
 		t.Errorf("second replay: %v, want a 409 or 404", nested)
 	}
-	if st := s.Stats(); st.ActiveRequests != 0 || st.PendingEntries != 0 {
-		t.Errorf("after: %d bookings, %d pending entries, want 0 and 0", st.ActiveRequests, st.PendingEntries)
+	if st := s.Stats(); st.Reservations != 0 || st.PendingEntries != 0 {
+		t.Errorf("after: %d bookings, %d pending entries, want 0 and 0", st.Reservations, st.PendingEntries)
 	}
 }

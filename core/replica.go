@@ -2,8 +2,10 @@ package core
 
 import "github.com/kvselect/kvselect/radix"
 
-// ReplicaEventKind is the kind of an outbound active-sequence event (spec
-// service-api 4): admission, prefill completion, free. Output blocks are
+// ReplicaEventKind is the kind of an outbound active-sequence event (the
+// reference's ActiveSequenceEvent,
+// ai-dynamo/dynamo:lib/kv-router/src/services/common/replica_sync.rs):
+// admission, prefill completion, free. Output blocks are
 // never replicated.
 type ReplicaEventKind uint8
 

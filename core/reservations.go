@@ -2,41 +2,19 @@ package core
 
 import (
 	"cmp"
-	"errors"
 	"math"
 	"strings"
-	"sync/atomic"
 
 	"github.com/kvselect/kvselect/radix"
 	"github.com/kvselect/kvselect/sched"
 )
 
-// reservation is one row of the reservation index: the partition that holds
-// the booking of a selection id, and the tracker's handle of that booking.
-// A row is claimed (installed false) before booking and installed after;
-// lifecycle calls see only installed rows.
-//
-// Lifecycle calls act through h, never by id: between a call's row lookup
-// and its tracker call, the id may be freed and booked again (a new row, a
-// new booking), and the call must not act on that newer booking. Through
-// h it finds its own booking freed and answers 404, as if it had run just
-// after the free (TestLifecycleCallSparesANewerBooking).
-type reservation struct {
-	// id is the row's own copy of the selection id (the map key): dropRow
-	// passes it to Compute, which stores the key it is given.
-	id string
-	p  *partition
-	// h is the booking's handle; written before installed is set, read
-	// only after installed is seen true.
-	h         sched.Handle
-	installed atomic.Bool
-}
-
 // booking is what book needs to claim, book and announce one reservation.
 type booking struct {
 	p           *partition
 	id          string
-	worker      radix.WorkerKey
+	worker      WorkerKey
+	load        *sched.WorkerLoad
 	seq         []uint64
 	effective   int64
 	track       bool
@@ -44,38 +22,52 @@ type booking struct {
 	lora        string
 	expected    uint32
 	hasExpected bool
+	// replayed, when set, is the pending entry a replay books: it is
+	// consumed after the slot is booked and before the record turns live.
+	replayed *pendingEntry
 }
 
-// book claims b.id, books it on the tracker, installs the row and publishes
-// the admission to replica peers. On failure the claim is released.
+// book claims b.id in the ledger, books the record's slot, turns it live
+// and publishes the admission to replica peers. On failure the claim is
+// abandoned and nothing of the booking remains.
+//
+// A replayed pending entry is removed before the record turns live, so no
+// lifecycle call can free the booking while the entry is still there: a
+// second replay of the entry either meets the claim (a conflict) or finds
+// the entry gone (not found), and a cached selection books at most once.
 func (s *Service) book(b *booking) error {
-	id := strings.Clone(b.id)
-	row := &reservation{id: id, p: b.p}
-	if _, loaded := s.claims.LoadOrStore(id, row); loaded {
-		s.stats.bookConflict.Add(1)
-		return errorf(ErrConflict, "selection %s is already reserved or being reserved", b.id)
+	now := s.clock().UnixNano()
+	s.maybeExpire(now)
+	r := &reservation{id: strings.Clone(b.id), p: b.p, admitted: now, bytes: recordBytes(b.id, b.seq)}
+	if err := s.ledger.claim(r); err != nil {
+		if err == errClaimed {
+			s.stats.bookConflict.Add(1)
+			return errorf(ErrConflict, "selection %s is already reserved or being reserved", b.id)
+		}
+		s.stats.bookRefused.Add(1)
+		return err
 	}
 	var prefill int64
 	if b.track {
 		prefill = b.effective
 	}
-	h, err := b.p.tracker.BookHandle(&sched.Booking{RequestID: id, Worker: b.worker, SequenceHashes: b.seq, PrefillTokens: prefill, AssumeKVReuse: b.reuse}, s.clock())
-	if err != nil {
-		s.dropRow(row)
-		switch {
-		case errors.Is(err, sched.ErrDuplicateRequest):
-			s.stats.bookConflict.Add(1)
-			w, _ := b.p.tracker.Lookup(b.id)
-			return errorf(ErrConflict, "Request %s already exists (assigned to worker %s)", b.id, w)
-		case errors.Is(err, sched.ErrWorkerNotFound):
-			s.stats.bookFailed.Add(1)
-			return errorf(ErrNotFound, "Worker %s not found", b.worker)
-		}
+	if err := r.slot.Book(b.load, &sched.Booking{SequenceHashes: b.seq, PrefillTokens: prefill, AssumeKVReuse: b.reuse}); err != nil {
+		s.ledger.remove(r)
 		s.stats.bookFailed.Add(1)
-		return err
+		return errorf(ErrNotFound, "Worker %s not found", b.worker)
 	}
-	row.h = h
-	row.installed.Store(true)
+	if e := b.replayed; e != nil {
+		s.pending.removeGen(e.key, e.gen)
+	}
+	r.state.Store(stateLive)
+	if b.load.Retired() {
+		// The rank left after the pick and its removal's release may have
+		// ranged the ledger before this record turned live: release it
+		// here (one of the two releases wins).
+		s.release(r, releasedWorkerGone)
+		s.stats.bookFailed.Add(1)
+		return errorf(ErrNotFound, "Worker %s not found", b.worker)
+	}
 	s.stats.bookOK.Add(1)
 	if !s.publishing {
 		return nil
@@ -85,7 +77,7 @@ func (s *Service) book(b *booking) error {
 	// per booking.
 	ev := ReplicaEvent{
 		Kind: ReplicaAdd, ModelName: b.p.model, RoutingGroup: b.p.group, BlockSize: b.p.snap.Load().blockSize,
-		RequestID: id, Worker: b.worker, LoraName: b.lora, SequenceHashes: b.seq,
+		RequestID: r.id, Worker: b.worker, LoraName: b.lora, SequenceHashes: b.seq,
 		TrackPrefillTokens: b.track, EffectivePrefillTokens: b.effective,
 	}
 	if b.hasExpected {
@@ -93,16 +85,6 @@ func (s *Service) book(b *booking) error {
 	}
 	s.replica.Publish(&ev)
 	return nil
-}
-
-// dropRow removes row from the index if it is still the row of its id (a
-// newer claim survives). Compute is given the row's own key: xsync stores
-// the key it is passed when it keeps an entry, so a caller's string (which
-// may alias a request buffer) must never reach it.
-func (s *Service) dropRow(row *reservation) {
-	s.claims.Compute(row.id, func(old *reservation, loaded bool) (*reservation, bool) {
-		return old, !loaded || old == row
-	})
 }
 
 // ReservationRequest is the input of Reserve (POST /reservations).
@@ -150,31 +132,17 @@ func (s *Service) Reserve(req *ReservationRequest) (Reservation, error) {
 	return s.replay(req.SelectionID, model, group)
 }
 
-// replay books exactly what the cached select captured. Every failure before
-// the booking lands leaves the entry in place; success removes the
-// generation it took. The entry is taken for the length of the booking, so
-// a concurrent replay of it is a 409 (as its claim would be) even if the
-// first booking is freed before the entry is removed: single use.
+// replay books exactly what the cached select captured: it peeks the entry,
+// books it, and the booking consumes the entry (book). Every failure
+// before the booking lands leaves the entry in place for a retry; a newer
+// select of the id (a new generation) survives the replay of an older one.
 func (s *Service) replay(id, model, group string) (Reservation, error) {
-	k := pendingKey{model, group, id}
-	e, busy := s.pending.take(k, s.clock())
-	if busy {
-		s.stats.bookConflict.Add(1)
-		return Reservation{}, errorf(ErrConflict, "selection %s is already reserved or being reserved", id)
-	}
+	e := s.pending.peek(pendingKey{model, group, id}, s.clock())
 	if e == nil {
 		s.stats.replayMiss.Add(1)
 		return Reservation{}, errorf(ErrNotFound, "no pending selection %s for model=%s routing_group=%s (expired, already used, or never selected)", id, model, group)
 	}
 	s.stats.replayHit.Add(1)
-	booked := false
-	defer func() {
-		if booked {
-			s.pending.removeGen(k, e.gen)
-		} else {
-			s.pending.untake(k, e.gen)
-		}
-	}()
 	p, sn, err := s.readyPartition(model, group)
 	if err != nil {
 		return Reservation{}, err
@@ -183,14 +151,13 @@ func (s *Service) replay(id, model, group string) (Reservation, error) {
 	if wl == nil {
 		return Reservation{}, errorf(ErrNotFound, "schedulable worker %d not found for model=%s routing_group=%s", e.worker.WorkerID, model, group)
 	}
-	b := booking{p: p, id: id, worker: e.worker, seq: e.seq, effective: e.effective, track: e.trackPrefill, reuse: e.assumeKVReuse, lora: e.lora}
+	b := booking{p: p, id: id, worker: e.worker, load: wl, seq: e.seq, effective: e.effective, track: e.trackPrefill, reuse: e.assumeKVReuse, lora: e.lora, replayed: e}
 	if e.expectedOutputTokens != nil {
 		b.expected, b.hasExpected = *e.expectedOutputTokens, true
 	}
 	if err := s.book(&b); err != nil {
 		return Reservation{}, err
 	}
-	booked = true
 	return Reservation{SelectionID: id, ModelName: p.model, RoutingGroup: p.group, WorkerID: e.worker.WorkerID, DPRank: e.worker.DPRank, Endpoint: v.endpoint}, nil
 }
 
@@ -243,7 +210,7 @@ func (s *Service) reserveExplicit(req *ReservationRequest, model, group string) 
 		eff = sched.EffectivePrefillTokens(isl, sched.CachedTokens(&params, int64(sn.blockSize), &c))
 	}
 	b := booking{
-		p: p, id: req.SelectionID, worker: w, seq: seq, effective: eff, track: track, reuse: params.AssumeKVReuse,
+		p: p, id: req.SelectionID, worker: w, load: wl, seq: seq, effective: eff, track: track, reuse: params.AssumeKVReuse,
 		lora: req.LoraName, expected: req.ExpectedOutputTokens, hasExpected: req.HasExpectedOutputTokens,
 	}
 	if err := s.book(&b); err != nil {
@@ -252,82 +219,77 @@ func (s *Service) reserveExplicit(req *ReservationRequest, model, group string) 
 	return Reservation{SelectionID: req.SelectionID, ModelName: p.model, RoutingGroup: p.group, WorkerID: w.WorkerID, DPRank: w.DPRank, Endpoint: v.endpoint}, nil
 }
 
-// installedRow returns id's installed row or the 404.
-func (s *Service) installedRow(id string) (*reservation, error) {
-	r, ok := s.claims.Load(id)
-	if !ok || !r.installed.Load() {
+// lookupLive returns id's live record or the not-found error. In-flight
+// claims are invisible: a lifecycle call for an id whose booking has not
+// landed finds nothing, as in the reference.
+func (s *Service) lookupLive(id string) (*reservation, error) {
+	r, ok := s.ledger.m.Load(id)
+	if ok && s.afterLookup != nil {
+		s.afterLookup(id)
+	}
+	if !ok || r.state.Load() != stateLive {
 		s.stats.lifecycle404.Add(1)
 		return nil, errorf(ErrNotFound, "reservation %s not found", id)
-	}
-	if s.afterRowLookup != nil {
-		s.afterRowLookup(id)
 	}
 	return r, nil
 }
 
 // PrefillComplete clears the reservation's active prefill load (POST
-// /reservations/{id}/prefill_complete). Completing twice is a 200.
+// /reservations/{id}/prefill_complete): one map lookup and one atomic swap.
+// Completing twice is a 200 and publishes again, as the reference does.
 func (s *Service) PrefillComplete(id string) error {
-	r, err := s.installedRow(id)
+	r, err := s.lookupLive(id)
 	if err != nil {
 		return err
 	}
-	if !r.p.tracker.PrefillCompleteHandle(r.h) {
-		s.dropRow(r)
-		s.stats.lifecycle404.Add(1)
-		return errorf(ErrNotFound, "reservation %s not found", id)
-	}
+	r.slot.CompletePrefill()
 	s.stats.lifecycleOK.Add(1)
-	if !s.publishing {
-		return nil
+	if s.publishing && r.origin == OriginLocal {
+		s.replica.Publish(&ReplicaEvent{Kind: ReplicaPrefillCompleted, ModelName: r.p.model, RoutingGroup: r.p.group, BlockSize: r.p.snap.Load().blockSize, RequestID: r.id, Worker: r.worker()})
 	}
-	s.replica.Publish(&ReplicaEvent{Kind: ReplicaPrefillCompleted, ModelName: r.p.model, RoutingGroup: r.p.group, BlockSize: r.p.snap.Load().blockSize, RequestID: id, Worker: r.h.Worker()})
 	return nil
 }
 
-// errDecayFraction is the output_block validation error (400).
+// errDecayFraction is the output_block validation error (a bad request).
 var errDecayFraction = &Error{Class: ErrBadRequest, Msg: "decay_fraction must be between 0.0 and 1.0"}
 
 // OutputBlock adds one decode block to the reservation's local accounting
-// (POST /reservations/{id}/output_block); decayFraction, when non-nil, must
-// be in [0, 1]. Never replicated.
+// (POST /reservations/{id}/output_block), whatever router_track_output_blocks
+// says: that flag steers only the reference's frontend, and its selection
+// service adds the block unconditionally (Dynamo's test
+// output_block_endpoint_updates_reserved_load,
+// ai-dynamo/dynamo:lib/kv-router/src/services/selection/tests.rs).
+// decayFraction, when non-nil, must be in [0, 1]. Never replicated.
 func (s *Service) OutputBlock(id string, decayFraction *float64) error {
 	if f := decayFraction; f != nil && (math.IsNaN(*f) || *f < 0 || *f > 1) {
 		return errDecayFraction
 	}
-	r, err := s.installedRow(id)
+	r, err := s.lookupLive(id)
 	if err != nil {
 		return err
 	}
-	if err := r.p.tracker.OutputBlockHandle(r.h, decayFraction); err != nil {
-		if errors.Is(err, sched.ErrRequestNotFound) {
-			s.dropRow(r)
-			s.stats.lifecycle404.Add(1)
-			return errorf(ErrNotFound, "reservation %s not found", id)
-		}
-		return err
+	if err := r.slot.OutputBlock(decayFraction); err != nil {
+		return fromSched(err)
 	}
 	s.stats.lifecycleOK.Add(1)
 	return nil
 }
 
-// Free releases the reservation and removes its row (DELETE
-// /reservations/{id}).
+// Free releases the reservation and removes its record (DELETE
+// /reservations/{id}). Of concurrent frees, expiries and worker removals of
+// one record exactly one releases it; the others answer not found.
 func (s *Service) Free(id string) error {
-	r, err := s.installedRow(id)
-	if err != nil {
-		return err
+	r, ok := s.ledger.m.Load(id)
+	if ok && s.afterLookup != nil {
+		s.afterLookup(id)
 	}
-	ok := r.p.tracker.FreeHandle(r.h)
-	s.dropRow(r)
-	if !ok {
+	if !ok || !s.release(r, releasedFree) {
 		s.stats.lifecycle404.Add(1)
 		return errorf(ErrNotFound, "reservation %s not found", id)
 	}
 	s.stats.lifecycleOK.Add(1)
-	if !s.publishing {
-		return nil
+	if s.publishing && r.origin == OriginLocal {
+		s.replica.Publish(&ReplicaEvent{Kind: ReplicaFree, ModelName: r.p.model, RoutingGroup: r.p.group, BlockSize: r.p.snap.Load().blockSize, RequestID: r.id, Worker: r.worker()})
 	}
-	s.replica.Publish(&ReplicaEvent{Kind: ReplicaFree, ModelName: r.p.model, RoutingGroup: r.p.group, BlockSize: r.p.snap.Load().blockSize, RequestID: id, Worker: r.h.Worker()})
 	return nil
 }

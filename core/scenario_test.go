@@ -217,6 +217,13 @@ func applyConfig(t *testing.T, cfg *Config, args string) {
 		case "cache_bytes":
 			n, _ := strconv.Atoi(v)
 			cfg.SelectionCacheMaxBytes = int64(n)
+		case "max_reservations":
+			cfg.MaxReservations, _ = strconv.Atoi(v)
+		case "max_reservation_bytes":
+			n, _ := strconv.Atoi(v)
+			cfg.MaxReservationBytes = int64(n)
+		case "max_listeners":
+			cfg.MaxListeners, _ = strconv.Atoi(v)
 		case "networks":
 			cfg.KVEndpointNetworks = []netip.Prefix{}
 			for _, n := range strings.Split(v, ",") {
@@ -279,6 +286,17 @@ func prompt(a map[string]string) Prompt {
 	}
 	p.LoraName, p.CacheSalt = a["lora"], a["salt"]
 	return p
+}
+
+// activeRequests sums active_requests over every schedulable worker rank.
+func activeRequests(s *Service) int64 {
+	n := int64(0)
+	for _, pl := range s.Loads("", "") {
+		for _, l := range pl.Loads {
+			n += l.ActiveRequests
+		}
+	}
+	return n
 }
 
 // errText names the error's class (the host maps classes to statuses) and
@@ -487,8 +505,10 @@ func (e *env) run(line string) string {
 		return fmt.Sprintf("expired %d", s.Sweep(e.now))
 	case "stats":
 		st := s.Stats()
+		// active is what the workers' load counters hold: it must agree
+		// with the ledger's reservations.
 		return fmt.Sprintf("reservations=%d pending=%d/%dB active=%d schedulable=%d book_ok=%d conflict=%d failed=%d replay_hit=%d miss=%d expired=%d",
-			st.Reservations, st.PendingEntries, st.PendingBytes, st.ActiveRequests, st.SchedulableWorkers, st.BookOK, st.BookConflict, st.BookFailed, st.ReplayHit, st.ReplayMiss, st.Expired)
+			st.Reservations, st.PendingEntries, st.PendingBytes, activeRequests(s), st.SchedulableWorkers, st.BookOK, st.BookConflict, st.BookFailed, st.ReplayHit, st.ReplayMiss, st.Expired)
 	case "close":
 		s.Close()
 		return "closed"
@@ -496,6 +516,9 @@ func (e *env) run(line string) string {
 		return e.ingress.take()
 	case "replica":
 		return e.replica.take()
+	case "limits":
+		st := s.Stats()
+		return fmt.Sprintf("reservations=%d/%d bytes=%d/%d listeners=%d/%d refused=%d", st.Reservations, st.MaxReservations, st.ReservationBytes, st.MaxReservationBytes, st.Listeners, st.MaxListeners, st.BookRefused)
 	case "listeners":
 		var b strings.Builder
 		for _, r := range s.ListWorkers("", "") {

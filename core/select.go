@@ -9,144 +9,6 @@ import (
 	"github.com/kvselect/kvselect/sched"
 )
 
-// Prompt is the prompt of a request in one of its forms (spec service-api
-// 1.4): tokens (routing tokens of mm_routing_info first, then token_ids), or
-// the trusted block_hashes + sequence_hashes + isl_tokens trio. The Has
-// flags say which fields were present. Slices may alias a caller's buffer;
-// core never retains them.
-type Prompt struct {
-	TokenIDs        []uint32
-	HasTokenIDs     bool
-	RoutingTokenIDs []uint32 // mm_routing_info.routing_token_ids
-
-	BlockHashes       []uint64 // local block hashes (i64 on the wire)
-	HasBlockHashes    bool
-	SequenceHashes    []uint64 // tracking hashes (i64 on the wire)
-	HasSequenceHashes bool
-	ISLTokens         uint64
-	HasISLTokens      bool
-
-	LoraName  string
-	CacheSalt string
-
-	// IsEagle overrides the partition's is_eagle when HasIsEagle: the
-	// local hash of block i then covers tokens [i*bs, i*bs+bs+1).
-	IsEagle    bool
-	HasIsEagle bool
-	// BlockMMHashes[i] are the multimodal object hashes of block i of
-	// token_ids (block_mm_infos); RoutingBlockMMHashes those of the routing
-	// tokens (mm_routing_info.block_mm_infos). nil or empty: none.
-	BlockMMHashes        [][]uint64
-	RoutingBlockMMHashes [][]uint64
-}
-
-// Reset empties p, keeping its slices' capacity.
-// RetainedBytes is the memory p's reusable slices keep for the next use; a
-// pool uses it to drop a request that once held a huge prompt.
-func (p *Prompt) RetainedBytes() int {
-	return 4*(cap(p.TokenIDs)+cap(p.RoutingTokenIDs)) + 8*(cap(p.BlockHashes)+cap(p.SequenceHashes))
-}
-
-func (p *Prompt) Reset() {
-	*p = Prompt{TokenIDs: p.TokenIDs[:0], RoutingTokenIDs: p.RoutingTokenIDs[:0], BlockHashes: p.BlockHashes[:0], SequenceHashes: p.SequenceHashes[:0]}
-}
-
-// SelectRequest is the input of Select and SelectAndReserve. Strings and
-// slices may alias the caller's buffers; core copies what it keeps.
-type SelectRequest struct {
-	ModelName, RoutingGroup string
-	SelectionID             string
-	HasSelectionID          bool
-	Prompt
-	// Override is router_config_override; nil when absent.
-	Override                *sched.Override
-	ExpectedOutputTokens    uint32
-	HasExpectedOutputTokens bool
-	PriorityJump            float64
-	StrictPriority          uint32
-	// SessionID is accepted and ignored until session affinity lands.
-	SessionID string
-	// PinnedWorker is an exact pin; nil when absent.
-	PinnedWorker *radix.WorkerKey
-	// AllowedWorkerIDs is the allow-set when HasAllowedWorkerIDs.
-	AllowedWorkerIDs    []uint64
-	HasAllowedWorkerIDs bool
-	RequiredTaints      []string
-	PreferredTaints     []sched.PreferredTaint
-	// Advisory adds worker_load to a /select (ignored when booking).
-	Advisory bool
-}
-
-// Reset empties r, keeping slice capacity.
-func (r *SelectRequest) Reset() {
-	pr := r.Prompt
-	pr.Reset()
-	// Drop the strings (which may alias a request buffer) from the kept
-	// capacity too.
-	clear(r.RequiredTaints)
-	clear(r.PreferredTaints)
-	*r = SelectRequest{Prompt: pr, AllowedWorkerIDs: r.AllowedWorkerIDs[:0], RequiredTaints: r.RequiredTaints[:0], PreferredTaints: r.PreferredTaints[:0]}
-}
-
-// RankTokens is one entry of the overlap summary's dp map.
-type RankTokens struct {
-	DPRank uint32
-	Tokens int64
-}
-
-// Overlap is the Mooncake overlap summary of the selected worker, in
-// matched tokens (spec scheduling 3.2): gpu <= cpu <= disk, longest_matched
-// their max; DP lists the worker's matched ranks and the selected rank, by
-// rank.
-type Overlap struct {
-	LongestMatched, GPU, CPU, Disk int64
-	DP                             []RankTokens
-}
-
-// WorkerLoadInfo is an advisory select's worker_load.
-type WorkerLoadInfo struct {
-	ActivePrefillTokens  int64
-	PrefillTokenCapacity int64
-	TotalKVBlocks        int64 // 0: unknown, omitted
-	PrefillBusy          bool
-	PrefillBusyKnown     bool
-}
-
-// Selection is the result of a selection (the SelectResponse). Slices are
-// reused across calls (Reset); strings point at the request or at
-// service-owned immutable strings, so encode it before the request's
-// buffers are reused.
-type Selection struct {
-	SelectionID    string
-	HasSelectionID bool // false: selection_id omitted
-	// Booked: select_and_reserve; SequenceHashes, ISLTokens and
-	// TrackPrefillTokens are reported only then.
-	Booked             bool
-	SequenceHashes     []uint64
-	ISLTokens          int64
-	TrackPrefillTokens bool
-
-	ModelName, RoutingGroup string
-	WorkerID                uint64
-	DPRank                  uint32
-	Endpoint                string
-	BlockSize               uint32
-	Overlap                 Overlap
-
-	EffectivePrefillTokens int64
-	PotentialDecodeBlocks  int64
-	DecodeBusy             bool
-	DecodeBusyKnown        bool // false: decode_busy omitted
-
-	HasWorkerLoad bool
-	WorkerLoad    WorkerLoadInfo
-}
-
-// Reset empties s, keeping slice capacity.
-func (s *Selection) Reset() {
-	*s = Selection{SequenceHashes: s.SequenceHashes[:0], Overlap: Overlap{DP: s.Overlap.DP[:0]}}
-}
-
 // scratch holds one selection's working buffers; pooled in Service.scratch.
 type scratch struct {
 	local, seq []uint64
@@ -180,7 +42,7 @@ func (s *Service) readyPartition(model, group string) (*partition, *snapshot, er
 	return p, sn, nil
 }
 
-// Hash-path validation errors (400), allocation-free.
+// Hash-path validation errors (bad requests), allocation-free.
 var (
 	errNeedBlockHashes = &Error{Class: ErrBadRequest, Msg: "block_hashes is required without token_ids"}
 	errNeedSeqHashes   = &Error{Class: ErrBadRequest, Msg: "sequence_hashes is required without token_ids"}
@@ -244,17 +106,49 @@ func fillOverlap(cands []sched.Candidate, ms []radix.Match) {
 	}
 }
 
-// fillLoads sets every candidate's load fields from the snapshot.
-func fillLoads(sn *snapshot, cands []sched.Candidate, seq []uint64, reuse bool) {
+// scored is a request prepared for scoring: the partition, the resolved
+// weights, the normalized prompt and every eligible candidate with its
+// overlap and loads filled (in sc.cands, sc.res).
+type scored struct {
+	p      *partition
+	sn     *snapshot
+	params sched.Params
+	local  []uint64 // local block hashes (alias sc or the prompt)
+	seq    []uint64 // tracking hashes (alias sc or the prompt)
+	req    sched.Request
+}
+
+// prepare runs the steps every selection-shaped request shares (select,
+// select_and_reserve, potential_loads, overlap_scores), steps 1 to 3 of
+// sched's host contract: resolve the weights, normalize the prompt, list
+// the eligible candidates, match the prompt in the index and fill overlap
+// and loads. The caller owns sc and checked readiness (p, sn).
+func (s *Service) prepare(p *partition, sn *snapshot, pr *Prompt, ov *sched.Override, cons *sched.Constraints, sc *scratch) (scored, error) {
+	params, err := s.cfg.Sched.Resolve(ov)
+	if err != nil {
+		return scored{}, fromSched(err)
+	}
+	local, seq, isl, err := normalize(pr, sn, sc, true)
+	if err != nil {
+		return scored{}, err
+	}
+	cands, err := sched.AppendCandidates(sc.cands[:0], sn.workers, cons)
+	sc.cands = cands
+	if err != nil {
+		return scored{}, fromSched(err)
+	}
+	p.index.Match(local, &sc.res)
+	fillOverlap(cands, sc.res.Matches)
 	for i := range cands {
 		if _, wl := sn.load(cands[i].Worker); wl != nil {
-			wl.Fill(&cands[i], seq, reuse)
+			wl.Fill(&cands[i], seq, params.AssumeKVReuse)
 		}
 	}
+	return scored{p: p, sn: sn, params: params, local: local, seq: seq, req: sched.Request{ISLTokens: isl, BlockSize: int64(sn.blockSize)}}, nil
 }
 
 // Select picks a worker without booking (POST /select). With a selection
-// id it caches the booking inputs for a replay (spec 3.4).
+// id it caches the booking inputs for a later POST /reservations replay.
 func (s *Service) Select(req *SelectRequest, out *Selection) error {
 	err := s.selectWorker(req, out, false)
 	s.countSelect(err)
@@ -263,7 +157,7 @@ func (s *Service) Select(req *SelectRequest, out *Selection) error {
 
 // SelectAndReserve picks a worker and books it atomically under the
 // request's selection id, generating a UUID v4 when absent (POST
-// /select_and_reserve). 409 when the id is already reserved or being
+// /select_and_reserve). A conflict when the id is already reserved or being
 // reserved, whatever the worker.
 func (s *Service) SelectAndReserve(req *SelectRequest, out *Selection) error {
 	err := s.selectWorker(req, out, true)
@@ -288,23 +182,13 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool) er
 		return err
 	}
 	if book && req.HasSelectionID {
-		// Dynamo claims the id before scheduling: a claimed id is a 409
+		// Dynamo claims the id before scheduling: a claimed id is a conflict
 		// whatever else is wrong. The claim itself comes after the pick
 		// (book); this check answers the common case early.
-		if _, claimed := s.claims.Load(req.SelectionID); claimed {
+		if _, claimed := s.ledger.m.Load(req.SelectionID); claimed {
 			s.stats.bookConflict.Add(1)
 			return errorf(ErrConflict, "selection %s is already reserved or being reserved", req.SelectionID)
 		}
-	}
-	params, err := s.cfg.Sched.Resolve(req.Override)
-	if err != nil {
-		return fromSched(err)
-	}
-	sc := s.getScratch()
-	defer s.putScratch(sc)
-	local, seq, isl, err := normalize(&req.Prompt, sn, sc, true)
-	if err != nil {
-		return err
 	}
 	cons := sched.Constraints{RequiredTaints: req.RequiredTaints, PreferredTaints: req.PreferredTaints, Pinned: req.PinnedWorker}
 	if req.HasAllowedWorkerIDs {
@@ -313,27 +197,24 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool) er
 			cons.AllowedWorkerIDs = []uint64{}
 		}
 	}
-	cands, err := sched.AppendCandidates(sc.cands[:0], sn.workers, &cons)
-	sc.cands = cands
+	sc := s.getScratch()
+	defer s.putScratch(sc)
+	q, err := s.prepare(p, sn, &req.Prompt, req.Override, &cons, sc)
 	if err != nil {
-		return fromSched(err)
+		return err
 	}
-	p.index.Match(local, &sc.res)
-	fillOverlap(cands, sc.res.Matches)
-	fillLoads(sn, cands, seq, params.AssumeKVReuse)
-	bs := int64(sn.blockSize)
-	r := sched.Request{ISLTokens: isl, BlockSize: bs}
+	params, cands, seq, isl, bs := &q.params, sc.cands, q.seq, q.req.ISLTokens, q.req.BlockSize
 	sc.costs = slices.Grow(sc.costs[:0], len(cands))[:len(cands)]
-	sched.Score(&params, &r, cands, sc.costs)
+	sched.Score(params, &q.req, cands, sc.costs)
 	c := &cands[sched.Pick(sc.costs, params.Temperature, s.rng)]
 
-	v, _ := sn.load(c.Worker)
+	v, wl := sn.load(c.Worker)
 	out.ModelName, out.RoutingGroup = p.model, p.group
 	out.WorkerID, out.DPRank = c.Worker.WorkerID, c.Worker.DPRank
 	out.Endpoint = v.endpoint
 	out.BlockSize = sn.blockSize
-	out.EffectivePrefillTokens = sched.EffectivePrefillTokens(isl, sched.CachedTokens(&params, bs, c))
-	out.PotentialDecodeBlocks = sched.SelectedDecodeBlocks(&r, c, len(seq))
+	out.EffectivePrefillTokens = sched.EffectivePrefillTokens(isl, sched.CachedTokens(params, bs, c))
+	out.PotentialDecodeBlocks = sched.SelectedDecodeBlocks(&q.req, c, len(seq))
 	out.DecodeBusy, out.DecodeBusyKnown = sched.DecodeBusy(out.PotentialDecodeBlocks, v.totalKVBlocks, s.cfg.Sched.DecodeBusyThreshold)
 	summarize(&out.Overlap, sc.res.Matches, c.Worker, bs)
 	if req.Advisory && !book {
@@ -341,12 +222,12 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool) er
 		if params.TrackPrefillTokens {
 			ap += out.EffectivePrefillTokens
 		}
-		wl := &out.WorkerLoad
+		wli := &out.WorkerLoad
 		out.HasWorkerLoad = true
-		wl.ActivePrefillTokens = ap
-		wl.PrefillTokenCapacity = sched.PrefillCapacity(v.maxBatched)
-		wl.TotalKVBlocks = v.totalKVBlocks
-		wl.PrefillBusy, wl.PrefillBusyKnown = sched.PrefillBusy(ap, v.maxBatched, s.cfg.Sched.PrefillBusyThreshold)
+		wli.ActivePrefillTokens = ap
+		wli.PrefillTokenCapacity = sched.PrefillCapacity(v.maxBatched)
+		wli.TotalKVBlocks = v.totalKVBlocks
+		wli.PrefillBusy, wli.PrefillBusyKnown = sched.PrefillBusy(ap, v.maxBatched, s.cfg.Sched.PrefillBusyThreshold)
 	}
 	if req.HasSelectionID {
 		out.SelectionID, out.HasSelectionID = req.SelectionID, true
@@ -377,7 +258,7 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool) er
 	}
 	out.SelectionID, out.HasSelectionID = id, true
 	bk := booking{
-		p: p, id: id, worker: c.Worker, seq: seq, effective: out.EffectivePrefillTokens,
+		p: p, id: id, worker: c.Worker, load: wl, seq: seq, effective: out.EffectivePrefillTokens,
 		track: params.TrackPrefillTokens, reuse: params.AssumeKVReuse, lora: req.LoraName,
 		expected: req.ExpectedOutputTokens, hasExpected: req.HasExpectedOutputTokens,
 	}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/kvselect/kvselect/radix"
 	"github.com/kvselect/kvselect/sched"
-	"github.com/puzpuzpuz/xsync/v3"
 )
 
 // Options are the collaborators a host injects. Zero values pick the
@@ -36,24 +35,32 @@ type Service struct {
 	// parts is a copy-on-write map (written under mu, read lock-free).
 	parts atomic.Pointer[map[partKey]*partition]
 
-	// mu serialises catalog mutations (Dynamo: one async mutex). Guards
-	// catalog and the partitions' "under Service.mu" fields.
+	// workerLocks serialize each worker's catalog changes from start to
+	// end, ingress calls included (see workers.go); taken before mu.
+	workerLocks workerLocks
+
+	// mu guards catalog, listeners and the partitions' "under Service.mu"
+	// fields. It is held only for in-memory changes, never across an
+	// ingress call.
 	mu      sync.Mutex
 	catalog map[uint64]*catalogEntry
+	// listeners is the number of KV-event listener ranks of attached
+	// workers (0 without KV events).
+	listeners int
 
 	// schedulable counts schedulable workers over all partitions.
 	schedulable atomic.Int64
 	closed      atomic.Bool
 
-	// claims is the reservation index: selection id -> row (spec 3.1).
-	claims  *xsync.MapOf[string, *reservation]
+	// ledger is the one table of live requests (ledger.go).
+	ledger  *ledger
 	pending *pendingCache
 
 	scratch sync.Pool // *scratch
 
-	// afterRowLookup, when set (tests only), runs in every lifecycle call
-	// between its row lookup and its tracker call.
-	afterRowLookup func(id string)
+	// afterLookup, when set (tests only), runs in every lifecycle call
+	// between its ledger lookup and its use of the record.
+	afterLookup func(id string)
 
 	stats counters
 }
@@ -62,10 +69,10 @@ type Service struct {
 type counters struct {
 	selectOK, selectFailed    atomic.Uint64
 	bookOK, bookConflict      atomic.Uint64
-	bookFailed                atomic.Uint64
+	bookFailed, bookRefused   atomic.Uint64
 	replayHit, replayMiss     atomic.Uint64
 	lifecycleOK, lifecycle404 atomic.Uint64
-	swept                     atomic.Uint64
+	released                  [numReleaseReasons]atomic.Uint64
 }
 
 // New returns an empty service.
@@ -83,7 +90,7 @@ func New(cfg Config, opts Options) (*Service, error) {
 		clock:   opts.Clock,
 		rng:     opts.Rand,
 		catalog: map[uint64]*catalogEntry{},
-		claims:  xsync.NewMapOf[string, *reservation](),
+		ledger:  newLedger(cfg.MaxReservations, cfg.MaxReservationBytes),
 		pending: newPendingCache(cfg.SelectionCacheTTL, cfg.SelectionCacheMaxEntries, cfg.SelectionCacheMaxBytes),
 	}
 	if s.ingress == nil {
@@ -110,28 +117,18 @@ func New(cfg Config, opts Options) (*Service, error) {
 func (s *Service) Config() Config { return s.cfg }
 
 // Close marks the service as shutting down: readiness turns false and every
-// selection, booking and registration answers 503 "selection service is
-// shutting down". Lifecycle calls keep working. Close does not close the
-// Ingress (the host owns it).
+// selection, booking and registration fails as not ready ("selection
+// service is shutting down"). Lifecycle calls keep working. Close does not
+// close the Ingress (the host owns it).
 func (s *Service) Close() { s.closed.Store(true) }
 
-// Sweep runs the periodic maintenance at now: every partition's tracker
-// expires bookings older than the expiry guard, reservation rows whose
-// booking vanished are dropped (in-flight claims are kept), and expired
-// pending selections are removed. It returns the number of bookings expired.
+// Sweep runs the periodic maintenance at now: live reservations older than
+// the expiry guard are released (in-flight claims are kept), and expired
+// pending selections are removed. It returns the number of reservations
+// expired.
 func (s *Service) Sweep(now time.Time) int {
-	n := 0
-	for _, p := range *s.parts.Load() {
-		n += p.tracker.Expire(now)
-	}
-	s.claims.Range(func(id string, r *reservation) bool {
-		if r.installed.Load() && !r.p.tracker.Live(r.h) {
-			s.dropRow(r)
-		}
-		return true
-	})
+	n := s.expire(now.UnixNano())
 	s.pending.sweep(now)
-	s.stats.swept.Add(uint64(n))
 	return n
 }
 
@@ -149,36 +146,55 @@ type Stats struct {
 	// Outcome counters.
 	SelectOK, SelectFailed           uint64
 	BookOK, BookConflict, BookFailed uint64
-	ReplayHit, ReplayMiss            uint64
-	LifecycleOK, LifecycleNotFound   uint64
-	Expired                          uint64
-	Reservations                     int // rows in the reservation index
-	PendingEntries                   int
-	PendingBytes                     int64
-	SchedulableWorkers               int64
-	Partitions                       int
-	IndexBlocks                      [radix.NumTiers]int64
-	EventsApplied                    uint64
-	EventsDropped                    uint64
-	ActiveRequests                   int
+	// BookRefused counts bookings refused at a reservation limit.
+	BookRefused                    uint64
+	ReplayHit, ReplayMiss          uint64
+	LifecycleOK, LifecycleNotFound uint64
+	// Freed, Expired and WorkerGone count released reservations by cause:
+	// DELETE, the expiry guard, their worker rank leaving.
+	Freed, Expired, WorkerGone uint64
+	// Reservations are the live requests in the ledger (in-flight claims
+	// included) and ReservationBytes what they count against the byte
+	// limit; MaxReservations and MaxReservationBytes are the limits.
+	Reservations, MaxReservations         int64
+	ReservationBytes, MaxReservationBytes int64
+	PendingEntries                        int
+	PendingBytes                          int64
+	SchedulableWorkers                    int64
+	Listeners, MaxListeners               int
+	Partitions                            int
+	IndexBlocks                           [radix.NumTiers]int64
+	EventsApplied                         uint64
+	EventsDropped                         uint64
 }
 
-// Stats sums the partitions' index and tracker stats and the service's
-// counters. It takes no catalog lock.
+// Stats sums the partitions' index stats and the service's counters. It
+// takes the catalog lock only to read the listener count.
 func (s *Service) Stats() Stats {
 	st := Stats{
-		SelectOK:           s.stats.selectOK.Load(),
-		SelectFailed:       s.stats.selectFailed.Load(),
-		BookOK:             s.stats.bookOK.Load(),
-		BookConflict:       s.stats.bookConflict.Load(),
-		BookFailed:         s.stats.bookFailed.Load(),
-		ReplayHit:          s.stats.replayHit.Load(),
-		ReplayMiss:         s.stats.replayMiss.Load(),
-		LifecycleOK:        s.stats.lifecycleOK.Load(),
-		LifecycleNotFound:  s.stats.lifecycle404.Load(),
-		Reservations:       s.claims.Size(),
-		SchedulableWorkers: s.schedulable.Load(),
+		SelectOK:            s.stats.selectOK.Load(),
+		SelectFailed:        s.stats.selectFailed.Load(),
+		BookOK:              s.stats.bookOK.Load(),
+		BookConflict:        s.stats.bookConflict.Load(),
+		BookFailed:          s.stats.bookFailed.Load(),
+		BookRefused:         s.stats.bookRefused.Load(),
+		ReplayHit:           s.stats.replayHit.Load(),
+		ReplayMiss:          s.stats.replayMiss.Load(),
+		LifecycleOK:         s.stats.lifecycleOK.Load(),
+		LifecycleNotFound:   s.stats.lifecycle404.Load(),
+		Freed:               s.stats.released[releasedFree].Load(),
+		Expired:             s.stats.released[releasedExpired].Load(),
+		WorkerGone:          s.stats.released[releasedWorkerGone].Load(),
+		Reservations:        s.ledger.count.Load(),
+		MaxReservations:     s.ledger.maxCount,
+		ReservationBytes:    s.ledger.bytes.Load(),
+		MaxReservationBytes: s.ledger.maxBytes,
+		SchedulableWorkers:  s.schedulable.Load(),
+		MaxListeners:        s.cfg.MaxListeners,
 	}
+	s.mu.Lock()
+	st.Listeners = s.listeners
+	s.mu.Unlock()
 	st.PendingEntries, st.PendingBytes = s.pending.size()
 	parts := *s.parts.Load()
 	st.Partitions = len(parts)
@@ -191,9 +207,6 @@ func (s *Service) Stats() Stats {
 		for _, d := range is.Dropped {
 			st.EventsDropped += d
 		}
-		ts := p.tracker.Stats()
-		st.ActiveRequests += ts.ActiveRequests
-		st.Expired += ts.Expired
 	}
 	return st
 }

@@ -37,8 +37,8 @@ func hashReq(n int) SelectRequest {
 }
 
 // TestSelectAllocs: a warmed-up Select allocates nothing; SelectAndReserve
-// plus Free stays within its budget (the id copies and the tracker's
-// request, hashes and trie path).
+// plus Free stays within its budget (the id copy, the ledger record, the
+// slot's hashes and trie path).
 func TestSelectAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts need a non-race run")
@@ -64,11 +64,11 @@ func TestSelectAllocs(t *testing.T) {
 		}
 	})
 	t.Logf("SelectAndReserve+Free: %v allocs", n)
-	// 10 since sched's lock-free prompt trie publishes immutable child sets
-	// (one more allocation on Book, one on Free); the budget is 10
-	// per HTTP request, enforced in httpapi.
-	if n > 10 {
-		t.Errorf("SelectAndReserve+Free allocates %v times, want <= 10", n)
+	// 7 with one ledger record per request (10 with the former reservation
+	// row plus tracker request and handle): the id copy, the record, the
+	// slot's hash copy, the trie path and its copy-on-write child sets.
+	if n > 7 {
+		t.Errorf("SelectAndReserve+Free allocates %v times, want <= 7", n)
 	}
 }
 
@@ -116,7 +116,7 @@ func TestConcurrentBookingsSpread(t *testing.T) {
 
 // TestConcurrentCatalogAndLifecycle runs selections, bookings, lifecycle
 // calls, catalog churn and sweeps at once (for -race), then checks that the
-// reservation index and the trackers agree after a final sweep.
+// ledger and the workers' load counters agree after a final sweep.
 func TestConcurrentCatalogAndLifecycle(t *testing.T) {
 	s := servingEnv(t, 3, 2)
 	var wg sync.WaitGroup
@@ -162,8 +162,8 @@ func TestConcurrentCatalogAndLifecycle(t *testing.T) {
 	wg.Wait()
 	s.Sweep(time.Now())
 	st := s.Stats()
-	if st.Reservations != st.ActiveRequests {
-		t.Fatalf("reservation index %d rows, trackers %d requests", st.Reservations, st.ActiveRequests)
+	if n := activeRequests(s); st.Reservations != n {
+		t.Fatalf("ledger %d reservations, worker counters %d requests", st.Reservations, n)
 	}
 }
 

@@ -733,7 +733,8 @@ func (s *Server) writeValue(ctx *fasthttp.RequestCtx, status int, v any) {
 // classStatus is the one table from the domain's error classes to HTTP
 // statuses (ai-dynamo/dynamo:lib/kv-router/src/services/selection/error.rs:
 // BadRequest 400, NotFound 404, Conflict 409, NotReady 503, overload 429,
-// Internal 500).
+// Internal 500; kvselect's own capacity limits answer 503, as a full
+// service that another replica may serve).
 var classStatus = [...]struct {
 	class  error
 	status int
@@ -743,6 +744,7 @@ var classStatus = [...]struct {
 	{core.ErrConflict, fasthttp.StatusConflict},
 	{core.ErrNotReady, fasthttp.StatusServiceUnavailable},
 	{core.ErrOverloaded, fasthttp.StatusTooManyRequests},
+	{core.ErrCapacity, fasthttp.StatusServiceUnavailable},
 	{core.ErrInternal, fasthttp.StatusInternalServerError},
 }
 
@@ -798,9 +800,16 @@ func (s *Server) writeStats(w io.Writer) {
 	perf.WriteCounter(w, `kvselect_reservation_replays_total{outcome="miss"}`, st.ReplayMiss)
 	perf.WriteCounter(w, `kvselect_lifecycle_calls_total{outcome="ok"}`, st.LifecycleOK)
 	perf.WriteCounter(w, `kvselect_lifecycle_calls_total{outcome="not_found"}`, st.LifecycleNotFound)
-	perf.WriteCounter(w, `kvselect_reservations_expired_total`, st.Expired)
+	perf.WriteCounter(w, `kvselect_bookings_total{outcome="refused"}`, st.BookRefused)
+	perf.WriteCounter(w, `kvselect_reservations_released_total{cause="freed"}`, st.Freed)
+	perf.WriteCounter(w, `kvselect_reservations_released_total{cause="expired"}`, st.Expired)
+	perf.WriteCounter(w, `kvselect_reservations_released_total{cause="worker_removed"}`, st.WorkerGone)
 	perf.WriteGauge(w, `kvselect_active_reservations`, float64(st.Reservations))
-	perf.WriteGauge(w, `kvselect_active_requests`, float64(st.ActiveRequests))
+	perf.WriteGauge(w, `kvselect_active_reservations_limit`, float64(st.MaxReservations))
+	perf.WriteGauge(w, `kvselect_reservation_bytes`, float64(st.ReservationBytes))
+	perf.WriteGauge(w, `kvselect_reservation_bytes_limit`, float64(st.MaxReservationBytes))
+	perf.WriteGauge(w, `kvselect_kv_listeners`, float64(st.Listeners))
+	perf.WriteGauge(w, `kvselect_kv_listeners_limit`, float64(st.MaxListeners))
 	perf.WriteGauge(w, `kvselect_pending_selections`, float64(st.PendingEntries))
 	perf.WriteGauge(w, `kvselect_pending_selection_bytes`, float64(st.PendingBytes))
 	perf.WriteGauge(w, `kvselect_schedulable_workers`, float64(st.SchedulableWorkers))

@@ -12,10 +12,10 @@ func BenchmarkBookFree512(b *testing.B) {
 	tr := newTracker(b, nil)
 	w := tr.AddWorker(wk(1, 0))
 	for i := range 16 {
-		must(b, tr.Book(&Booking{RequestID: fmt.Sprintf("bg%d", i), Worker: w.Key(), SequenceHashes: chain(seqN(10_000*(i+1), 512)), PrefillTokens: 100, AssumeKVReuse: true}, t0))
+		must(b, tr.Book(&tbook{RequestID: fmt.Sprintf("bg%d", i), Worker: w.Key(), SequenceHashes: chain(seqN(10_000*(i+1), 512)), PrefillTokens: 100, AssumeKVReuse: true}, t0))
 	}
 	seq := chain(seqN(1, 512))
-	bk := &Booking{RequestID: "req", Worker: w.Key(), SequenceHashes: seq, PrefillTokens: 8192, AssumeKVReuse: true}
+	bk := &tbook{RequestID: "req", Worker: w.Key(), SequenceHashes: seq, PrefillTokens: 8192, AssumeKVReuse: true}
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := tr.Book(bk, t0); err != nil {
@@ -32,8 +32,8 @@ func BenchmarkBookFree512Shared(b *testing.B) {
 	tr := newTracker(b, nil)
 	w := tr.AddWorker(wk(1, 0))
 	prefix := seqN(1, 384)
-	must(b, tr.Book(&Booking{RequestID: "live", Worker: w.Key(), SequenceHashes: chain(prefix, seqN(5000, 128)...), AssumeKVReuse: true}, t0))
-	bk := &Booking{RequestID: "req", Worker: w.Key(), SequenceHashes: chain(prefix, seqN(9000, 128)...), PrefillTokens: 2048, AssumeKVReuse: true}
+	must(b, tr.Book(&tbook{RequestID: "live", Worker: w.Key(), SequenceHashes: chain(prefix, seqN(5000, 128)...), AssumeKVReuse: true}, t0))
+	bk := &tbook{RequestID: "req", Worker: w.Key(), SequenceHashes: chain(prefix, seqN(9000, 128)...), PrefillTokens: 2048, AssumeKVReuse: true}
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := tr.Book(bk, t0); err != nil {
@@ -59,7 +59,7 @@ func newBlocksFixture(b *testing.B, fullDepth int) ([]*WorkerLoad, []uint64) {
 				d = rng.IntN(513)
 			}
 			seq := chain(local[:d], seqN(1_000_000*(i+1)+1000*j, 64)...)
-			must(b, tr.Book(&Booking{RequestID: fmt.Sprintf("w%d-%d", i, j), Worker: handles[i].Key(), SequenceHashes: seq, AssumeKVReuse: true}, t0))
+			must(b, tr.Book(&tbook{RequestID: fmt.Sprintf("w%d-%d", i, j), Worker: handles[i].Key(), SequenceHashes: seq, AssumeKVReuse: true}, t0))
 		}
 	}
 	return handles, chain(local)
@@ -94,7 +94,7 @@ func TestNewBlocksAllocatesNothing(t *testing.T) {
 	tr := newTracker(t, nil)
 	w := tr.AddWorker(wk(1, 0))
 	seq := chain(seqN(1, 64))
-	must(t, tr.Book(&Booking{RequestID: "a", Worker: w.Key(), SequenceHashes: seq[:40], AssumeKVReuse: true}, t0))
+	must(t, tr.Book(&tbook{RequestID: "a", Worker: w.Key(), SequenceHashes: seq[:40], AssumeKVReuse: true}, t0))
 	var c Candidate
 	if n := testing.AllocsPerRun(100, func() { w.Fill(&c, seq, true) }); n != 0 {
 		t.Fatalf("Fill allocates %v times", n)
@@ -119,7 +119,7 @@ func BenchmarkFillWhileBooking(b *testing.B) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		bk := &Booking{RequestID: "churn", SequenceHashes: seq, PrefillTokens: 512, AssumeKVReuse: true}
+		bk := &tbook{RequestID: "churn", SequenceHashes: seq, PrefillTokens: 512, AssumeKVReuse: true}
 		for i := 0; ; i++ {
 			select {
 			case <-stop:

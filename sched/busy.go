@@ -1,6 +1,6 @@
 package sched
 
-// DecodeBusy is decode_busy (spec 6.1; service-api SelectResponse):
+// DecodeBusy is a select response's decode_busy:
 // potentialDecodeBlocks > threshold × totalKVBlocks, strictly. known is false
 // (the field is omitted) when the threshold is unset or the worker's
 // totalKVBlocks is unknown (<= 0).
@@ -11,11 +11,11 @@ func DecodeBusy(potentialDecodeBlocks, totalKVBlocks int64, threshold *float64) 
 	return float64(potentialDecodeBlocks) > *threshold*float64(totalKVBlocks), true
 }
 
-// PrefillBusy is the advisory prefill_busy (spec 6.1; seed
-// standalone-selection-service): activePrefillTokens > threshold × capacity,
-// strictly. An unknown capacity (<= 0) uses DefaultMaxBatchedTokens, so only
-// an unset threshold makes the answer unknown (the seed wins over the spec's
-// "unknown when capacity is unknown", which it states for decode only).
+// PrefillBusy is an advisory select's prefill_busy: activePrefillTokens >
+// threshold × capacity, strictly. An unknown capacity (<= 0) uses
+// DefaultMaxBatchedTokens, so only an unset threshold makes the answer
+// unknown (the reference's standalone service documents prefill_busy as
+// omitted only when conditional_disagg_prefill_busy_threshold is unset).
 func PrefillBusy(activePrefillTokens, capacity int64, threshold *float64) (busy, known bool) {
 	if threshold == nil {
 		return false, false
@@ -31,18 +31,4 @@ func PrefillCapacity(capacity int64) int64 {
 		return DefaultMaxBatchedTokens
 	}
 	return capacity
-}
-
-// PrefillBusyThresholdOrQueue returns conditional_disagg_prefill_busy_threshold,
-// falling back to router_queue_threshold: the threshold of the conditional
-// disagg prefill_load policy (spec 6.1); nil when both are unset. The select
-// response's prefill_busy does not fall back: it passes
-// Config.PrefillBusyThreshold alone (seed standalone-selection-service and
-// service-api: "omitted when conditional_disagg_prefill_busy_threshold is
-// unset").
-func (c *Config) PrefillBusyThresholdOrQueue() *float64 {
-	if c.PrefillBusyThreshold != nil {
-		return c.PrefillBusyThreshold
-	}
-	return c.QueueThreshold
 }

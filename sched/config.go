@@ -59,17 +59,23 @@ type Config struct {
 	// TrackActiveBlocks books prompt blocks (prefix-deduplicated) as decode
 	// load. When false, active blocks and new blocks are always 0.
 	TrackActiveBlocks bool `json:"router_track_active_blocks"`
-	// TrackOutputBlocks books output blocks reported by OutputBlock.
-	// Requires TrackActiveBlocks.
+	// TrackOutputBlocks is router_track_output_blocks: it steers only the
+	// reference's frontend, which reports output blocks when it is set. The
+	// selection service books every output block a caller reports,
+	// whatever it says (Dynamo's test
+	// output_block_endpoint_updates_reserved_load in
+	// lib/kv-router/src/services/selection/tests.rs). Validated: requires
+	// TrackActiveBlocks.
 	TrackOutputBlocks bool `json:"router_track_output_blocks"`
 	// AssumeKVReuse: when false, a request's prompt blocks are never shared
 	// with other requests (Dynamo uses random tracking hashes), so every
 	// booked block is new.
 	AssumeKVReuse bool `json:"router_assume_kv_reuse"`
 
-	// QueueThreshold is router_queue_threshold. Queueing is not implemented
-	// yet (see Admission); sched reads it only as the fallback of
-	// PrefillBusyThreshold. Finite, >= 0 when set.
+	// QueueThreshold is router_queue_threshold. The router queue is not
+	// built yet (the queueing issue will use it through Admission); today it
+	// only makes max_num_batched_tokens required at registration, as in
+	// Dynamo. Finite, >= 0 when set.
 	QueueThreshold *float64 `json:"router_queue_threshold,omitempty"`
 	// PrefillBusyThreshold is conditional_disagg_prefill_busy_threshold, a
 	// fraction of the worker's prefill token capacity. Finite, >= 0 when set.
@@ -174,7 +180,7 @@ type Override struct {
 }
 
 // Validate reports the first invalid override value, wrapping
-// ErrInvalidConfig (a 400).
+// ErrInvalidConfig (a bad request).
 func (o *Override) Validate() error {
 	for _, p := range [...]struct {
 		name string

@@ -53,9 +53,6 @@ func TestConfigValidate(t *testing.T) {
 			if err := c.Validate(); !errors.Is(err, ErrInvalidConfig) {
 				t.Fatalf("Validate = %v, want ErrInvalidConfig", err)
 			}
-			if _, err := NewTracker(c); !errors.Is(err, ErrInvalidConfig) {
-				t.Fatalf("NewTracker = %v, want ErrInvalidConfig", err)
-			}
 		})
 	}
 }
@@ -131,17 +128,5 @@ func TestBusy(t *testing.T) {
 		if busy != tt.busy || known != tt.known {
 			t.Errorf("%s: (busy, known) = (%v, %v), want (%v, %v)", tt.name, busy, known, tt.busy, tt.known)
 		}
-	}
-	c := DefaultConfig()
-	if c.PrefillBusyThresholdOrQueue() != nil {
-		t.Fatal("no thresholds: want nil")
-	}
-	c.QueueThreshold = ptr(2.0)
-	if v := c.PrefillBusyThresholdOrQueue(); v == nil || *v != 2 {
-		t.Fatal("fallback to router_queue_threshold")
-	}
-	c.PrefillBusyThreshold = ptr(0.3)
-	if v := c.PrefillBusyThresholdOrQueue(); *v != 0.3 {
-		t.Fatal("own threshold wins")
 	}
 }

@@ -1,54 +1,49 @@
 // Package sched is kvselect's scheduling decision: which (worker, dp_rank)
 // gets a request, and the bookkeeping of the load already booked on each.
-// The semantics are Dynamo's (spec/scheduling-and-index.md sections 1 to 8),
-// because callers compare our decisions with Dynamo's.
+// The semantics are Dynamo's (ai-dynamo/dynamo:lib/kv-router/src/scheduling/
+// for the cost function and picker, lib/kv-router/src/sequences/ for the
+// load accounting), because callers compare our decisions with Dynamo's.
 //
 // Package sched opens no sockets, starts no goroutines, reads no clock and no
-// environment: time and configuration are inputs.
+// environment: time and configuration are inputs. It keeps counters and the
+// per-worker prompt trie, not requests: the host owns each live request and
+// embeds its Slot.
 //
 // # The host's contract
 //
-// A host (core) owns one Tracker per partition and, per request:
+// A host (core) keeps one WorkerLoad per schedulable (worker, dp_rank)
+// (NewWorkerLoad; Retire when the rank leaves) and, per request:
 //
 //  1. Resolves the weights: p, err := cfg.Resolve(override), where cfg was
 //     validated at start-up and override is the request's
-//     router_config_override (nil when absent). An error is a 400.
+//     router_config_override (nil when absent). An error is the caller's.
 //  2. Builds the candidate rows: cands, err = AppendCandidates(cands[:0],
 //     workers, &constraints). One row per eligible (worker, dp_rank); errors
-//     are the scheduler errors of spec 2.6 (ErrNoEndpoints,
-//     ErrAllOverloaded, ErrPinnedNotAllowed, ErrPinnedOverloaded).
+//     are ErrNoEndpoints, ErrAllOverloaded, ErrPinnedNotAllowed and
+//     ErrPinnedOverloaded.
 //  3. Fills every row: the overlap fields (DeviceBlocks, HostBlocks,
 //     DiskBlocks) from the index's tiered match, and the load fields with
-//     tracker.Worker(key) then WorkerLoad.Fill(&cands[i], seqHashes,
-//     p.AssumeKVReuse). A worker the tracker does not know keeps HasLoad
-//     false.
+//     WorkerLoad.Fill(&cands[i], seqHashes, p.AssumeKVReuse). A row without
+//     a WorkerLoad keeps HasLoad false.
 //  4. Scores and picks: Score(&p, &req, cands, costs) then i :=
 //     Pick(costs, p.Temperature, rng). Both are allocation-free. Queueing
 //     (router_queue_threshold, policy classes) will sit between steps 3
 //     and 4 behind the Admission interface; today every request is admitted.
-//  5. Books (select_and_reserve, reservations): tracker.Book(&Booking{...},
-//     now) with PrefillTokens = EffectivePrefillTokens(isl,
-//     CachedTokens(&p, bs, &cands[i])) when p.TrackPrefillTokens, else 0.
-//     If the response cannot be delivered, Free the id again. A_p
-//     saturates at MaxActivePrefillTokens (client-supplied token counts
-//     cannot wrap it).
+//  5. Books (select_and_reserve, reservations): slot.Book(load,
+//     &Booking{...}) on the Slot of the host's record of the request, with
+//     PrefillTokens = EffectivePrefillTokens(isl, CachedTokens(&p, bs,
+//     &cands[i])) when p.TrackPrefillTokens, else 0. A_p saturates at
+//     MaxActivePrefillTokens (client-supplied token counts cannot wrap it).
 //  6. Reports: effective_prefill_tokens as in step 5,
 //     potential_decode_blocks = SelectedDecodeBlocks(&req, &cands[i],
 //     len(seqHashes)), decode_busy = DecodeBusy(that, totalKVBlocks,
 //     cfg.DecodeBusyThreshold), and for an advisory select prefill_busy =
 //     PrefillBusy(A_p, capacity, cfg.PrefillBusyThreshold); an unknown
 //     verdict omits the field.
-//  7. Forwards lifecycle calls: PrefillComplete(id), OutputBlock(id, f),
-//     Free(id). Free and PrefillComplete are idempotent and report whether
-//     the id was live; mapping "not live" to 404 is the host's choice. A
-//     host that keeps its own index of bookings books with BookHandle,
-//     stores the Handle in its row and forwards with PrefillCompleteHandle,
-//     OutputBlockHandle and FreeHandle: those act only on that booking, so
-//     a call that looked the row up before the id was freed and booked
-//     again cannot act on the newer booking (the id-based calls would).
-//  8. Calls Expire(now) periodically (Book also runs it lazily, at most
-//     once per Config.ExpiryCheckInterval), and AddWorker/RemoveWorker as
-//     the catalog changes. Booking never creates a worker.
+//  7. Drives the lifecycle on the Slot: CompletePrefill, OutputBlock, and
+//     Release once the request is freed, expired (cfg.ActiveRequestExpiry
+//     after admission) or its worker retired. The host decides which call
+//     wins (one record, one owner); Release is idempotent regardless.
 //
 // # Concurrency
 //
@@ -59,7 +54,8 @@
 // between Fill and Book (TestConcurrentBookingsSpread measures the result).
 // Scoring takes no lock: WorkerLoad.NewBlocks walks the worker's prompt
 // trie lock-free (writers publish changes by atomic pointer stores, see
-// pnode), while Book, Free and OutputBlock serialize on the worker's mutex.
+// pnode), while Slot.Book, OutputBlock and Release serialize on the worker's
+// mutex. CompletePrefill is one atomic swap.
 //
 // # Errors
 //

@@ -9,7 +9,8 @@ import (
 
 // Worker is the eligibility view of one registered, schedulable worker: its
 // DP ranks, its taints, and the host's overload verdict (the availability and
-// overload providers of spec 2.5; the standalone service flags nothing).
+// overload providers of Dynamo's scheduler, lib/kv-router/src/scheduling/;
+// the standalone service flags nothing).
 type Worker struct {
 	ID uint64
 	// DPStart and DPSize give the ranks [DPStart, DPStart+DPSize); DPSize
@@ -42,8 +43,8 @@ type Constraints struct {
 }
 
 // AppendCandidates appends one Candidate (Worker and TaintMultiplier set)
-// per eligible (worker, dp_rank) to dst and returns it. Eligibility (spec
-// 2.5): every rank in [DPStart, DPStart+DPSize), workers filtered by
+// per eligible (worker, dp_rank) to dst and returns it. Eligibility
+// (Dynamo's lib/kv-router/src/scheduling/selector.rs): every rank in [DPStart, DPStart+DPSize), workers filtered by
 // AllowedWorkerIDs, RequiredTaints and Overloaded.
 //
 // Errors: ErrNoEndpoints when nothing passes the filters; ErrAllOverloaded

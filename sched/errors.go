@@ -5,7 +5,7 @@ import "errors"
 // Error sentinels. Every error this package returns is one of these, or wraps
 // exactly one of them with %w (errors.Is works on all). The host classifies
 // them (core: not ready, overloaded, bad request, ...); sched knows nothing
-// of transports or status codes.
+// of transports.
 //
 // The messages are Dynamo's own texts (ai-dynamo/dynamo:
 // lib/kv-router/src/scheduling/types.rs) without a "sched:" prefix, so an
@@ -24,13 +24,8 @@ var (
 	// ErrPinnedNotAllowed: the pinned worker is outside
 	// allowed_worker_ids.
 	ErrPinnedNotAllowed = errors.New("pinned worker is not in allowed worker set")
-	// ErrDuplicateRequest: a booking reuses a live request id, whatever the
-	// worker.
-	ErrDuplicateRequest = errors.New("request already exists")
-	// ErrRequestNotFound: a lifecycle call names no live request.
-	ErrRequestNotFound = errors.New("request not found")
-	// ErrWorkerNotFound: a booking names a (worker, dp_rank) the tracker does
-	// not know; booking never creates a worker.
+	// ErrWorkerNotFound: a booking names a retired (worker, dp_rank);
+	// booking never revives a worker.
 	ErrWorkerNotFound = errors.New("worker not found")
 	// ErrInvalidDecayFraction: an output-block decay fraction outside [0, 1]
 	// or not finite.

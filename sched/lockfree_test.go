@@ -17,7 +17,7 @@ func TestNewBlocksDoesNotWaitForWriters(t *testing.T) {
 	tr := newTracker(t, nil)
 	w := tr.AddWorker(wk(1, 0))
 	seq := chain(seqN(1, 40))
-	must(t, tr.Book(&Booking{RequestID: "a", Worker: w.Key(), SequenceHashes: seq[:30], PrefillTokens: 480, AssumeKVReuse: true}, t0))
+	must(t, tr.Book(&tbook{RequestID: "a", Worker: w.Key(), SequenceHashes: seq[:30], PrefillTokens: 480, AssumeKVReuse: true}, t0))
 
 	w.mu.Lock()
 	done := make(chan Candidate)
@@ -63,7 +63,7 @@ func TestNewBlocksDuringChurn(t *testing.T) {
 	for a := range anchors {
 		locals[a] = seqN(1000*(a+1), anchorLen)
 		chains[a] = chain(locals[a])
-		must(t, tr.Book(&Booking{RequestID: fmt.Sprint("anchor", a), Worker: w.Key(), SequenceHashes: chains[a], AssumeKVReuse: true}, t0))
+		must(t, tr.Book(&tbook{RequestID: fmt.Sprint("anchor", a), Worker: w.Key(), SequenceHashes: chains[a], AssumeKVReuse: true}, t0))
 	}
 
 	var wg, readers sync.WaitGroup
@@ -86,7 +86,7 @@ func TestNewBlocksDuringChurn(t *testing.T) {
 				a, d := rng.IntN(anchors), 1+rng.IntN(anchorLen)
 				seq := chain(locals[a][:d], seqN(1_000_000*(g+1)+100*i, rng.IntN(6))...)
 				id := fmt.Sprintf("w%d-%d", g, i)
-				if err := tr.Book(&Booking{RequestID: id, Worker: w.Key(), SequenceHashes: seq, PrefillTokens: 16, AssumeKVReuse: true}, t0); err != nil {
+				if err := tr.Book(&tbook{RequestID: id, Worker: w.Key(), SequenceHashes: seq, PrefillTokens: 16, AssumeKVReuse: true}, t0); err != nil {
 					errs <- err
 					return
 				}
@@ -163,7 +163,7 @@ func TestNonChainHashes(t *testing.T) {
 		{0, 1, 0, 1, 0, 1}, // small values
 	}
 	for i, s := range seqs {
-		must(t, tr.Book(&Booking{RequestID: fmt.Sprint(i), Worker: w.Key(), SequenceHashes: s, AssumeKVReuse: true}, t0))
+		must(t, tr.Book(&tbook{RequestID: fmt.Sprint(i), Worker: w.Key(), SequenceHashes: s, AssumeKVReuse: true}, t0))
 		checkInvariants(t, tr)
 	}
 	for _, q := range append(seqs, []uint64{1, 2, 9, 4}, []uint64{7, 8, 7}, []uint64{9, 2, 3}) {

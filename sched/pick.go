@@ -23,7 +23,9 @@ type RuntimeRand struct{}
 func (RuntimeRand) IntN(n int) int   { return rand.IntN(n) }
 func (RuntimeRand) Float64() float64 { return rand.Float64() }
 
-// Pick returns the index of the chosen candidate (spec 2.4), or -1 when costs
+// Pick returns the index of the chosen candidate (Dynamo's
+// lib/kv-router/src/scheduling/selector.rs: argmin with a random
+// tie-break at temperature 0, else a softmax over -cost), or -1 when costs
 // is empty.
 //
 // temperature <= 0: argmin; exact ties are broken uniformly at random by
@@ -54,7 +56,7 @@ func Pick(costs []float64, temperature float64, rng Rand) int {
 	return best
 }
 
-// softmaxFrame is the normalisation of spec 2.4: shift by the minimum, divide
+// softmaxFrame is the picker's normalisation: shift by the minimum, divide
 // by (range × T); costs are first scaled by 1/max(|min|, |max|) when the
 // range is not finite.
 type softmaxFrame struct {

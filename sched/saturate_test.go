@@ -16,10 +16,10 @@ func TestPrefillCounterSaturates(t *testing.T) {
 	tr := newTracker(t, nil)
 	w := tr.AddWorker(wk(1, 0))
 	huge := []int64{math.MaxInt64, 1 << 62, math.MaxInt64, 1 << 62, math.MaxInt64}
-	must(t, tr.Book(&Booking{RequestID: "small", Worker: w.Key(), PrefillTokens: 1000}, t0))
+	must(t, tr.Book(&tbook{RequestID: "small", Worker: w.Key(), PrefillTokens: 1000}, t0))
 	prev := w.c.prefillTokens.Load()
 	for i, p := range huge {
-		must(t, tr.Book(&Booking{RequestID: fmt.Sprint("h", i), Worker: w.Key(), PrefillTokens: p}, t0))
+		must(t, tr.Book(&tbook{RequestID: fmt.Sprint("h", i), Worker: w.Key(), PrefillTokens: p}, t0))
 		got := w.c.prefillTokens.Load()
 		if got < prev || got > MaxActivePrefillTokens {
 			t.Fatalf("after booking %d: A_p %d (before %d), want in [before, %d]", p, got, prev, int64(MaxActivePrefillTokens))
@@ -29,7 +29,7 @@ func TestPrefillCounterSaturates(t *testing.T) {
 	if prev != MaxActivePrefillTokens {
 		t.Fatalf("A_p = %d, want saturated at %d", prev, int64(MaxActivePrefillTokens))
 	}
-	if err := tr.Book(&Booking{RequestID: "h0", Worker: w.Key(), PrefillTokens: math.MaxInt64}, t0); err == nil {
+	if err := tr.Book(&tbook{RequestID: "h0", Worker: w.Key(), PrefillTokens: math.MaxInt64}, t0); err == nil {
 		t.Fatal("duplicate booking accepted")
 	}
 	if got := w.c.prefillTokens.Load(); got != prev {
@@ -41,7 +41,7 @@ func TestPrefillCounterSaturates(t *testing.T) {
 	if got := w.c.prefillTokens.Load(); got != MaxActivePrefillTokens-1000 {
 		t.Fatalf("after freeing 1000: A_p %d", got)
 	}
-	must(t, tr.Book(&Booking{RequestID: "h5", Worker: w.Key(), PrefillTokens: math.MaxInt64}, t0))
+	must(t, tr.Book(&tbook{RequestID: "h5", Worker: w.Key(), PrefillTokens: math.MaxInt64}, t0))
 	if got := w.c.prefillTokens.Load(); got != MaxActivePrefillTokens {
 		t.Fatalf("refilled A_p %d", got)
 	}
@@ -79,7 +79,7 @@ func TestPrefillCounterSaturatesConcurrently(t *testing.T) {
 				if i%3 == 0 {
 					p = math.MaxInt64 - int64(i)
 				}
-				if err := tr.Book(&Booking{RequestID: id, Worker: w.Key(), PrefillTokens: p}, t0); err != nil {
+				if err := tr.Book(&tbook{RequestID: id, Worker: w.Key(), PrefillTokens: p}, t0); err != nil {
 					t.Error(err)
 					return
 				}
@@ -98,7 +98,7 @@ func TestPrefillCounterSaturatesConcurrently(t *testing.T) {
 	}
 	wg.Wait()
 	checkInvariants(t, tr)
-	tr.reqs.Range(func(id string, _ *request) bool { tr.Free(id); return true })
+	tr.reqs.Range(func(id string, _ *Slot) bool { tr.Free(id); return true })
 	wantLoads(t, w, Loads{})
 	if got := w.c.prefillTokens.Load(); got != 0 {
 		t.Fatalf("A_p %d after freeing everything", got)

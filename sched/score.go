@@ -7,7 +7,8 @@ import (
 	"github.com/kvselect/kvselect/radix"
 )
 
-// WorkerType selects the logit variant (spec 2.3).
+// WorkerType selects the logit variant: the decode-only cost of a decode
+// pool, or the full prefill+decode cost.
 type WorkerType uint8
 
 const (
@@ -62,7 +63,7 @@ type Candidate struct {
 	// 0 without a shared cache (always, in the standalone service).
 	SharedBeyondDeviceBlocks int64
 
-	// HasLoad says the worker has a load projection (the tracker knows it).
+	// HasLoad says the worker rank has a WorkerLoad (its loads are filled).
 	// Without one, raw prefill is isl / bs and the load fields are ignored
 	// by the prefill term.
 	HasLoad bool
@@ -80,7 +81,7 @@ type Candidate struct {
 	TaintMultiplier float64
 }
 
-// CachedTokens returns the weighted cached tokens of c (cached_w, spec 3.1):
+// CachedTokens returns the weighted cached tokens of c (cached_w):
 // round((dev + host_w·host + disk_w·disk) × bs), floored at 0. Device weight
 // is 1.0 here whatever the overlap credit is.
 func CachedTokens(p *Params, bs int64, c *Candidate) int64 {
@@ -88,15 +89,16 @@ func CachedTokens(p *Params, bs int64, c *Candidate) int64 {
 	return roundCached(blocks * float64(bs))
 }
 
-// EffectivePrefillTokens is the cache-credit formula isl − min(cached, isl)
-// (spec 3.1): the value booked as the request's prefill load and returned to
+// EffectivePrefillTokens is the cache-credit formula isl − min(cached, isl):
+// the value booked as the request's prefill load and returned to
 // the caller.
 func EffectivePrefillTokens(isl, cached int64) int64 {
 	return isl - max(0, min(cached, isl))
 }
 
 // Score writes the logit of every candidate into out[i] (lower is better),
-// following spec 2.2 and 2.3 exactly. out must be at least len(cands) long.
+// following Dynamo's cost function (lib/kv-router/src/scheduling/selector.rs)
+// exactly, as written out below. out must be at least len(cands) long.
 // Score is pure and allocation-free; req must be valid (Request.Validate).
 //
 // Per candidate:
@@ -184,7 +186,7 @@ func activePrefill(c *Candidate) int64 {
 	return c.ActivePrefillTokens
 }
 
-// PotentialLoad is one row of /potential_loads (spec 4).
+// PotentialLoad is one row of /potential_loads.
 type PotentialLoad struct {
 	Worker radix.WorkerKey
 	// PrefillTokens = A_p + (track ? isl − min(cached_w, isl) : 0).
@@ -221,8 +223,8 @@ func PotentialLoads(p *Params, req *Request, cands []Candidate, out []PotentialL
 
 // SelectedDecodeBlocks is potential_decode_blocks of the selected worker as
 // the select response reports it: the candidate's A_d + add plus the
-// request's untracked partial tail, request_blocks − len(sequence_hashes)
-// (spec 4, newer revisions).
+// request's untracked partial tail, request_blocks − len(sequence_hashes),
+// as newer revisions of the reference report it.
 func SelectedDecodeBlocks(req *Request, c *Candidate, numSeqHashes int) int64 {
 	var ad int64
 	if c.HasLoad {

@@ -16,7 +16,8 @@ const fullWeight int64 = 1 << 20
 func toFixed(f float64) int64 { return int64(f*float64(fullWeight) + 0.5) }
 
 // roundBlocks converts a fixed-point total to whole blocks, rounding half up
-// (active_blocks = round(prompt_total + output_total), spec 8.3). A transient
+// (active_blocks = round(prompt_total + output_total), as Dynamo's
+// lib/kv-router/src/sequences/block_tracker.rs). A transient
 // negative total (a lifecycle call racing its booking) reads as 0.
 func roundBlocks(fixed int64) int64 {
 	if fixed <= 0 {
@@ -209,7 +210,8 @@ func (n *pnode) rangeChildren(f func(h uint64, c *pnode)) {
 
 // promptTrie is the active-prompt membership of one (worker, dp_rank): the
 // union of the sequence-hash chains of its live requests, each distinct chain
-// prefix stored once (the prefix dedup of spec 8.3). It is single-threaded;
+// prefix stored once (the prefix dedup: a distinct sequence hash counts
+// once per worker, however many requests share it). It is single-threaded;
 // WorkerLoad adds the locking.
 //
 // Invariant: blocks == Σ len(n.hashes) and fixed == Σ len(n.hashes)·n.weight
@@ -223,8 +225,9 @@ type promptTrie struct {
 // commonPrefix returns the length of the longest common prefix of an edge a
 // and a request's remaining path b, both starting at the same depth.
 //
-// Precondition: the hashes are rolling sequence hashes (spec 1 and 10: each
-// hash identifies its whole prefix), so a[k] == b[k] implies a[j] == b[j]
+// Precondition: the hashes are rolling sequence hashes (each hash is the
+// XXH3 of its parent's hash and the block's local hash, so it identifies its
+// whole prefix), so a[k] == b[k] implies a[j] == b[j]
 // for every j < k. The common prefix is then found by checking the last
 // overlapping position (the usual case: the whole edge matches) and
 // otherwise binary-searching for the first mismatch, O(log n) compares
@@ -381,7 +384,7 @@ func (t *promptTrie) release(term *pnode) (delta int64) {
 }
 
 // setExclusiveWeight sets weight w on the nodes only the owner of term holds
-// (refs == 1), walking from term toward the root (spec 8.4,
+// (refs == 1), walking from term toward the root (Dynamo's
 // add_output_block with decay_fraction), and returns the change of fixed.
 func (t *promptTrie) setExclusiveWeight(term *pnode, w int64) (delta int64) {
 	for n := term; n != nil && n != &t.root && n.refs == 1; n = n.parent {

@@ -7,6 +7,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -111,7 +112,7 @@ func checkFile(t reporter, path, pkg string) {
 				if !known {
 					t.Errorf("%s: package %q is not in DESIGN.md's table", path, top)
 				} else if depTop != top && !slices.Contains(allowed, depTop) {
-					t.Errorf("%s: %s may not import %s (DESIGN.md)", path, top, dep)
+					t.Errorf("%s: %s may not import %s (allowedInRepo)", path, top, dep)
 				}
 			}
 		}
@@ -125,6 +126,32 @@ func checkFile(t reporter, path, pkg string) {
 	}
 	if pkg != "cmd/kvselect" {
 		checkNoEnv(t, path)
+	}
+	if slices.Contains(domainPackages, top) {
+		checkNoEdgeNames(t, path)
+	}
+}
+
+// domainPackages are the packages below httpapi: they return classed
+// errors and take configs, and name no HTTP status or environment
+// variable (httpapi owns the status table, cmd the environment).
+var domainPackages = []string{"radix", "sched", "core"}
+
+// edgeNames are the words a domain package must not contain, in code or
+// comments: an HTTP status number, a status code, a DYN_* variable name.
+var edgeNames = regexp.MustCompile(`\b(400|401|403|404|405|409|413|415|422|429|500|502|503|504)\b|[Ss]tatus code|\bDYN_[A-Z0-9_]+|http\.Status`)
+
+// checkNoEdgeNames reports every line of path naming an edge concept.
+func checkNoEdgeNames(t reporter, path string) {
+	t.Helper()
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, line := range strings.Split(string(src), "\n") {
+		if m := edgeNames.FindString(line); m != "" {
+			t.Errorf("%s:%d: %q: a package below httpapi names an HTTP status or an environment variable", path, i+1, m)
+		}
 	}
 }
 
@@ -165,6 +192,8 @@ var _ = flag.Parse
 var _ = os.Getenv("X")
 var _ = core.X
 var _ = fasthttp.X
+// A conflict is a 409.
+// DYN_ROUTER_TEMPERATURE sets it.
 `
 	path := filepath.Join(dir, "bad.go")
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
@@ -172,7 +201,7 @@ var _ = fasthttp.X
 	}
 	rec := &recorder{T: t}
 	checkFile(rec, path, "radix")
-	if rec.n != 4 {
-		t.Fatalf("want 4 violations (in-repo, fasthttp, flag, Getenv), got %d: %v", rec.n, rec.msgs)
+	if rec.n != 6 {
+		t.Fatalf("want 6 violations (in-repo, fasthttp, flag, Getenv, a status, an env name), got %d: %v", rec.n, rec.msgs)
 	}
 }

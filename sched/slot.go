@@ -1,0 +1,218 @@
+package sched
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sync/atomic"
+
+	"github.com/kvselect/kvselect/radix"
+)
+
+// Slot is the load one live request holds on one worker rank: its booked
+// prefill (A_p), its prompt path in the worker's prompt trie (or its private
+// blocks, without KV reuse) and its output blocks (A_d), and one unit of N.
+//
+// The host owns the request: it embeds a Slot in its own record of the
+// request (so that a lifecycle call is one lookup of that record plus the
+// Slot's updates), and drives it in this order:
+//
+//  1. Book, once, on the worker rank the request was placed on.
+//  2. Any number of CompletePrefill and OutputBlock calls, from any
+//     goroutine.
+//  3. Release, once the request is done (free, expiry, worker removal).
+//     Release is idempotent; after it CompletePrefill and OutputBlock
+//     change nothing.
+//
+// Calling Book twice, or any other method before Book, is a broken caller
+// protocol and panics. The zero Slot is unbooked. A Slot must not be copied
+// after Book.
+type Slot struct {
+	// w is the worker rank; written by Book before it returns, immutable
+	// after (the host publishes the Slot only after Book returns).
+	w *WorkerLoad
+	// prefill is the part of the booked prefill still counted in w's A_p
+	// (what addPrefill added, less than Booking.PrefillTokens when A_p
+	// saturated); swapped to 0 exactly once, by CompletePrefill or Release.
+	prefill atomic.Int64
+
+	// Under w.mu:
+	hashes        []uint64 // owned copy of the sequence hashes; the trie aliases it (never written)
+	term          *pnode   // terminal node in w.trie; nil when not in the trie
+	private       int64    // blocks counted outside the trie (no KV reuse)
+	privateWeight int64    // fixed-point weight of each private block
+	outputs       int64    // output blocks added
+	outputFixed   int64    // fixed-point total weight of the output blocks
+	released      bool     // Release ran: counted in no counter any more
+}
+
+// Booking is the input of Slot.Book.
+type Booking struct {
+	// SequenceHashes are the request's tracking hashes (full blocks). Book
+	// copies them; the caller may reuse the slice.
+	SequenceHashes []uint64
+	// PrefillTokens is the effective prefill to book (EffectivePrefillTokens
+	// of the selected worker). 0 books none; pass 0 when
+	// track_prefill_tokens is off. A_p saturates at MaxActivePrefillTokens.
+	PrefillTokens int64
+	// AssumeKVReuse is the request's resolved assume_kv_reuse: false counts
+	// every block as the request's own (no prefix sharing).
+	AssumeKVReuse bool
+}
+
+// Book records the request on worker rank w (Dynamo's add_request,
+// ai-dynamo/dynamo:lib/kv-router/src/sequences/single.rs): A_p +=
+// PrefillTokens (saturating at MaxActivePrefillTokens), the prompt path
+// joins the worker's prompt set (blocks shared with live requests on that
+// worker are not counted again), N += 1.
+//
+// Errors: ErrWorkerNotFound when w is retired (booking never revives a
+// worker); the Slot is then unbooked and may be dropped.
+func (s *Slot) Book(w *WorkerLoad, b *Booking) error {
+	if s.w != nil {
+		panic("BUG: sched: Slot booked twice")
+	}
+	reuse := b.AssumeKVReuse && w.trackBlocks
+	var hashes []uint64
+	if reuse && len(b.SequenceHashes) > 0 {
+		hashes = slices.Clone(b.SequenceHashes)
+	}
+	w.mu.Lock()
+	if w.retired.Load() {
+		w.mu.Unlock()
+		return fmt.Errorf("%w: %v", ErrWorkerNotFound, w.key)
+	}
+	s.w = w
+	if b.PrefillTokens > 0 {
+		s.prefill.Store(w.c.addPrefill(b.PrefillTokens))
+	}
+	var delta int64
+	if w.trackBlocks {
+		if reuse {
+			s.hashes = hashes
+			s.term, delta = w.trie.acquire(hashes)
+		} else {
+			s.private = int64(len(b.SequenceHashes))
+			s.privateWeight = fullWeight
+			delta = s.private * fullWeight
+		}
+	}
+	if invariants {
+		w.trie.check()
+	}
+	w.c.blocksFixed.Add(delta)
+	w.c.requests.Add(1)
+	w.mu.Unlock()
+	return nil
+}
+
+// Worker returns the worker rank the slot is booked on (the zero key before
+// Book).
+func (s *Slot) Worker() radix.WorkerKey {
+	if s.w == nil {
+		return radix.WorkerKey{}
+	}
+	return s.w.key
+}
+
+// Retired reports whether the slot's worker rank was retired (false before
+// Book).
+func (s *Slot) Retired() bool { return s.w != nil && s.w.Retired() }
+
+// CompletePrefill clears the slot's booked prefill from A_p (Dynamo's
+// mark_prefill_completed). Idempotent; one atomic swap, no lock. Release
+// swaps the same field, so a completion racing a release subtracts nothing
+// twice.
+func (s *Slot) CompletePrefill() {
+	s.mustBeBooked()
+	if p := s.prefill.Swap(0); p != 0 {
+		s.w.c.prefillTokens.Add(-p)
+	}
+}
+
+// OutputBlock records one output block of the request (Dynamo's
+// add_output_block): one more decode block of weight 1. With decayFraction
+// f (in [0, 1]), every output block of the request and every prompt block
+// only this request holds on its worker get weight f instead, as Dynamo's
+// block tracker weighs them. A no-op once the slot is released.
+//
+// Errors: ErrInvalidDecayFraction (f outside [0, 1] or NaN).
+func (s *Slot) OutputBlock(decayFraction *float64) error {
+	wf, err := decayWeight(decayFraction)
+	if err != nil {
+		return err
+	}
+	s.mustBeBooked()
+	w := s.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if s.released {
+		return nil
+	}
+	old := s.outputFixed
+	s.outputs++
+	if decayFraction == nil {
+		s.outputFixed += fullWeight
+	} else {
+		s.outputFixed = s.outputs * wf
+	}
+	delta := s.outputFixed - old
+	if decayFraction != nil {
+		delta += w.trie.setExclusiveWeight(s.term, wf)
+		delta += s.private * (wf - s.privateWeight)
+		s.privateWeight = wf
+		if invariants {
+			w.trie.check()
+		}
+	}
+	w.c.blocksFixed.Add(delta)
+	return nil
+}
+
+// decayWeight validates a decay_fraction (nil: none) and returns it in
+// fixed point.
+func decayWeight(decayFraction *float64) (int64, error) {
+	if decayFraction == nil {
+		return 0, nil
+	}
+	f := *decayFraction
+	if math.IsNaN(f) || f < 0 || f > 1 {
+		return 0, fmt.Errorf("%w: got %v", ErrInvalidDecayFraction, f)
+	}
+	return toFixed(f), nil
+}
+
+// Release takes the request out of its worker's counters and trie (Dynamo's
+// free): its prefill, the prompt blocks no other slot holds, its output
+// blocks and its unit of N. It reports whether this call released it: true
+// exactly once per booked slot.
+func (s *Slot) Release() bool {
+	s.mustBeBooked()
+	w := s.w
+	if p := s.prefill.Swap(0); p != 0 {
+		w.c.prefillTokens.Add(-p)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if s.released {
+		return false
+	}
+	delta := -(s.outputFixed + s.private*s.privateWeight)
+	if s.term != nil {
+		delta += w.trie.release(s.term)
+		if invariants {
+			w.trie.check()
+		}
+	}
+	w.c.blocksFixed.Add(delta)
+	w.c.requests.Add(-1)
+	s.released = true
+	s.term, s.hashes = nil, nil
+	return true
+}
+
+func (s *Slot) mustBeBooked() {
+	if s.w == nil {
+		panic("BUG: sched: Slot used before Book")
+	}
+}

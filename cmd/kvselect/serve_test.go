@@ -26,6 +26,9 @@ func TestParseServeDefaults(t *testing.T) {
 	if o.core.SelectionCacheTTL != 120*time.Second || o.core.SelectionCacheMaxEntries != 4096 || o.core.SelectionCacheMaxBytes != 268435456 {
 		t.Fatalf("cache defaults: %+v", o.core)
 	}
+	if o.core.MaxReservations != 1<<20 || o.core.MaxReservationBytes != 512<<20 || o.core.MaxListeners != 4096 {
+		t.Fatalf("limit defaults: %+v", o.core)
+	}
 	if !o.core.Sched.AssumeKVReuse || !o.core.UseKVEvents || !o.http.Pprof || len(o.inactive) != 0 {
 		t.Fatalf("defaults: %+v", o)
 	}
@@ -60,6 +63,9 @@ func TestParseServeErrors(t *testing.T) {
 		{[]string{"--threads", "0"}, nil, "--threads"},
 		{[]string{"--selection-cache-ttl-secs", "0"}, nil, "ttl"},
 		{[]string{"--selection-cache-max-entries", "0"}, nil, "max entries"},
+		{[]string{"--max-reservations", "0"}, nil, "limits must be > 0"},
+		{[]string{"--max-reservation-bytes", "-1"}, nil, "limits must be > 0"},
+		{[]string{"--max-kv-listeners", "0"}, nil, "limits must be > 0"},
 		{[]string{"--session-affinity-ttl-secs", "0.5"}, nil, "session-affinity-ttl-secs"},
 		{[]string{"--indexer-peers", "ftp://x"}, nil, "--indexer-peers"},
 		{[]string{"--router-tracking-hash", "md5"}, nil, "--router-tracking-hash"},

@@ -9,8 +9,10 @@ import (
 
 // Origin says where a live request was booked: OriginLocal for a booking
 // made through this service's own routes; otherwise the process id of the
-// replica peer whose admission this record mirrors. Only local records are
-// published to peers.
+// replica peer whose admission this record mirrors. Lifecycle calls act on
+// (and publish for) a record whatever its origin, as the reference lets a
+// mirrored booking be completed or freed on any replica; a snapshot for a
+// joining peer carries only local records.
 type Origin uint64
 
 // OriginLocal is the Origin of a booking made by this process.

@@ -244,7 +244,7 @@ func (s *Service) PrefillComplete(id string) error {
 	}
 	r.slot.CompletePrefill()
 	s.stats.lifecycleOK.Add(1)
-	if s.publishing && r.origin == OriginLocal {
+	if s.publishing {
 		s.replica.Publish(&ReplicaEvent{Kind: ReplicaPrefillCompleted, ModelName: r.p.model, RoutingGroup: r.p.group, BlockSize: r.p.snap.Load().blockSize, RequestID: r.id, Worker: r.worker()})
 	}
 	return nil
@@ -288,7 +288,7 @@ func (s *Service) Free(id string) error {
 		return errorf(ErrNotFound, "reservation %s not found", id)
 	}
 	s.stats.lifecycleOK.Add(1)
-	if s.publishing && r.origin == OriginLocal {
+	if s.publishing {
 		s.replica.Publish(&ReplicaEvent{Kind: ReplicaFree, ModelName: r.p.model, RoutingGroup: r.p.group, BlockSize: r.p.snap.Load().blockSize, RequestID: r.id, Worker: r.worker()})
 	}
 	return nil

@@ -5,9 +5,10 @@
 // # Hashing
 //
 // LocalHashes and SequenceHashes match Dynamo bit for bit (XXH3-64, seed
-// 1337, tokens as u32 little-endian; spec section 10), because the router
-// recomputes the local hash of every block a worker reports and a caller may
-// send hashes it computed itself.
+// 1337, tokens as u32 little-endian; ai-dynamo/dynamo:lib/tokens/src/lib.rs
+// and lib/kv-router/src/protocols.rs), because the router recomputes the
+// local hash of every block a worker reports and a caller may send hashes
+// it computed itself.
 //
 // # Using the index
 //
@@ -21,18 +22,21 @@
 //  4. Dump for /dump and peer recovery; restore by applying a dump's events
 //     to an empty index. Stats for metrics.
 //
-// # Semantics (spec section 9)
+// # Semantics
 //
-// A worker rank's blocks form a prefix-closed set of paths: a Stored event
-// continues after its parent (which the worker must hold, or the event is
-// dropped whole) or starts at the root; Removed drops a block and everything
-// the worker holds below it; Cleared drops a rank, RemoveWorker all ranks.
-// A store that repeats one of its own hashes or its parent's is a no-op; a
-// block whose external hash the worker already holds elsewhere stops the
-// store there. Every drop is counted by reason in Stats. Lower tiers
-// (host_pinned, disk, external) are sets of continuation edges (parent
-// external hash, local hash) -> child, walked from each worker's matched
-// device prefix, host then disk then external.
+// Those of Dynamo's RadixTree and lower-tier indexers
+// (ai-dynamo/dynamo:lib/kv-router/src/indexer/radix_tree.rs and
+// lower_tier.rs), except where the README's implementation notes say why
+// kvselect departs. A worker rank's blocks form a prefix-closed set of paths:
+// a Stored event continues after its parent (which the worker must hold, or
+// the event is dropped whole) or starts at the root; Removed drops a block
+// and everything the worker holds below it; Cleared drops a rank,
+// RemoveWorker all ranks. A store that repeats one of its own hashes or its
+// parent's is a no-op; a block whose external hash the worker already holds
+// elsewhere stops the store there. Every drop is counted by reason in
+// Stats. Lower tiers (host_pinned, disk, external) are sets of continuation
+// edges (parent external hash, local hash) -> child, walked from each
+// worker's matched device prefix, host then disk then external.
 //
 // # Concurrency
 //

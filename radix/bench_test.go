@@ -490,6 +490,12 @@ func (s memShape) build(ix *Index) {
 // index added (runtime.MemStats.HeapAlloc after a full GC, before and
 // after) per device (worker, block) pair, and that pair count.
 func heapPerBlock(tb testing.TB, s memShape) (float64, int64) {
+	per, blocks, _ := buildMeasured(tb, s)
+	return per, blocks
+}
+
+// buildMeasured is heapPerBlock, also returning the index.
+func buildMeasured(tb testing.TB, s memShape) (float64, int64, *Index) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -502,23 +508,33 @@ func heapPerBlock(tb testing.TB, s memShape) (float64, int64) {
 		tb.Fatalf("built %d blocks (want %d), drops %v", blocks, want, ix.Stats().Dropped)
 	}
 	runtime.KeepAlive(ix)
-	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(blocks), blocks
+	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(blocks), blocks, ix
 }
 
 // BenchmarkMemory builds an index of about 2 M (worker, block) pairs (64
 // workers of 32,704 blocks) in both shapes and reports the live heap per
-// pair. The time per op is the build time.
+// pair. The time per op is the build time; gc_ms is the time of a full
+// garbage collection with the index live (marking scales with the
+// pointers in the live heap).
 func BenchmarkMemory(b *testing.B) {
 	for _, shared := range []bool{true, false} {
 		name := map[bool]string{true: "shared", false: "distinct"}[shared]
 		b.Run(name, func(b *testing.B) {
 			s := memShape{workers: 64, convs: 255, shared: shared}
 			var per float64
+			var ix *Index
 			for b.Loop() {
-				per, _ = heapPerBlock(b, s)
+				per, _, ix = buildMeasured(b, s)
 			}
+			start := time.Now()
+			for range 3 {
+				runtime.GC()
+			}
+			gc := time.Since(start) / 3
+			runtime.KeepAlive(ix)
 			b.ReportMetric(per, "bytes/block")
 			b.ReportMetric(float64(s.workers*s.blocksPerWorker()), "blocks")
+			b.ReportMetric(float64(gc.Microseconds())/1000, "gc_ms")
 		})
 	}
 }

@@ -73,8 +73,10 @@
 // 24.1 bytes per pair when all workers share the prompt and families of 8
 // share their conversations, 32.6 when every worker's blocks are its own.
 // The lookup that stored the key and a *node (24-byte slots, 3/8 to 3/4
-// full) took 57.6 and 66.0, and a full GC with the index live took 39 to
-// 49 ms instead of 2 to 6 ms (the slots were pointers to scan).
+// full) took 57.6 and 66.0, and a full GC with the index live took 38 to
+// 65 ms instead of 2 to 14 ms (medians 44 and 4.5 over two sessions: the
+// slots were pointers to scan). Building the index takes as long as before
+// (0.48 to 0.68 s, either code).
 // TestMemoryPerBlock fails above 40 bytes (23 to 37 at 61 K and 127 K
 // pairs).
 //

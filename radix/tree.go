@@ -46,8 +46,10 @@ type Tree struct {
 	dup     []dupSlot // scratch of hasDuplicates; writer-only
 
 	// nodes[id] is the live node with that id, nil for a free id; free
-	// lists the free ids. Lookup entries name nodes by id (4 bytes instead
-	// of a pointer). Writer-only.
+	// lists the free ids. Lookup entries name nodes by id: 4 bytes instead
+	// of an 8-byte pointer, and no pointer for the collector to scan (a
+	// full GC with 2 M pairs indexed, BenchmarkMemory: 44 ms with pointers
+	// in the slots, 4.5 ms without; medians). Writer-only.
 	nodes []*node
 	free  []uint32
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -423,4 +424,117 @@ func (w *simWorker) evict() uint64 {
 		}
 	}
 	return bl.ext
+}
+
+// memShape describes an index built for the memory measurements: workers
+// in families of 8, each holding a 64-block system prompt and convs
+// conversations of 128 blocks, stored in chained Stored events of 32
+// blocks with well-mixed external hashes unique to the worker. With shared,
+// every worker's system prompt has the same local hashes and the members
+// of a family hold the same conversations (replicas behind one prompt, so
+// most (worker, block) pairs sit on nodes that 8 workers cover); without,
+// every worker's blocks are its own (a tree of 64 disjoint chains' worth of
+// edges).
+type memShape struct {
+	workers, convs int
+	shared         bool
+}
+
+func (s memShape) blocksPerWorker() int { return 64 + 128*s.convs }
+
+// build applies the shape's events to ix, one worker after another.
+func (s memShape) build(ix *Index) {
+	ev := Event{Kind: Stored, Blocks: make([]Block, 0, 32)}
+	for w := range s.workers {
+		mix := func(x uint64) uint64 { // splitmix64: engine hashes look random
+			x += 0x9E3779B97F4A7C15
+			x = (x ^ x>>30) * 0xBF58476D1CE4E5B9
+			x = (x ^ x>>27) * 0x94D049BB133111EB
+			return x ^ x>>31
+		}
+		local := func(conv, i int) uint64 {
+			fam := w / 8
+			if !s.shared {
+				fam = 1000 + w
+			}
+			if conv == 0 && s.shared {
+				return mix(uint64(i)) // the system prompt, shared by all
+			}
+			return mix(uint64(fam)<<40 | uint64(conv)<<20 | uint64(i))
+		}
+		ext := func(conv, i int) uint64 { return mix(1<<63 | uint64(w)<<40 | uint64(conv)<<20 | uint64(i)) }
+		emit := func(conv, from, n int, parent uint64, hasParent bool) {
+			ev.Worker = WorkerKey{uint64(w), 0}
+			ev.HasParent, ev.ParentHash = hasParent, parent
+			ev.Blocks = ev.Blocks[:0]
+			for i := from; i < from+n; i++ {
+				ev.Blocks = append(ev.Blocks, Block{Hash: ext(conv, i), Local: local(conv, i)})
+			}
+			ix.Apply(&ev)
+		}
+		// conv 0 is the system prompt (blocks 0..63); conversations 1..convs
+		// continue after its last block.
+		emit(0, 0, 32, 0, false)
+		emit(0, 32, 32, ext(0, 31), true)
+		for c := 1; c <= s.convs; c++ {
+			parent := ext(0, 63)
+			for j := 0; j < 128; j += 32 {
+				emit(c, 64+j, 32, parent, true)
+				parent = ext(c, 64+j+31)
+			}
+		}
+	}
+}
+
+// heapPerBlock builds s into a new index and returns the live heap the
+// index added (runtime.MemStats.HeapAlloc after a full GC, before and
+// after) per device (worker, block) pair, and that pair count.
+func heapPerBlock(tb testing.TB, s memShape) (float64, int64) {
+	per, blocks, _ := buildMeasured(tb, s)
+	return per, blocks
+}
+
+// buildMeasured is heapPerBlock, also returning the index.
+func buildMeasured(tb testing.TB, s memShape) (float64, int64, *Index) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	ix, _ := New(Config{})
+	s.build(ix)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	blocks := ix.Stats().Blocks[TierDevice]
+	if want := int64(s.workers * s.blocksPerWorker()); blocks != want || ix.Stats().Dropped != [numDropReasons]uint64{} {
+		tb.Fatalf("built %d blocks (want %d), drops %v", blocks, want, ix.Stats().Dropped)
+	}
+	runtime.KeepAlive(ix)
+	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(blocks), blocks, ix
+}
+
+// BenchmarkMemory builds an index of about 2 M (worker, block) pairs (64
+// workers of 32,704 blocks) in both shapes and reports the live heap per
+// pair. The time per op is the build time; gc_ms is the time of a full
+// garbage collection with the index live (marking scales with the
+// pointers in the live heap).
+func BenchmarkMemory(b *testing.B) {
+	for _, shared := range []bool{true, false} {
+		name := map[bool]string{true: "shared", false: "distinct"}[shared]
+		b.Run(name, func(b *testing.B) {
+			s := memShape{workers: 64, convs: 255, shared: shared}
+			var per float64
+			var ix *Index
+			for b.Loop() {
+				per, _, ix = buildMeasured(b, s)
+			}
+			start := time.Now()
+			for range 3 {
+				runtime.GC()
+			}
+			gc := time.Since(start) / 3
+			runtime.KeepAlive(ix)
+			b.ReportMetric(per, "bytes/block")
+			b.ReportMetric(float64(s.workers*s.blocksPerWorker()), "blocks")
+			b.ReportMetric(float64(gc.Microseconds())/1000, "gc_ms")
+		})
+	}
 }

@@ -12,7 +12,8 @@ import (
 var ErrBadEvent = errors.New("radix: bad router event")
 
 // AppendEventJSON appends ev as one RouterEvent of the /dump JSON format
-// (spec 11; field order as Dynamo serialises it):
+// (ai-dynamo/dynamo:lib/kv-router/src/protocols.rs; field order as Dynamo
+// serialises it):
 //
 //	{"worker_id":7,"storage_tier":"device","residency_domain":"worker",
 //	 "event":{"event_id":0,"data":{"stored":{"parent_hash":null,"start_position":null,

@@ -25,7 +25,8 @@ const (
 
 var tierNames = [numTiers]string{"device", "host_pinned", "disk", "external"}
 
-// String returns the tier's JSON name (spec section 11).
+// String returns the tier's JSON name, the storage_tier of Dynamo's
+// RouterEvent (ai-dynamo/dynamo:lib/kv-router/src/protocols.rs).
 func (t Tier) String() string {
 	if t < numTiers {
 		return tierNames[t]

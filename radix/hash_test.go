@@ -6,7 +6,8 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// Known answers from spec section 10 (Dynamo's lib/tokens and protocols.rs tests).
+// Known answers from Dynamo's tests (ai-dynamo/dynamo:lib/tokens/src/lib.rs
+// and lib/kv-router/src/protocols.rs).
 func TestHashKnownAnswers(t *testing.T) {
 	if got := xxh3.HashStringSeed("test data", Seed); got != 13226331709069118873 {
 		t.Fatalf("xxh3(test data, 1337) = %d", got)

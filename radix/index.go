@@ -214,8 +214,9 @@ func (s *shard) refreshLocked(w WorkerKey) {
 
 // Match fills r with every worker rank holding a prefix of the request whose
 // local block hashes are q: device depth, then host, disk and external
-// extensions (spec 9.6). r is reset first; with a warmed-up r, Match does
-// not allocate. Matches are in no particular order.
+// extensions, each lower tier continuing from where the previous tier
+// stopped. r is reset first; with a warmed-up r, Match does not allocate.
+// Matches are in no particular order.
 func (ix *Index) Match(q []uint64, r *Result) {
 	r.Reset()
 	if len(q) == 0 {

@@ -92,7 +92,8 @@ func TestParseEventJSON(t *testing.T) {
 			t.Errorf("%s: want ErrBadEvent, got %v", in, err)
 		}
 	}
-	// The writer and the reader agree on the spec's example byte for byte.
+	// The writer and the reader agree byte for byte on a dump event as
+	// Dynamo serialises it.
 	example := `{"worker_id":7,"storage_tier":"device","residency_domain":"worker","event":{"event_id":0,"data":{"stored":{"parent_hash":null,"start_position":null,"blocks":[{"block_hash":11,"tokens_hash":14643705804678351452,"mm_extra_info":null}]}},"dp_rank":0}}`
 	ev, err := ParseEventJSON([]byte(example))
 	if err != nil {

@@ -32,10 +32,13 @@ func (e *lowerEdge) find(w WorkerKey) (int, bool) {
 	return slices.BinarySearchFunc(e.owners, w, func(o lowerOwner, w WorkerKey) int { return cmpKey(o.key, w) })
 }
 
-// lowerTier indexes one storage tier below the device (spec 9.6): a set of
-// continuation edges, each with its owners. Writes come from one goroutine at
-// a time (the shard's writer); reads are lock-free map loads of immutable
-// edges. On a duplicate or conflicting store, the existing mapping wins.
+// lowerTier indexes one storage tier below the device, as Dynamo's
+// LowerTierIndexer does
+// (ai-dynamo/dynamo:lib/kv-router/src/indexer/lower_tier.rs): a set of
+// continuation edges, each with its owners. Writes come from one goroutine
+// at a time (the shard's writer); reads are lock-free map loads of
+// immutable edges. On a duplicate or conflicting store, the existing
+// mapping wins.
 type lowerTier struct {
 	edges *xsync.MapOf[lowerKey, *lowerEdge]
 	// byWorker maps a worker's child external hash to its edge (writer-only).

@@ -8,7 +8,7 @@ type Match struct {
 	// tier (the primary tree).
 	Device uint32
 	// Host, Disk and External are extension blocks: the lower tiers continue
-	// in that order from where the previous tier stopped (spec 9.6).
+	// in that order from where the previous tier stopped.
 	Host, Disk, External uint32
 
 	// last is the worker's external hash of the last block matched so far

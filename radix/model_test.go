@@ -192,7 +192,9 @@ func (m *model) workers() []WorkerKey {
 	return slices.SortedFunc(maps.Keys(set), cmpKey)
 }
 
-// match is the tiered query of spec 9.6, written the obvious way.
+// match is the tiered query, written the obvious way: the device prefix,
+// then each lower tier (host, disk, external) walking its continuation
+// edges from where the previous tier stopped.
 func (m *model) match(q []uint64) map[WorkerKey]Match {
 	out := map[WorkerKey]Match{}
 	if len(q) == 0 {

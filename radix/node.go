@@ -26,8 +26,11 @@ type node struct {
 	parent *node
 	// moved is the node that took over this node's blocks at offsets
 	// >= len(edge) when the node was split. A lookup entry made before the
-	// split is resolved by following moved (see Tree.resolve).
+	// split is resolved by following moved (see follow).
 	moved *node
+	// id names the node in lookup entries: Tree.nodes[id] == n while n is
+	// in the tree (0 is the root, which no entry names).
+	id uint32
 }
 
 // nodeState is an immutable snapshot of a node. Nothing in it is modified

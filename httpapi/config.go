@@ -1,0 +1,64 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// DefaultMaxRequestBodySize is the reference's REQUEST_BODY_LIMIT_BYTES.
+const DefaultMaxRequestBodySize = 8 << 20
+
+// Config configures a Server.
+type Config struct {
+	// MaxRequestBodySize is the body limit of every route; larger bodies
+	// get 413. > 0.
+	MaxRequestBodySize int
+	// Pprof mounts /debug/pprof/*.
+	Pprof bool
+	// ReadTimeout, WriteTimeout and IdleTimeout bound one connection;
+	// WriteTimeout must exceed the longest CPU profile requested.
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// Concurrency caps concurrent connections (fasthttp's Server.Concurrency);
+	// 0 is fasthttp's default (256 Ki).
+	Concurrency int
+	// Peers manages replica-sync peers; nil answers as a selector started
+	// without --replica-sync-port.
+	Peers Peers
+	// Logf logs server errors; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// DefaultConfig returns the defaults: 8 MiB bodies, pprof on, 60 s
+// read/idle and 120 s write timeouts.
+func DefaultConfig() Config {
+	return Config{
+		MaxRequestBodySize: DefaultMaxRequestBodySize,
+		Pprof:              true,
+		ReadTimeout:        60 * time.Second,
+		WriteTimeout:       120 * time.Second,
+		IdleTimeout:        60 * time.Second,
+	}
+}
+
+// Validate reports an invalid Config.
+func (c *Config) Validate() error {
+	if c.MaxRequestBodySize <= 0 {
+		return fmt.Errorf("httpapi: max request body size must be > 0, got %d", c.MaxRequestBodySize)
+	}
+	if c.ReadTimeout < 0 || c.WriteTimeout < 0 || c.IdleTimeout < 0 || c.Concurrency < 0 {
+		return errors.New("httpapi: timeouts and concurrency must be >= 0")
+	}
+	return nil
+}
+
+// Peers is the replica-sync peer manager behind /replica_sync/*.
+type Peers interface {
+	// Register adds a peer endpoint; added is false when already present.
+	// An invalid endpoint is an error wrapping core.ErrBadRequest.
+	Register(endpoint string) (added bool, err error)
+	// Deregister removes a peer; a core.ErrNotFound error when unknown.
+	Deregister(endpoint string) error
+	// List returns the sorted endpoints.
+	List() []string
+}

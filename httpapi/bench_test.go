@@ -17,8 +17,8 @@ import (
 )
 
 // selectBody returns a select body with n block hashes and n sequence
-// hashes (signed 64-bit values spread over the whole range), shaped like
-// the spec's measured body.
+// hashes (signed 64-bit values spread over the whole range): the shape of
+// a hash-path select body, 5.3 KB at n=128.
 func selectBody(n int, id string) []byte {
 	var b strings.Builder
 	b.WriteString(`{`)

@@ -572,7 +572,8 @@ func TestInspectionErrors(t *testing.T) {
 }
 
 // TestPromptVariants: eagle windows and multimodal blocks change the local
-// hashes (and so the match) as spec scheduling 10 describes.
+// hashes (and so the match), as the reference's compute_block_hash_for_seq
+// does (ai-dynamo/dynamo:lib/kv-router/src/protocols.rs).
 func TestPromptVariants(t *testing.T) {
 	h := start(t)
 	h.worker(1, "")

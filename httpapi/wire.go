@@ -425,7 +425,7 @@ func decodeReservation(body []byte, r *reserveReq) error {
 }
 
 // workerBody is the wire form of POST /workers: worker_id is required, so
-// it is a pointer that shadows the embedded spec's field.
+// it is a pointer that shadows the embedded core.WorkerSpec's field.
 type workerBody struct {
 	WorkerID *uint64 `json:"worker_id"`
 	core.WorkerSpec

@@ -11,9 +11,10 @@ import (
 )
 
 // LatencyBuckets are the upper bounds, in seconds, of the request latency
-// histograms: 1 µs doubling to about 4.2 s (23 buckets). Dynamo's router
-// overhead histograms double from 0.1 µs (in ms); the same doubling keeps
-// dashboards comparable.
+// histograms: 1 µs doubling to about 4.2 s (23 buckets). These series are
+// kvselect's own: Dynamo's router-overhead histograms
+// (dynamo_router_overhead_*_ms) have other names, milliseconds and buckets
+// from 0.1 µs, so dashboards built for Dynamo do not read them.
 var LatencyBuckets = metrics.ExponentialBuckets(1e-6, 2, 23)
 
 // Codes are the HTTP statuses a route counter is pre-created for; any other

@@ -45,7 +45,7 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	fs.SetOutput(stderr)
 	port := fs.Uint("port", 8092, "HTTP port")
 	fs.StringVar(&o.host, "host", "0.0.0.0", "HTTP bind address")
-	threads := fs.Int("threads", 4, "indexer threads: when given, the number of KV index shards per partition (1 = single-threaded); by default the index sizes itself from GOMAXPROCS")
+	threads := fs.Int("threads", 4, "indexer threads: when given, the number of KV index shards per partition; by default one shard per partition (radix.DefaultShards), whatever GOMAXPROCS, because every match walks every shard")
 	indexerPeers := fs.String("indexer-peers", "", "comma-separated HTTP base URLs of selectors/indexers to recover the KV index from at start-up (GET {url}/dump)")
 	replicaPort := fs.Int("replica-sync-port", 0, "ZMQ PUB port of the replica-sync mesh (must be > 0 when set)")
 	replicaPeers := fs.String("replica-sync-peers", "", "comma-separated ZMQ endpoints of replica-sync peers; requires --replica-sync-port")

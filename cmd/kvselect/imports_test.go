@@ -15,9 +15,9 @@ import (
 
 const module = "github.com/kvselect/kvselect"
 
-// allowedInRepo is the import-direction table of DESIGN.md: which in-repo
-// packages each package's non-test files may import. cmd/kvselect may import
-// everything.
+// allowedInRepo is the import-direction rule: which in-repo packages each
+// package's non-test files may import (the domain below the edges, no
+// package above cmd). cmd/kvselect may import everything.
 var allowedInRepo = map[string][]string{
 	"radix":   {},
 	"sched":   {"radix"},
@@ -39,7 +39,7 @@ var externalOnly = []struct {
 	{"flag", []string{"cmd/kvselect"}},
 }
 
-// TestImportDirection enforces DESIGN.md's import rules on every non-test Go
+// TestImportDirection enforces the import rules above on every non-test Go
 // file of the repository, so a wrong arrow fails CI.
 func TestImportDirection(t *testing.T) {
 	root, err := filepath.Abs("../..")
@@ -109,9 +109,9 @@ func checkFile(t reporter, path, pkg string) {
 				depTop := strings.SplitN(dep, "/", 2)[0]
 				allowed, known := allowedInRepo[top]
 				if !known {
-					t.Errorf("%s: package %q is not in DESIGN.md's table", path, top)
+					t.Errorf("%s: package %q is not in the allowedInRepo table", path, top)
 				} else if depTop != top && !slices.Contains(allowed, depTop) {
-					t.Errorf("%s: %s may not import %s (DESIGN.md)", path, top, dep)
+					t.Errorf("%s: %s may not import %s (allowedInRepo)", path, top, dep)
 				}
 			}
 		}

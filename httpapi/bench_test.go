@@ -232,8 +232,8 @@ func handleDirect(srv *Server, ctx *fasthttp.RequestCtx, path string, body []byt
 // /select_and_reserve with 128+128 hashes (booking included, the free done
 // outside the measured function's budget is counted too) and for /select.
 func TestSelectAndReserveAllocs(t *testing.T) {
-	if testing.Short() || raceEnabled {
-		t.Skip("allocation counts need a non-race, non-short run")
+	if raceEnabled {
+		t.Skip("allocation counts need a non-race run")
 	}
 	svc := benchService(t)
 	srv, err := New(svc, DefaultConfig())

@@ -41,7 +41,11 @@ func (s *Server) handleSelect(ctx *fasthttp.RequestCtx, book bool) {
 	}
 	r := s.selectPool.Get().(*selectReq)
 	defer s.releaseSelect(r)
-	if err := decodeSelect(body, r); err != nil {
+	fields := selectFields
+	if book {
+		fields = reserveFields
+	}
+	if err := decodeSelectAs(body, r, fields); err != nil {
 		s.writeErr(ctx, err)
 		return
 	}
@@ -114,7 +118,7 @@ func (s *Server) handleQuery(ctx *fasthttp.RequestCtx, overlap bool) {
 	}
 	r := s.selectPool.Get().(*selectReq)
 	defer s.releaseSelect(r)
-	if err := decodeSelect(body, r); err != nil {
+	if err := decodeSelectAs(body, r, queryFields); err != nil {
 		s.writeErr(ctx, err)
 		return
 	}
@@ -141,12 +145,12 @@ func (s *Server) handleOutputBlock(ctx *fasthttp.RequestCtx, id string) {
 	if !ok {
 		return
 	}
-	var b outputBlockBody
-	if err := decodeJSON(body, &b); err != nil {
+	frac, err := decodeOutputBlock(body)
+	if err != nil {
 		s.writeErr(ctx, err)
 		return
 	}
-	s.writeStatusOK(ctx, s.svc.OutputBlock(id, b.DecayFraction))
+	s.writeStatusOK(ctx, s.svc.OutputBlock(id, frac))
 }
 
 func (s *Server) handleUpsert(ctx *fasthttp.RequestCtx) {
@@ -154,17 +158,12 @@ func (s *Server) handleUpsert(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	var b workerBody
-	if err := decodeJSON(body, &b); err != nil {
+	spec, err := decodeWorker(body)
+	if err != nil {
 		s.writeErr(ctx, err)
 		return
 	}
-	if b.WorkerID == nil {
-		s.writeErr(ctx, missingField(body, "worker_id"))
-		return
-	}
-	b.WorkerSpec.WorkerID = *b.WorkerID
-	rec, err := s.svc.UpsertWorker(&b.WorkerSpec)
+	rec, err := s.svc.UpsertWorker(&spec)
 	s.writeRecord(ctx, 201, rec, err)
 }
 
@@ -173,8 +172,8 @@ func (s *Server) handlePatch(ctx *fasthttp.RequestCtx, id uint64) {
 	if !ok {
 		return
 	}
-	var p core.WorkerPatch
-	if err := decodeJSON(body, &p); err != nil {
+	p, err := decodePatch(body)
+	if err != nil {
 		s.writeErr(ctx, err)
 		return
 	}
@@ -197,13 +196,9 @@ func (s *Server) handlePeer(ctx *fasthttp.RequestCtx, register bool) {
 	if !ok {
 		return
 	}
-	var b peerBody
-	if err := decodeJSON(body, &b); err != nil {
+	endpoint, err := decodePeer(body)
+	if err != nil {
 		s.writeErr(ctx, err)
-		return
-	}
-	if b.Endpoint == nil {
-		s.writeErr(ctx, missingField(body, "endpoint"))
 		return
 	}
 	if s.cfg.Peers == nil {
@@ -211,10 +206,10 @@ func (s *Server) handlePeer(ctx *fasthttp.RequestCtx, register bool) {
 		return
 	}
 	if !register {
-		s.writeStatusOK(ctx, s.cfg.Peers.Deregister(*b.Endpoint))
+		s.writeStatusOK(ctx, s.cfg.Peers.Deregister(endpoint))
 		return
 	}
-	added, err := s.cfg.Peers.Register(*b.Endpoint)
+	added, err := s.cfg.Peers.Register(endpoint)
 	if err != nil {
 		s.writeErr(ctx, err)
 		return

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/kvselect/kvselect/perf"
 	"github.com/valyala/fasthttp"
@@ -161,18 +162,18 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx) int {
 		return rMetrics
 	}
 	if rest, ok := bytes.CutPrefix(path, []byte("/workers/")); ok && len(rest) > 0 && bytes.IndexByte(rest, '/') < 0 {
-		id, err := strconv.ParseUint(string(rest), 10, 64)
+		id, bad := workerIDParam(rest)
 		switch string(m) {
 		case "PATCH":
-			if err != nil {
-				s.writeErrMsg(ctx, 400, "Invalid URL: Cannot parse `"+string(rest)+"` to a `u64`")
+			if bad != "" {
+				s.writeErrMsg(ctx, 400, bad)
 			} else {
 				s.handlePatch(ctx, id)
 			}
 			return rWorkerPatch
 		case "DELETE":
-			if err != nil {
-				s.writeErrMsg(ctx, 400, "Invalid URL: Cannot parse `"+string(rest)+"` to a `u64`")
+			if bad != "" {
+				s.writeErrMsg(ctx, 400, bad)
 			} else {
 				rec, err := s.svc.DeleteWorker(id)
 				s.writeRecord(ctx, 200, rec, err)
@@ -204,17 +205,26 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx) int {
 				if string(m) != "DELETE" {
 					return s.notAllowed(ctx)
 				}
+				if s.badSelectionID(ctx, id) {
+					return rReservationDelete
+				}
 				s.writeStatusOK(ctx, s.svc.Free(b2s(id)))
 				return rReservationDelete
 			case "prefill_complete":
 				if !post {
 					return s.notAllowed(ctx)
 				}
+				if s.badSelectionID(ctx, id) {
+					return rPrefillComplete
+				}
 				s.writeStatusOK(ctx, s.svc.PrefillComplete(b2s(id)))
 				return rPrefillComplete
 			case "output_block":
 				if !post {
 					return s.notAllowed(ctx)
+				}
+				if s.badSelectionID(ctx, id) {
+					return rOutputBlock
 				}
 				s.handleOutputBlock(ctx, b2s(id))
 				return rOutputBlock
@@ -227,6 +237,29 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx) int {
 	}
 	s.writeRaw(ctx, 404, errRouteNotFound)
 	return rUnmatched
+}
+
+// workerIDParam parses the {worker_id} path segment as axum's Path<u64>
+// does; bad is the 400 message when it is not UTF-8 or not a u64.
+func workerIDParam(seg []byte) (id uint64, bad string) {
+	if !utf8.Valid(seg) {
+		return 0, "Invalid URL: Invalid UTF-8 in `worker_id`"
+	}
+	id, err := strconv.ParseUint(string(seg), 10, 64)
+	if err != nil {
+		return 0, "Invalid URL: Cannot parse `" + echo(seg) + "` to a `u64`"
+	}
+	return id, ""
+}
+
+// badSelectionID answers 400 when the percent-decoded {selection_id} is not
+// UTF-8, as axum's Path<String> does, and reports whether it did.
+func (s *Server) badSelectionID(ctx *fasthttp.RequestCtx, id []byte) bool {
+	if utf8.Valid(id) {
+		return false
+	}
+	s.writeErrMsg(ctx, 400, "Invalid URL: Invalid UTF-8 in `selection_id`")
+	return true
 }
 
 // unescapeSegment percent-decodes one path segment; malformed escapes stay

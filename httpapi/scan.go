@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"strconv"
+	"unicode/utf8"
 )
 
 // scanner is a hand-written JSON reader for the selection bodies, whose
@@ -23,11 +24,17 @@ import (
 // Strings with escapes are decoded into strbuf, owned by the pooled request.
 //
 // Grammar: RFC 8259. Syntax errors are 400, type errors 422, as axum's Json
-// extractor answers.
+// extractor answers. Keys match field names exactly (serde_json is
+// case-sensitive), a known field given twice is serde's 422 "duplicate
+// field", unknown fields are skipped, and every string, keys and skipped
+// values included, must be valid UTF-8.
 type scanner struct {
 	b      []byte
 	i      int
 	strbuf []byte
+	// keyEnd is the offset just past the last object key and the
+	// whitespace after it, where serde_json reports a duplicate field.
+	keyEnd int
 }
 
 // decodeError is a body that cannot be decoded: status 400 (syntax) or 422
@@ -58,11 +65,68 @@ func (s *scanner) typeErr(field, what string) error {
 	return &decodeError{422, msg + what + " at line " + strconv.Itoa(line) + " column " + strconv.Itoa(col)}
 }
 
-// missingField is serde's "missing field `x`" at the end of the input.
-func missingField(b []byte, field string) error {
-	s := scanner{b: b, i: len(b)}
-	line, col := s.pos()
-	return &decodeError{422, dataPrefix + "missing field `" + field + "` at line " + strconv.Itoa(line) + " column " + strconv.Itoa(col)}
+// missingField is serde's "missing field `x`" of the top-level object that
+// ends just before b[end], where serde_json reports it.
+func missingField(b []byte, end int, field string) error {
+	s := scanner{b: b, i: end}
+	return s.typeErr("", "missing field `"+field+"`")
+}
+
+// maxEcho bounds how many bytes of the request an error message quotes (a
+// number literal, an enum value, a path segment): serde quotes them whole,
+// but a 4 MiB digit string must not come back in the error body.
+const maxEcho = 256
+
+// echo returns b for quoting in an error message: b itself up to maxEcho
+// bytes, else its first maxEcho bytes, cut back to a rune boundary, and an
+// ellipsis.
+func echo(b []byte) string {
+	if len(b) <= maxEcho {
+		return string(b)
+	}
+	n := maxEcho
+	for n > maxEcho-utf8.UTFMax && !utf8.RuneStart(b[n]) {
+		n--
+	}
+	return string(b[:n]) + "…"
+}
+
+// fieldSet is the fields of one request struct: exact key to bit, for the
+// dispatch of known keys and serde's duplicate-field check.
+type fieldSet struct {
+	bits map[string]uint64
+}
+
+// newFieldSet returns the set of names (at most 64).
+func newFieldSet(names ...string) *fieldSet {
+	if len(names) > 64 {
+		panic("BUG: a fieldSet holds at most 64 fields")
+	}
+	fs := &fieldSet{bits: make(map[string]uint64, len(names))}
+	for i, n := range names {
+		fs.bits[n] = 1 << i
+	}
+	return fs
+}
+
+// field marks key as read in seen and reports whether it names a field of
+// fs (an unknown key is to be skipped). A field read twice is serde's
+// duplicate-field error, a 422 positioned after the key; path prefixes the
+// message for a nested struct, as serde_path_to_error does.
+func (s *scanner) field(fs *fieldSet, seen *uint64, path string, key []byte) (known bool, err error) {
+	bit := fs.bits[string(key)]
+	if bit == 0 {
+		return false, nil
+	}
+	if *seen&bit != 0 {
+		i := s.i
+		s.i = s.keyEnd
+		err = s.typeErr(path, "duplicate field `"+string(key)+"`")
+		s.i = i
+		return true, err
+	}
+	*seen |= bit
+	return true, nil
 }
 
 // pos returns the 1-based line and column of s.i.
@@ -139,6 +203,7 @@ func (s *scanner) object(typeName string, field func(key []byte) error) error {
 		if s.peek() != ':' {
 			return s.syntaxErr("expected `:`")
 		}
+		s.keyEnd = s.i
 		s.i++
 		s.ws()
 		if err := field(key); err != nil {

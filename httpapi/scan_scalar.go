@@ -90,7 +90,7 @@ func (s *scanner) integer(field, want string) (lit []byte, neg bool, v uint64, e
 		if outOfRange(lit) {
 			return nil, false, 0, s.syntaxErr("number out of range")
 		}
-		return nil, false, 0, s.typeErr(field, "invalid type: floating point `"+string(lit)+"`, expected "+want)
+		return nil, false, 0, s.typeErr(field, "invalid type: floating point `"+echo(lit)+"`, expected "+want)
 	}
 	neg = lit[0] == '-'
 	digits := lit
@@ -111,7 +111,7 @@ func (s *scanner) integer(field, want string) (lit []byte, neg bool, v uint64, e
 }
 
 func (s *scanner) rangeErr(field string, lit []byte, want string) error {
-	return s.typeErr(field, "invalid value: integer `"+string(lit)+"`, expected "+want)
+	return s.typeErr(field, "invalid value: integer `"+echo(lit)+"`, expected "+want)
 }
 
 // uint reads a non-negative integer <= max.
@@ -145,8 +145,13 @@ func (s *scanner) int64(field string) (int64, error) {
 }
 
 // float reads a number as f64.
-func (s *scanner) float(field string) (float64, error) {
-	lit, _, err := s.numberLit(field, "f64")
+func (s *scanner) float(field string) (float64, error) { return s.floatAs(field, "f64") }
+
+// floatAs reads a number where serde expects the float type want (f64 or
+// f32; an f32 is read as f64 and narrowed by the caller, as serde_json
+// does, so it has no range error of its own).
+func (s *scanner) floatAs(field, want string) (float64, error) {
+	lit, _, err := s.numberLit(field, want)
 	if err != nil {
 		return 0, err
 	}
@@ -155,7 +160,7 @@ func (s *scanner) float(field string) (float64, error) {
 		if math.IsInf(f, 0) {
 			return 0, s.syntaxErr("number out of range")
 		}
-		return 0, s.typeErr(field, "invalid value: number `"+string(lit)+"`, expected f64")
+		return 0, s.typeErr(field, "invalid value: number `"+echo(lit)+"`, expected "+want)
 	}
 	return f, nil
 }

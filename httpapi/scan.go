@@ -292,17 +292,6 @@ func (s *scanner) array(field, want string, elem func() error) (set bool, err er
 	}
 }
 
-// raw skips one value and returns its bytes (for sub-objects decoded with
-// go-json).
-func (s *scanner) raw() ([]byte, error) {
-	s.ws()
-	start := s.i
-	if err := s.skip(); err != nil {
-		return nil, err
-	}
-	return s.b[start:s.i], nil
-}
-
 // skip consumes one value, validating its syntax.
 func (s *scanner) skip() error {
 	return s.skipDepth(0)

@@ -19,9 +19,12 @@ type Config struct {
 	// ReadTimeout, WriteTimeout and IdleTimeout bound one connection;
 	// WriteTimeout must exceed the longest CPU profile requested.
 	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
-	// Concurrency caps concurrent connections (fasthttp's Server.Concurrency);
-	// 0 is fasthttp's default (256 Ki).
-	Concurrency int
+	// MaxConnections caps the open connections, so that idle clients cannot
+	// take every descriptor of the process; a connection over the cap is
+	// answered 503 {"error": ...} with Connection: close (closed unanswered
+	// under TLS) and counted in kvselect_http_connections_rejected_total.
+	// 0 is no cap (fasthttp's own limit of 256 Ki then applies).
+	MaxConnections int
 	// Peers manages replica-sync peers; nil answers as a selector started
 	// without --replica-sync-port.
 	Peers Peers
@@ -46,8 +49,8 @@ func (c *Config) Validate() error {
 	if c.MaxRequestBodySize <= 0 {
 		return fmt.Errorf("httpapi: max request body size must be > 0, got %d", c.MaxRequestBodySize)
 	}
-	if c.ReadTimeout < 0 || c.WriteTimeout < 0 || c.IdleTimeout < 0 || c.Concurrency < 0 {
-		return errors.New("httpapi: timeouts and concurrency must be >= 0")
+	if c.ReadTimeout < 0 || c.WriteTimeout < 0 || c.IdleTimeout < 0 || c.MaxConnections < 0 {
+		return errors.New("httpapi: timeouts and max connections must be >= 0")
 	}
 	return nil
 }

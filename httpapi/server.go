@@ -19,6 +19,7 @@ type Server struct {
 	srv    *fasthttp.Server
 	reg    *perf.Registry
 	routes [numRoutes]*perf.Route
+	conns  *connTracker
 
 	selectPool  sync.Pool // *selectReq
 	reservePool sync.Pool // *reserveReq
@@ -31,7 +32,7 @@ func New(svc *core.Service, cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{svc: svc, cfg: cfg, reg: perf.NewRegistry()}
+	s := &Server{svc: svc, cfg: cfg, reg: perf.NewRegistry(), conns: newConnTracker(cfg.MaxConnections, false)}
 	for i := range s.routes {
 		s.routes[i] = s.reg.Route(routeNames[i])
 	}
@@ -47,7 +48,8 @@ func New(svc *core.Service, cfg Config) (*Server, error) {
 		ReadTimeout:                   cfg.ReadTimeout,
 		WriteTimeout:                  cfg.WriteTimeout,
 		IdleTimeout:                   cfg.IdleTimeout,
-		Concurrency:                   cfg.Concurrency,
+		Concurrency:                   fasthttpConcurrency(cfg.MaxConnections),
+		ConnState:                     s.connState,
 		NoDefaultServerHeader:         true,
 		NoDefaultContentType:          true,
 		DisablePreParseMultipartForm:  true,
@@ -68,8 +70,37 @@ func (l logger) Printf(format string, args ...any) {
 // Registry returns the server's metric registry.
 func (s *Server) Registry() *perf.Registry { return s.reg }
 
-// Serve serves HTTP on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+// Serve serves HTTP on ln until Shutdown, through the connection cap and
+// accept retries of conns.go.
+func (s *Server) Serve(ln net.Listener) error {
+	return s.srv.Serve(newListener(ln, s.conns, s.cfg.Logf))
+}
+
+// fasthttpConcurrency is fasthttp's Server.Concurrency for a connection cap:
+// far enough above it that fasthttp's own text/plain 503 never fires (a
+// closed connection leaves the cap before its fasthttp worker is free); 0,
+// fasthttp's default, without a cap.
+func fasthttpConcurrency(maxConns int) int {
+	if maxConns == 0 {
+		return 0
+	}
+	return 2*maxConns + 64
+}
+
+// connState records fasthttp's state of a connection for the drain.
+func (s *Server) connState(c net.Conn, st fasthttp.ConnState) {
+	if tc, ok := c.(interface{ NetConn() net.Conn }); ok { // TLS
+		c = tc.NetConn()
+	}
+	tc, ok := c.(*trackedConn)
+	if !ok {
+		return
+	}
+	tc.state.Store(int32(st))
+	if st == fasthttp.StateActive {
+		tc.requests.Add(1)
+	}
+}
 
 // Shutdown stops accepting, waits for in-flight requests to finish (or ctx
 // to end) and closes the listeners.

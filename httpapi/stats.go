@@ -31,6 +31,11 @@ func (s *Server) writeStats(w io.Writer) {
 	}
 	perf.WriteCounter(w, `kvselect_kv_events_applied_total`, st.EventsApplied)
 	perf.WriteCounter(w, `kvselect_kv_events_dropped_total`, st.EventsDropped)
+	c := s.conns
+	perf.WriteGauge(w, `kvselect_http_connections_open`, float64(c.open.Load()))
+	perf.WriteGauge(w, `kvselect_http_connections_max`, float64(c.max))
+	perf.WriteCounter(w, `kvselect_http_connections_rejected_total`, c.rejected.Load())
+	perf.WriteCounter(w, `kvselect_http_accept_retries_total`, c.acceptRetries.Load())
 }
 
 var tierNames = func() (out [core.NumTiers]string) {

@@ -13,7 +13,9 @@
 // --replica-sync-peers, --selection-cache-ttl-secs 120,
 // --selection-cache-max-entries 4096, --selection-cache-max-bytes 268435456,
 // --session-affinity-ttl-secs, --router-assume-kv-reuse /
-// --no-router-assume-kv-reuse) plus --host (0.0.0.0) and --pprof. The
+// --no-router-assume-kv-reuse) plus --host (0.0.0.0), --pprof and
+// --max-connections (default (soft RLIMIT_NOFILE - 128) * 3/4, see
+// defaultMaxConnections). The
 // router configuration comes from the DYN_ROUTER_* variables named by the
 // `env` tags of sched.Config, and DYN_USE_KV_EVENTS. Settings that belong to
 // features not built yet (peer recovery, replica sync, session affinity,
@@ -31,10 +33,13 @@
 //   - HTTP serve loop (one): fasthttp's accept loop on the listener; started
 //     by serve, returns when Server.Shutdown closes the listener.
 //   - fasthttp connection workers (one per open connection, pooled by
-//     fasthttp, at most Server.Concurrency): each reads requests and runs
+//     fasthttp, at most --max-connections): each reads requests and runs
 //     the handler inline; core work happens on these goroutines, with no
 //     hand-off. They end when their connection closes; Shutdown waits for
 //     them to go idle.
+//   - connection rejecters (at most 16, httpapi): each answers one
+//     connection over --max-connections with a 503, reads what the client
+//     sent for up to 1 s, and closes it.
 //   - sweep (one): a 60 s ticker calling core.Service.Sweep (expiry of stale
 //     reservations, reservation-index cleanup, pending-cache TTL); owns
 //     nothing; stopped by cancelling its context after the HTTP drain.

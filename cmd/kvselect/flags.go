@@ -62,6 +62,7 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	remoteIndexer := fs.String("remote-indexer-url", "", "standalone indexer used as the primary index")
 	networks := fs.String("kv-endpoint-networks", "", "comma-separated CIDRs (e.g. 10.0.0.0/8,127.0.0.1/32): worker kv_events and replay endpoints must be IP addresses inside them, or registration is refused with a 400; empty allows any endpoint, as the reference")
 	fs.BoolVar(&o.http.Pprof, "pprof", true, "serve /debug/pprof/*")
+	maxConns := fs.Int("max-connections", -1, "cap on open HTTP connections; more are answered 503 and closed (0 = no cap). Default: (soft RLIMIT_NOFILE - 128) * 3/4, at least 16, leaving descriptors for the ZMQ sockets and files")
 	fs.IntVar(&o.demo, "demo", 0, "start N built-in simulated vLLM engines on loopback, publishing real ZMQ KV events, registered as workers 1..N (a working default for trying kvselect)")
 	fs.IntVar(&o.demoBlockSize, "demo-block-size", 16, "KV block size of the --demo engines")
 	fs.IntVar(&o.pprofMutexFraction, "pprof-mutex-fraction", 0, "runtime.SetMutexProfileFraction for the mutex profile (0 = off)")
@@ -88,6 +89,14 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	// flag is honoured only when given.
 	if set["threads"] {
 		o.core.IndexShards = *threads
+	}
+	switch {
+	case !set["max-connections"]:
+		o.http.MaxConnections = defaultMaxConnections(openFileLimit())
+	case *maxConns < 0:
+		return nil, fmt.Errorf("--max-connections must be >= 0, got %d", *maxConns)
+	default:
+		o.http.MaxConnections = *maxConns
 	}
 	if math.IsNaN(*ttl) || *ttl <= 0 || *ttl > 1e9 {
 		return nil, fmt.Errorf("--selection-cache-ttl-secs must be > 0, got %v", *ttl)

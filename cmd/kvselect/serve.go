@@ -82,7 +82,7 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		_ = ingress.Close()
 		return 1
 	}
-	logger.Printf("listening on http://%s", ln.Addr())
+	logger.Printf("listening on http://%s (at most %d connections; RLIMIT_NOFILE %d)", ln.Addr(), opts.http.MaxConnections, openFileLimit())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	sweepDone := make(chan struct{})

@@ -1,0 +1,99 @@
+package httpapi_test
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/httpapi"
+)
+
+// rawConn is one client connection spoken to by hand (no pooling, no
+// retries), so the test sees exactly what the server did with it.
+type rawConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func dialRaw(t *testing.T, base string) *rawConn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &rawConn{Conn: c, r: bufio.NewReader(c)}
+}
+
+// get sends GET path and reads the whole response.
+func (c *rawConn) get(path string) (*http.Response, string, error) {
+	if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: kvselect\r\n\r\n"); err != nil {
+		return nil, "", err
+	}
+	res, err := http.ReadResponse(c.r, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	b, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	return res, string(b), err
+}
+
+// TestConnectionCap: with MaxConnections set, the connections over the cap
+// are answered 503 with a JSON error and Connection: close, the admitted
+// ones keep being served, a closed connection frees its place, and the
+// metrics show the limit, the open connections and the rejections.
+func TestConnectionCap(t *testing.T) {
+	h := start(t, func(_ *core.Config, hc *httpapi.Config) { hc.MaxConnections = 4 })
+	var held []*rawConn
+	for range 4 {
+		c := dialRaw(t, h.base)
+		if res, body, err := c.get("/health"); err != nil || res.StatusCode != 200 {
+			t.Fatalf("admitted connection: %v %v %s", err, res, body)
+		}
+		held = append(held, c)
+	}
+	for range 3 {
+		res, body, err := dialRaw(t, h.base).get("/health")
+		if err != nil {
+			t.Fatalf("a connection over the cap got no answer: %v", err)
+		}
+		if res.StatusCode != 503 || !res.Close || res.Header.Get("Content-Type") != "application/json" ||
+			body != `{"error":"too many open connections: the limit is 4"}` {
+			t.Fatalf("over the cap: %d close=%v %q %s", res.StatusCode, res.Close, res.Header.Get("Content-Type"), body)
+		}
+	}
+	for _, c := range held {
+		if res, _, err := c.get("/health"); err != nil || res.StatusCode != 200 {
+			t.Fatalf("a held connection stopped serving: %v %v", err, res)
+		}
+	}
+	held[0].Close()
+	// The server notices the close asynchronously: retry until a new
+	// connection is admitted (each refused attempt is one more rejection).
+	rejected := 3
+	for attempt := 0; ; attempt++ {
+		res, body, err := dialRaw(t, h.base).get("/metrics")
+		if err == nil && res.StatusCode == 200 {
+			for _, want := range []string{"kvselect_http_connections_max 4\n", "kvselect_http_connections_open 4\n"} {
+				if !strings.Contains(body, want) {
+					t.Fatalf("metrics lack %q", want)
+				}
+			}
+			if !strings.Contains(body, "kvselect_http_connections_rejected_total ") || strings.Contains(body, "kvselect_http_connections_rejected_total 0\n") {
+				t.Fatalf("rejections not counted (%d expected at least)", rejected)
+			}
+			return
+		}
+		rejected++
+		if attempt == 400 {
+			t.Fatalf("no connection admitted after one was closed: %v %v", err, res)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -2,6 +2,8 @@ package httpapi_test
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -95,5 +97,60 @@ func TestConnectionCap(t *testing.T) {
 			t.Fatalf("no connection admitted after one was closed: %v %v", err, res)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestShutdownDeadline: a request still in the handler when Shutdown's
+// context ends is cut: Shutdown closes its connection and returns the
+// context's error, instead of waiting for it.
+func TestShutdownDeadline(t *testing.T) {
+	cfg := core.DefaultConfig()
+	cfg.UseKVEvents = false
+	svc, err := core.New(cfg, core.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := httpapi.New(svc, httpapi.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	base := "http://" + ln.Addr().String()
+	slow := dialRaw(t, base)
+	if _, err := io.WriteString(slow, "GET /debug/pprof/trace?seconds=60 HTTP/1.1\r\nHost: kvselect\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the server holds both connections (the slow one and the
+	// one asking), so the slow request is in the server's hands.
+	probe := dialRaw(t, base)
+	for attempt := 0; ; attempt++ {
+		_, body, err := probe.get("/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(body, "kvselect_http_connections_open 2\n") {
+			break
+		}
+		if attempt == 400 {
+			t.Fatal("the slow connection was never admitted")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	probe.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := srv.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown with a request in flight past the deadline: %v", err)
+	}
+	if res, err := http.ReadResponse(slow.r, nil); err == nil {
+		t.Fatalf("the cut request got a response: %d", res.StatusCode)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("serve: %v", err)
 	}
 }

@@ -1,10 +1,10 @@
 package httpapi
 
 import (
-	"context"
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvselect/kvselect/core"
@@ -20,6 +20,12 @@ type Server struct {
 	reg    *perf.Registry
 	routes [numRoutes]*perf.Route
 	conns  *connTracker
+
+	// draining is set by Shutdown: requests get 503 and close their
+	// connection.
+	draining atomic.Bool
+	lnMu     sync.Mutex  // protects lns
+	lns      []*listener // every listener Serve was given, for Shutdown
 
 	selectPool  sync.Pool // *selectReq
 	reservePool sync.Pool // *reserveReq
@@ -73,7 +79,14 @@ func (s *Server) Registry() *perf.Registry { return s.reg }
 // Serve serves HTTP on ln until Shutdown, through the connection cap and
 // accept retries of conns.go.
 func (s *Server) Serve(ln net.Listener) error {
-	return s.srv.Serve(newListener(ln, s.conns, s.cfg.Logf))
+	l := newListener(ln, s.conns, s.cfg.Logf)
+	s.lnMu.Lock()
+	s.lns = append(s.lns, l)
+	s.lnMu.Unlock()
+	if s.draining.Load() {
+		_ = l.Close()
+	}
+	return s.srv.Serve(l)
 }
 
 // fasthttpConcurrency is fasthttp's Server.Concurrency for a connection cap:
@@ -102,10 +115,6 @@ func (s *Server) connState(c net.Conn, st fasthttp.ConnState) {
 	}
 }
 
-// Shutdown stops accepting, waits for in-flight requests to finish (or ctx
-// to end) and closes the listeners.
-func (s *Server) Shutdown(ctx context.Context) error { return s.srv.ShutdownWithContext(ctx) }
-
 // handleError answers what fasthttp rejects before the handler: a body over
 // the limit (413) and malformed requests (400), as JSON.
 func (s *Server) handleError(ctx *fasthttp.RequestCtx, err error) {
@@ -118,9 +127,19 @@ func (s *Server) handleError(ctx *fasthttp.RequestCtx, err error) {
 	ctx.SetBody(appendError(nil, msg))
 }
 
-// Handle is the fasthttp handler: dispatch, then per-route metrics.
+// Handle is the fasthttp handler: dispatch, then per-route metrics. While
+// the server drains (Shutdown), a request is answered 503 unless it
+// started before, and every response closes its connection.
 func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
-	r := s.dispatch(ctx)
+	r := rDraining
+	if s.draining.Load() {
+		s.writeRaw(ctx, fasthttp.StatusServiceUnavailable, errShuttingDown)
+	} else {
+		r = s.dispatch(ctx)
+	}
+	if s.draining.Load() {
+		ctx.SetConnectionClose()
+	}
 	s.routes[r].Observe(ctx.Response.StatusCode(), time.Since(start))
 }

@@ -119,15 +119,17 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		code = 1
 	}
 
-	// 5. Stop in reverse order: refuse new work, drain HTTP, stop the
-	// sweep, close the listeners of the ingress, then the demo engines.
-	svc.Close()
+	// 5. Stop in reverse order: drain HTTP (requests already in the
+	// handler finish against a live service, new ones get 503), refuse
+	// work that does not come over HTTP, stop the sweep, close the
+	// listeners of the ingress, then the demo engines.
 	shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(shCtx); err != nil {
 		logger.Printf("shutdown: %v", err)
 		code = 1
 	}
+	svc.Close()
 	if code == 0 {
 		if err := <-served; err != nil {
 			logger.Printf("serve: %v", err)

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
@@ -25,6 +26,15 @@ type Config struct {
 	// under TLS) and counted in kvselect_http_connections_rejected_total.
 	// 0 is no cap (fasthttp's own limit of 256 Ki then applies).
 	MaxConnections int
+	// AuthToken, when set, is the bearer token every route but /health,
+	// /ready and /metrics requires (Authorization: Bearer <token>); a
+	// request without it gets 401 {"error": ...} with WWW-Authenticate:
+	// Bearer. The server keeps only its SHA-256 and never logs it.
+	AuthToken []byte
+	// TLS, when set, serves HTTPS through fasthttp's TLS support; it must
+	// hold a certificate. Connections over MaxConnections are then closed
+	// unanswered (their handshake has not run).
+	TLS *tls.Config
 	// Peers manages replica-sync peers; nil answers as a selector started
 	// without --replica-sync-port.
 	Peers Peers
@@ -51,6 +61,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ReadTimeout < 0 || c.WriteTimeout < 0 || c.IdleTimeout < 0 || c.MaxConnections < 0 {
 		return errors.New("httpapi: timeouts and max connections must be >= 0")
+	}
+	if c.TLS != nil && len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil {
+		return errors.New("httpapi: the TLS config has no certificate")
 	}
 	return nil
 }

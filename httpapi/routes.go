@@ -34,6 +34,7 @@ const (
 	rPprof
 	rUnmatched
 	rDraining
+	rUnauthorized
 	numRoutes
 )
 
@@ -43,7 +44,7 @@ var routeNames = [numRoutes]string{
 	"POST /reservations/{selection_id}/prefill_complete", "POST /reservations/{selection_id}/output_block",
 	"DELETE /reservations/{selection_id}", "GET /loads", "POST /potential_loads", "POST /overlap_scores",
 	"GET /dump", "POST /replica_sync/register_peer", "POST /replica_sync/deregister_peer",
-	"GET /replica_sync/peers", "GET /metrics", "GET /debug/pprof/*", "unmatched", "shutting down",
+	"GET /replica_sync/peers", "GET /metrics", "GET /debug/pprof/*", "unmatched", "shutting down", "unauthorized",
 }
 
 var (

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"crypto/sha256"
 	"errors"
 	"net"
 	"sync"
@@ -20,6 +21,9 @@ type Server struct {
 	reg    *perf.Registry
 	routes [numRoutes]*perf.Route
 	conns  *connTracker
+	// auth is set with Config.AuthToken; authSum is the token's SHA-256.
+	auth    bool
+	authSum [32]byte
 
 	// draining is set by Shutdown: requests get 503 and close their
 	// connection.
@@ -38,7 +42,11 @@ func New(svc *core.Service, cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{svc: svc, cfg: cfg, reg: perf.NewRegistry(), conns: newConnTracker(cfg.MaxConnections, false)}
+	s := &Server{svc: svc, cfg: cfg, reg: perf.NewRegistry(), conns: newConnTracker(cfg.MaxConnections, cfg.TLS != nil)}
+	if len(cfg.AuthToken) > 0 {
+		s.auth, s.authSum = true, sha256.Sum256(cfg.AuthToken)
+		s.cfg.AuthToken = nil
+	}
 	for i := range s.routes {
 		s.routes[i] = s.reg.Route(routeNames[i])
 	}
@@ -61,6 +69,12 @@ func New(svc *core.Service, cfg Config) (*Server, error) {
 		DisablePreParseMultipartForm:  true,
 		DisableHeaderNamesNormalizing: false,
 		Logger:                        logger{cfg.Logf},
+		// Request headers (the Authorization token among them) stay out
+		// of fasthttp's error logs.
+		SecureErrorLogMessage: true,
+	}
+	if cfg.TLS != nil {
+		s.srv.TLSConfig = cfg.TLS.Clone()
 	}
 	return s, nil
 }
@@ -85,6 +99,9 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.lnMu.Unlock()
 	if s.draining.Load() {
 		_ = l.Close()
+	}
+	if s.srv.TLSConfig != nil {
+		return s.srv.ServeTLS(l, "", "") // the certificate is in TLSConfig
 	}
 	return s.srv.Serve(l)
 }
@@ -129,13 +146,20 @@ func (s *Server) handleError(ctx *fasthttp.RequestCtx, err error) {
 
 // Handle is the fasthttp handler: dispatch, then per-route metrics. While
 // the server drains (Shutdown), a request is answered 503 unless it
-// started before, and every response closes its connection.
+// started before, and every response closes its connection. With
+// Config.AuthToken, a request without the token is answered 401 before
+// routing (auth.go).
 func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
-	r := rDraining
-	if s.draining.Load() {
+	var r int
+	switch {
+	case s.draining.Load():
+		r = rDraining
 		s.writeRaw(ctx, fasthttp.StatusServiceUnavailable, errShuttingDown)
-	} else {
+	case s.auth && !authExempt(ctx.Path()) && !s.authorized(ctx):
+		r = rUnauthorized
+		s.unauthorized(ctx)
+	default:
 		r = s.dispatch(ctx)
 	}
 	if s.draining.Load() {

@@ -19,7 +19,7 @@ var LatencyBuckets = metrics.ExponentialBuckets(1e-6, 2, 23)
 
 // Codes are the HTTP statuses a route counter is pre-created for; any other
 // status is counted under "other".
-var Codes = [...]int{200, 201, 400, 404, 405, 409, 413, 415, 422, 429, 500, 503}
+var Codes = [...]int{200, 201, 400, 401, 404, 405, 409, 413, 415, 422, 429, 500, 503}
 
 // Registry is a metric set with pre-created handles.
 type Registry struct {

@@ -13,9 +13,10 @@
 // --replica-sync-peers, --selection-cache-ttl-secs 120,
 // --selection-cache-max-entries 4096, --selection-cache-max-bytes 268435456,
 // --session-affinity-ttl-secs, --router-assume-kv-reuse /
-// --no-router-assume-kv-reuse) plus --host (0.0.0.0), --pprof and
+// --no-router-assume-kv-reuse) plus --host (0.0.0.0), --pprof,
 // --max-connections (default (soft RLIMIT_NOFILE - 128) * 3/4, see
-// defaultMaxConnections). The
+// defaultMaxConnections), --auth-token-file (bearer token on every route
+// but /health, /ready and /metrics) and --tls-cert/--tls-key (HTTPS). The
 // router configuration comes from the DYN_ROUTER_* variables named by the
 // `env` tags of sched.Config, and DYN_USE_KV_EVENTS. Settings that belong to
 // features not built yet (peer recovery, replica sync, session affinity,

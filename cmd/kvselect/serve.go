@@ -82,7 +82,14 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		_ = ingress.Close()
 		return 1
 	}
-	logger.Printf("listening on http://%s (at most %d connections; RLIMIT_NOFILE %d)", ln.Addr(), opts.http.MaxConnections, openFileLimit())
+	scheme, auth := "http", ""
+	if opts.http.TLS != nil {
+		scheme = "https"
+	}
+	if len(opts.http.AuthToken) > 0 {
+		auth = "; bearer token required"
+	}
+	logger.Printf("listening on %s://%s (at most %d connections; RLIMIT_NOFILE %d%s)", scheme, ln.Addr(), opts.http.MaxConnections, openFileLimit(), auth)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	sweepDone := make(chan struct{})

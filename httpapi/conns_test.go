@@ -82,7 +82,8 @@ func TestConnectionCap(t *testing.T) {
 	for attempt := 0; ; attempt++ {
 		res, body, err := dialRaw(t, h.base).get("/metrics")
 		if err == nil && res.StatusCode == 200 {
-			for _, want := range []string{"kvselect_http_connections_max 4\n", "kvselect_http_connections_open 4\n"} {
+			for _, want := range []string{"kvselect_http_connections_max 4\n", "kvselect_http_connections_open 4\n",
+				"kvselect_http_connection_rejecters_max 16\n", "kvselect_http_max_request_body_bytes 8388608\n", "kvselect_http_draining 0\n"} {
 				if !strings.Contains(body, want) {
 					t.Fatalf("metrics lack %q", want)
 				}

@@ -32,10 +32,18 @@ func (s *Server) writeStats(w io.Writer) {
 	perf.WriteCounter(w, `kvselect_kv_events_applied_total`, st.EventsApplied)
 	perf.WriteCounter(w, `kvselect_kv_events_dropped_total`, st.EventsDropped)
 	c := s.conns
-	perf.WriteGauge(w, `kvselect_http_connections_open`, float64(c.open.Load()))
-	perf.WriteGauge(w, `kvselect_http_connections_max`, float64(c.max))
+	perf.WriteGaugeUint(w, `kvselect_http_connections_open`, uint64(max(c.open.Load(), 0)))
+	perf.WriteGaugeUint(w, `kvselect_http_connections_max`, uint64(c.max))
 	perf.WriteCounter(w, `kvselect_http_connections_rejected_total`, c.rejected.Load())
 	perf.WriteCounter(w, `kvselect_http_accept_retries_total`, c.acceptRetries.Load())
+	perf.WriteGaugeUint(w, `kvselect_http_connection_rejecters`, uint64(max(c.rejecting.Load(), 0)))
+	perf.WriteGaugeUint(w, `kvselect_http_connection_rejecters_max`, maxRejecting)
+	perf.WriteGaugeUint(w, `kvselect_http_max_request_body_bytes`, uint64(s.cfg.MaxRequestBodySize))
+	draining := 0.0
+	if s.draining.Load() {
+		draining = 1
+	}
+	perf.WriteGauge(w, `kvselect_http_draining`, draining)
 }
 
 var tierNames = func() (out [core.NumTiers]string) {

@@ -80,6 +80,10 @@ func (r *Registry) WritePrometheus(w io.Writer) {
 // WriteGauge writes one gauge line.
 func WriteGauge(w io.Writer, name string, v float64) { metrics.WriteGaugeFloat64(w, name, v) }
 
+// WriteGaugeUint writes one gauge line of an integer value, printed exactly
+// (WriteGauge prints large values in exponent form).
+func WriteGaugeUint(w io.Writer, name string, v uint64) { metrics.WriteGaugeUint64(w, name, v) }
+
 // WriteCounter writes one counter line.
 func WriteCounter(w io.Writer, name string, v uint64) { metrics.WriteCounterUint64(w, name, v) }
 

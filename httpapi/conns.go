@@ -20,8 +20,10 @@ import (
 //   - at most Config.MaxConnections connections are open; one over the cap
 //     is answered 503 {"error": ...} with Connection: close and closed (a
 //     TLS one is closed unanswered: its handshake has not run). fasthttp's
-//     own Server.Concurrency limit answers text/plain, so it is set above
-//     the cap and never fires;
+//     own Server.Concurrency limit answers "503 The connection cannot be
+//     served because Server.Concurrency limit exceeded" as text/plain, not
+//     the JSON error every other answer has, so it is set above the cap
+//     and never fires;
 //   - every open connection is registered, with the state fasthttp last
 //     reported for it, so Shutdown can drain them (drain.go).
 

@@ -33,6 +33,18 @@
 // code point", as serde_json answers on every route. A message quotes at
 // most maxEcho bytes of the request. Unknown routes are 404 "route not
 // found", wrong methods 405 "method not allowed".
+//
+// # Connections, shutdown, security
+//
+// Serve wraps its listener (conns.go): temporary accept errors such as
+// EMFILE are retried with backoff, at most Config.MaxConnections
+// connections are open (the excess get a 503 JSON answer and are closed),
+// and every connection is registered for Shutdown, which drains them
+// (drain.go): requests in the handler finish, later ones get 503 with
+// Connection: close, idle connections are closed once nothing waits in
+// them. Config.AuthToken requires a bearer token on every route but
+// /health, /ready and /metrics (auth.go); Config.TLS serves HTTPS. Neither
+// exists in the reference.
 package httpapi
 
 // # Measurements

@@ -14,11 +14,21 @@ help: ## list the targets
 run: ## run the selector on :8092 with 4 built-in simulated vLLM engines (real ZMQ KV events)
 	$(GO) run ./cmd/kvselect serve --demo 4
 
-test: ## gofmt check, go vet, and every test under the race detector
+# ALLOC_TESTS selects the testing.AllocsPerRun tests (every name contains
+# "Alloc"). They skip under -race, whose instrumentation allocates, so `test`
+# runs them once more in a plain build and fails if any of them skipped.
+ALLOC_TESTS := Alloc
+
+test: ## gofmt check, go vet, every test under the race detector, then the allocation tests without it
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -tags invariants $(PKGS)
+	@echo "$(GO) test -count=1 -v -run '$(ALLOC_TESTS)' $(PKGS)"
+	@out=$$($(GO) test -count=1 -v -run '$(ALLOC_TESTS)' $(PKGS) 2>&1); rc=$$?; \
+	  echo "$$out" | grep -E '^(--- |ok|FAIL)'; \
+	  if [ $$rc -ne 0 ]; then echo "$$out"; exit $$rc; fi; \
+	  if echo "$$out" | grep -q -- '--- SKIP'; then echo "an allocation test skipped without -race"; exit 1; fi
 
 bench: ## 20 s C1024 lifecycle load on an in-process kvselect, with the same-run no-op baseline
 	$(GO) run ./cmd/kvselect bench --duration 20s --warmup 3s --concurrency 1024 --mix lifecycle --workers 8 --baseline noop --json bench-report.json

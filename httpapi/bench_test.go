@@ -17,8 +17,8 @@ import (
 )
 
 // selectBody returns a select body with n block hashes and n sequence
-// hashes (signed 64-bit values spread over the whole range), shaped like
-// the spec's measured body.
+// hashes (signed 64-bit values spread over the whole range): the shape of
+// a hash-path select body, 5.3 KB at n=128.
 func selectBody(n int, id string) []byte {
 	var b strings.Builder
 	b.WriteString(`{`)
@@ -232,8 +232,8 @@ func handleDirect(srv *Server, ctx *fasthttp.RequestCtx, path string, body []byt
 // /select_and_reserve with 128+128 hashes (booking included, the free done
 // outside the measured function's budget is counted too) and for /select.
 func TestSelectAndReserveAllocs(t *testing.T) {
-	if testing.Short() || raceEnabled {
-		t.Skip("allocation counts need a non-race, non-short run")
+	if raceEnabled {
+		t.Skip("allocation counts need a non-race run")
 	}
 	svc := benchService(t)
 	srv, err := New(svc, DefaultConfig())
@@ -257,8 +257,8 @@ func TestSelectAndReserveAllocs(t *testing.T) {
 	})
 	sel := testing.AllocsPerRun(200, func() { handleDirect(srv, &ctx, "/select", plain) })
 	t.Logf("allocs: select_and_reserve+free %.1f, select %.1f", booking, sel)
-	if booking > 10 {
-		t.Errorf("select_and_reserve allocates %.1f times per request, want <= 10", booking)
+	if booking > 7 {
+		t.Errorf("select_and_reserve allocates %.1f times per request, want <= 7 (one ledger record per booking)", booking)
 	}
 	if sel > 2 {
 		t.Errorf("select allocates %.1f times per request, want <= 2", sel)

@@ -9,10 +9,11 @@
 //
 //  1. fasthttp reads the whole body (at most Config.MaxRequestBodySize;
 //     larger is a 413 from handleError).
-//  2. A JSON route checks Content-Type (415) and decodes: the selection
-//     bodies with the hand-written scanner into a pooled request whose
-//     slices are reused and whose strings alias the body; the cold routes
-//     with go-json (strings copied).
+//  2. A JSON route checks Content-Type (415) and decodes with the
+//     hand-written scanner: the selection bodies into a pooled request
+//     whose slices are reused and whose strings alias the body, the cold
+//     bodies (workers, output_block, peers) into values whose strings are
+//     copies. go-json only encodes responses.
 //  3. core runs; it copies every string and slice it keeps.
 //  4. The response is encoded into a pooled buffer and copied into the
 //     fasthttp response; the pooled request is reset (dropping every
@@ -25,8 +26,25 @@
 // Every error body is {"error": msg}. Syntax errors are 400 and data errors
 // (wrong type, missing required field) 422, with axum's texts ("Failed to
 // parse the request body as JSON: ..." and "Failed to deserialize the JSON
-// body into the target type: ..."). Unknown fields are ignored. Unknown
-// routes are 404 "route not found", wrong methods 405 "method not allowed".
+// body into the target type: ..."). Keys match field names exactly and
+// case-sensitively; a key that matches none is an unknown field and is
+// ignored, a known field given twice is a 422 "duplicate field `x`", and a
+// string that is not UTF-8 (anywhere in the body) is a 400 "invalid unicode
+// code point", as serde_json answers on every route. A message quotes at
+// most maxEcho bytes of the request. Unknown routes are 404 "route not
+// found", wrong methods 405 "method not allowed".
+//
+// # Connections, shutdown, security
+//
+// Serve wraps its listener (conns.go): temporary accept errors such as
+// EMFILE are retried with backoff, at most Config.MaxConnections
+// connections are open (the excess get a 503 JSON answer and are closed),
+// and every connection is registered for Shutdown, which drains them
+// (drain.go): requests in the handler finish, later ones get 503 with
+// Connection: close, idle connections are closed once nothing waits in
+// them. Config.AuthToken requires a bearer token on every route but
+// /health, /ready and /metrics (auth.go); Config.TLS serves HTTPS. Neither
+// exists in the reference.
 package httpapi
 
 // # Measurements

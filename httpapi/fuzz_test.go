@@ -47,22 +47,39 @@ var selectSeeds = []string{
 	`{"block_hashes":[1,2 ,3 ] ,"sequence_hashes":[ -1 ]}`,
 	`{"token_ids":[1,2,3,4,5],"is_eagle":true,"block_mm_infos":[null,{"mm_objects":[{"mm_hash":7,"offsets":[[0,2]]}]}]}`,
 	`{"mm_routing_info":{"routing_token_ids":[1],"block_mm_infos":{}}}`, `{"token_ids":[007]}`, `{"allowed_worker_ids":[-0]}`, `{"priority_jump":1e400}`, `{"isl_tokens":-01}`,
+	// Mixed case is another (unknown) key; a known key given twice is
+	// serde's duplicate field, at every level; an unknown one is ignored.
+	`{"MODEL_NAME":"x","Token_IDs":[1],"token_ids":[2]}`, `{"Block_Hashes":"not even an array","token_ids":[1]}`,
+	`{"model_name":"a","token_ids":[1],"model_name":"b"}`, `{"token_ids":[1],"token_ids":[1]}`, `{"x":1,"x":2,"token_ids":[1]}`,
+	`{"pinned_worker":{"worker_id":1,"dp_rank":0,"dp_rank":1}}`, `{"router_config_override":{"router_temperature":1,"router_temperature":2}}`,
+	`{"router_config_override":{"Router_Temperature":"x"}}`, `{"session_context":{"session_id":"a","SESSION_ID":1}}`,
+	`{"block_mm_infos":[{"mm_objects":[{"mm_hash":1,"offsets":[],"mm_hash":2}]}]}`, `{"routing_constraints":{"preferred_taints":{"a":1,"a":2}}}`,
 }
 
-// comparableInput reports whether the reference decoder's semantics match the
-// reference service's on this input: valid UTF-8, no upper-case letters
-// (encoding/json matches keys case-insensitively, serde does not), no
-// escapes (an escaped key could spell a field name), modest nesting.
+// comparableInput reports whether the reference decoder (refExact, then
+// encoding/json) decides this input as serde does: valid UTF-8 and no \u
+// escapes (encoding/json turns invalid text and lone surrogates into
+// U+FFFD, serde rejects them), modest nesting (serde stops at 128 levels).
+// Keys of any case and repeated keys are comparable: refExact matches them
+// exactly and fails duplicates, as serde does.
 func comparableInput(b []byte) bool {
-	if !utf8.Valid(b) || bytes.IndexByte(b, '\\') >= 0 || bytes.Count(b, []byte("[")) > 64 || bytes.Count(b, []byte("{")) > 64 {
-		return false
+	return utf8.Valid(b) && !bytes.Contains(bytes.ToLower(b), []byte(`\u`)) &&
+		bytes.Count(b, []byte("[")) <= 64 && bytes.Count(b, []byte("{")) <= 64
+}
+
+// checkUTF8 is the property every decoder shares: a body that is not UTF-8
+// is rejected.
+func checkUTF8(t *testing.T, body []byte, err error) {
+	if !utf8.Valid(body) && err == nil {
+		t.Fatalf("%q: invalid UTF-8 accepted", body)
 	}
-	for _, c := range b {
-		if c >= 'A' && c <= 'Z' {
-			return false
-		}
-	}
-	return true
+}
+
+// validJSONSyntaxErr reports whether a 400 on valid JSON is one serde also
+// gives: a number beyond f64's range, a u32 map key that is not a number,
+// a tuple of more than two offsets.
+func validJSONSyntaxErr(msg string) bool {
+	return strings.Contains(msg, "number out of range") || strings.Contains(msg, "expected key to be a number") || strings.Contains(msg, "trailing characters")
 }
 
 func u64sFromI64(p *[]int64) []uint64 {
@@ -87,6 +104,7 @@ func checkSelect(t *testing.T, body []byte) {
 	if err != nil && !errors.As(err, &de) {
 		t.Fatalf("%q: untyped error %v", body, err)
 	}
+	checkUTF8(t, body, err)
 	if !comparableInput(body) {
 		return
 	}
@@ -99,12 +117,17 @@ func checkSelect(t *testing.T, body []byte) {
 		}
 		return
 	}
-	// serde's one syntax error on valid JSON: a number beyond f64's range.
-	if err != nil && de.status == 400 && !strings.Contains(de.msg, "number out of range") {
+	if err != nil && de.status == 400 && !validJSONSyntaxErr(de.msg) {
 		t.Fatalf("%q: valid JSON reported as a syntax error: %v", body, err)
 	}
 	var ref refSelect
-	refErr := stdjson.Unmarshal(body, &ref)
+	exact, refErr := refExact(body, refSelectSchema)
+	if refErr == errRefDuplicate && (err == nil || de.status != 422) {
+		t.Fatalf("%q: a duplicate field not rejected with a 422: %v", body, err)
+	}
+	if refErr == nil {
+		refErr = stdjson.Unmarshal(exact, &ref)
+	}
 	if refErr != nil {
 		if err == nil {
 			t.Fatalf("%q: encoding/json rejects (%v), scanner accepts", body, refErr)
@@ -182,11 +205,13 @@ var reservationSeeds = []string{
 	`{"selection_id":"r","model_name":"m","routing_group":"g"}`,
 	`{"model_name":"m"}`, `{"selection_id":1}`, `{"selection_id":"r","worker_id":-1}`, `{"selection_id":"r","expected_output_tokens":4294967296}`,
 	`{"selection_id":"r","token_ids":[1,2],"lora_name":"x","router_config_override":{"track_prefill_tokens":true}}`, `{"selection_id":null}`,
+	`{"SELECTION_ID":"r"}`, `{"selection_id":"r","Worker_Id":"x"}`, `{"selection_id":"r","selection_id":"s"}`, `{"selection_id":"r","worker_id":1,"worker_id":2}`,
 }
 
-// FuzzReservationBody fuzzes the /reservations decoder: it never panics,
-// syntax errors are 400, data errors 422, and a decoded request always has
-// its required selection_id.
+// FuzzReservationBody fuzzes the /reservations decoder against the
+// reference (refExact, then encoding/json): it never panics, syntax errors
+// are 400, data errors 422, a duplicate field is a 422, keys match exactly,
+// and a decoded request always has its required selection_id.
 func FuzzReservationBody(f *testing.F) {
 	for _, s := range reservationSeeds {
 		f.Add([]byte(s))
@@ -194,27 +219,39 @@ func FuzzReservationBody(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var r reserveReq
 		err := decodeReservation(body, &r)
+		checkUTF8(t, body, err)
 		var de *decodeError
 		if err != nil {
 			if !errors.As(err, &de) || (de.status != 400 && de.status != 422) {
 				t.Fatalf("%q: %v", body, err)
 			}
-			if comparableInput(body) && stdjson.Valid(body) && de.status == 400 && !strings.Contains(de.msg, "number out of range") {
+			if comparableInput(body) && stdjson.Valid(body) && de.status == 400 && !validJSONSyntaxErr(de.msg) {
 				t.Fatalf("%q: valid JSON reported as a syntax error: %v", body, err)
 			}
+		}
+		if !comparableInput(body) || !stdjson.Valid(body) {
 			return
 		}
-		if comparableInput(body) {
-			var ref struct {
-				SelectionID *string `json:"selection_id"`
-				WorkerID    *uint64 `json:"worker_id"`
-			}
-			if rerr := stdjson.Unmarshal(body, &ref); rerr != nil {
-				t.Fatalf("%q: encoding/json rejects (%v), scanner accepts", body, rerr)
-			}
-			if ref.SelectionID == nil || *ref.SelectionID != r.req.SelectionID || (ref.WorkerID != nil) != r.req.HasWorkerID {
-				t.Fatalf("%q: decoded %+v vs %+v", body, r.req, ref)
-			}
+		var ref struct {
+			SelectionID *string `json:"selection_id"`
+			WorkerID    *uint64 `json:"worker_id"`
+		}
+		exact, rerr := refExact(body, refReservationSchema)
+		if rerr == errRefDuplicate && (err == nil || de.status != 422) {
+			t.Fatalf("%q: a duplicate field not rejected with a 422: %v", body, err)
+		}
+		if rerr == nil {
+			rerr = stdjson.Unmarshal(exact, &ref)
+		}
+		if err != nil {
+			return
+		}
+		if rerr != nil {
+			t.Fatalf("%q: the reference rejects (%v), scanner accepts", body, rerr)
+		}
+		if ref.SelectionID == nil || *ref.SelectionID != r.req.SelectionID || (ref.WorkerID != nil) != r.req.HasWorkerID ||
+			(ref.WorkerID != nil && *ref.WorkerID != r.req.WorkerID) {
+			t.Fatalf("%q: decoded %+v vs %+v", body, r.req, ref)
 		}
 	})
 }
@@ -223,45 +260,158 @@ var coldSeeds = []string{
 	`{"worker_id":1,"model_name":"m","endpoint":"http://w","block_size":16,"data_parallel_size":2,"kv_events_endpoints":{"0":"tcp://a:1","1":"tcp://a:2"},"taints":["x"],"topology_domains":{"zone":"a"},"is_eagle":false,"kv_transfer_preferred_weight":0.5}`,
 	`{"worker_id":"1"}`, `{"kv_events_endpoints":{"x":"y"}}`, `{"decay_fraction":0.25}`, `{"decay_fraction":"x"}`, `{"endpoint":"tcp://h:1"}`, `{}`, `null`,
 	`{"worker_id":1,"block_size":-1}`, `{"taints":null,"max_num_batched_tokens":18446744073709551615}`,
+	`{"worker_id":1,"kv_transfer_enforcement":"preferred","kv_events_endpoints":{"01":"x"}}`, `{"worker_id":1,"kv_transfer_enforcement":"sometimes"}`,
+	// Mixed case is another (unknown) key; a known key given twice is
+	// serde's duplicate field; an unknown key given twice is ignored.
+	`{"WORKER_ID":5,"endpoint":"x"}`, `{"Worker_Id":5,"worker_id":6}`, `{"DECAY_FRACTION":2}`, `{"Endpoint":"tcp://h:1"}`,
+	`{"worker_id":1,"worker_id":2}`, `{"decay_fraction":0.5,"decay_fraction":0.5}`, `{"endpoint":"a","endpoint":"b"}`, `{"x":1,"x":2,"worker_id":1}`,
+	`{"worker_id":1,"topology_domains":{"a":"1","a":"2"}}`, `{"taints":[],"TAINTS":null,"worker_id":1}`,
 }
 
-// fuzzCold is the differential test of go-json v0.12.0 against
-// encoding/json on one cold route's body type: both accept or both reject,
-// and accepted values are equal.
-func fuzzCold(f *testing.F, newV func() any) {
+// coldCase is one cold route's body for the differential test: its decoder
+// (the comparable result), its reference schema and type, and the checks
+// serde makes that encoding/json does not (required fields, enum variants),
+// turning the reference value into the decoder's result type.
+type coldCase struct {
+	decode func([]byte) (any, error)
+	schema *refSchema
+	newRef func() any
+	want   func(ref any) (any, bool)
+}
+
+var coldCases = map[string]coldCase{
+	"worker": {
+		decode: func(b []byte) (any, error) { return decodeWorker(b) },
+		schema: refWorkerSchema,
+		newRef: func() any { return new(refWorker) },
+		want: func(ref any) (any, bool) {
+			r := ref.(*refWorker)
+			if r.WorkerID == nil || !knownEnforcement(r.WorkerFields.KVTransferEnforcement) {
+				return nil, false
+			}
+			return core.WorkerSpec{WorkerID: *r.WorkerID, ModelName: r.ModelName, RoutingGroup: r.RoutingGroup, WorkerFields: r.WorkerFields}, true
+		},
+	},
+	"patch": {
+		decode: func(b []byte) (any, error) { return decodePatch(b) },
+		schema: refPatchSchema,
+		newRef: func() any { return new(core.WorkerPatch) },
+		want: func(ref any) (any, bool) {
+			p := *ref.(*core.WorkerPatch)
+			return p, knownEnforcement(p.KVTransferEnforcement)
+		},
+	},
+	"output_block": {
+		decode: func(b []byte) (any, error) { return decodeOutputBlock(b) },
+		schema: refOutputBlockSchema,
+		newRef: func() any { return new(refOutputBlock) },
+		want:   func(ref any) (any, bool) { return ref.(*refOutputBlock).DecayFraction, true },
+	},
+	"peer": {
+		decode: func(b []byte) (any, error) { return decodePeer(b) },
+		schema: refPeerSchema,
+		newRef: func() any { return new(refPeer) },
+		want: func(ref any) (any, bool) {
+			e := ref.(*refPeer).Endpoint
+			if e == nil {
+				return nil, false
+			}
+			return *e, true
+		},
+	},
+}
+
+type refOutputBlock struct {
+	DecayFraction *float64 `json:"decay_fraction"`
+}
+
+type refPeer struct {
+	Endpoint *string `json:"endpoint"`
+}
+
+// refWorker is WorkerRequest for encoding/json: worker_id's presence is
+// visible.
+type refWorker struct {
+	WorkerID     *uint64 `json:"worker_id"`
+	ModelName    string  `json:"model_name"`
+	RoutingGroup string  `json:"routing_group"`
+	core.WorkerFields
+}
+
+func knownEnforcement(e *string) bool { return e == nil || *e == "required" || *e == "preferred" }
+
+// checkCold is the differential property of a cold body: the decoder and
+// the reference accept and reject the same bodies, decode them alike, and
+// classify errors as serde does (a duplicate field is a 422, valid JSON is
+// not a 400 but for serde's own syntax errors on valid JSON).
+func checkCold(t *testing.T, c coldCase, body []byte) {
+	got, err := c.decode(body)
+	var de *decodeError
+	if err != nil && (!errors.As(err, &de) || (de.status != 400 && de.status != 422)) {
+		t.Fatalf("%q: %v", body, err)
+	}
+	checkUTF8(t, body, err)
+	if !comparableInput(body) {
+		return
+	}
+	if !stdjson.Valid(body) {
+		if err == nil {
+			t.Fatalf("%q: invalid JSON accepted", body)
+		}
+		return
+	}
+	if err != nil && de.status == 400 && !validJSONSyntaxErr(de.msg) {
+		t.Fatalf("%q: valid JSON reported as a syntax error: %v", body, err)
+	}
+	exact, rerr := refExact(body, c.schema)
+	if rerr == errRefDuplicate && (err == nil || de.status != 422) {
+		t.Fatalf("%q: a duplicate field not rejected with a 422: %v", body, err)
+	}
+	ref := c.newRef()
+	if rerr == nil {
+		rerr = stdjson.Unmarshal(exact, ref)
+	}
+	var want any
+	ok := rerr == nil
+	if ok {
+		want, ok = c.want(ref)
+	}
+	switch {
+	case !ok && err == nil:
+		t.Fatalf("%q: the reference rejects (%v), the decoder accepts %+v", body, rerr, got)
+	case ok && err != nil:
+		t.Fatalf("%q: the reference accepts %+v, the decoder rejects: %v", body, want, err)
+	case ok && !reflect.DeepEqual(got, want):
+		t.Fatalf("%q: decoded %+v, the reference %+v", body, got, want)
+	}
+}
+
+func fuzzCold(f *testing.F, name string) {
 	for _, s := range coldSeeds {
 		f.Add([]byte(s))
 	}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		if !comparableInput(body) {
-			return
+	f.Fuzz(func(t *testing.T, body []byte) { checkCold(t, coldCases[name], body) })
+}
+
+func TestColdDecodeDifferential(t *testing.T) {
+	for name, c := range coldCases {
+		for _, s := range coldSeeds {
+			t.Run(name, func(t *testing.T) { checkCold(t, c, []byte(s)) })
 		}
-		got, want := newV(), newV()
-		gerr, werr := json.Unmarshal(body, got), stdjson.Unmarshal(body, want)
-		if (gerr == nil) != (werr == nil) {
-			t.Fatalf("%q as %T: go-json %v, encoding/json %v", body, got, gerr, werr)
-		}
-		if gerr == nil && !reflect.DeepEqual(got, want) {
-			t.Fatalf("%q as %T: go-json %+v, encoding/json %+v", body, got, got, want)
-		}
-		// And the handler's classification: never a 400 for valid JSON.
-		if err := decodeJSON(body, newV()); err != nil && stdjson.Valid(body) && err.(*decodeError).status == 400 {
-			t.Fatalf("%q: valid JSON reported as a syntax error: %v", body, err)
-		}
-	})
+	}
 }
 
 // FuzzWorkerBody: POST /workers.
-func FuzzWorkerBody(f *testing.F) { fuzzCold(f, func() any { return new(workerBody) }) }
+func FuzzWorkerBody(f *testing.F) { fuzzCold(f, "worker") }
 
 // FuzzWorkerPatchBody: PATCH /workers/{id}.
-func FuzzWorkerPatchBody(f *testing.F) { fuzzCold(f, func() any { return new(core.WorkerPatch) }) }
+func FuzzWorkerPatchBody(f *testing.F) { fuzzCold(f, "patch") }
 
 // FuzzOutputBlockBody: POST /reservations/{id}/output_block.
-func FuzzOutputBlockBody(f *testing.F) { fuzzCold(f, func() any { return new(outputBlockBody) }) }
+func FuzzOutputBlockBody(f *testing.F) { fuzzCold(f, "output_block") }
 
 // FuzzPeerBody: POST /replica_sync/register_peer and deregister_peer.
-func FuzzPeerBody(f *testing.F) { fuzzCold(f, func() any { return new(peerBody) }) }
+func FuzzPeerBody(f *testing.F) { fuzzCold(f, "peer") }
 
 // TestEncodeDifferential compares go-json's encoding of the cold responses
 // with encoding/json's, and the hand encoder of SelectResponse with

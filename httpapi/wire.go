@@ -1,12 +1,6 @@
 package httpapi
 
-import (
-	"slices"
-	"strings"
-
-	json "github.com/goccy/go-json"
-	"github.com/kvselect/kvselect/core"
-)
+import "github.com/kvselect/kvselect/core"
 
 // selectReq is a pooled decoded selection body: the core request plus the
 // storage its pointers and slices use. Lifetime: acquired per request,
@@ -24,15 +18,49 @@ type selectReq struct {
 	rawSeq []byte
 }
 
-// decodeSelect reads a SelectRequest body (also the body of /potential_loads
-// and /overlap_scores, whose extra fields are ignored there).
+// promptFields are the fields of the reference's PromptRequest, which every
+// selection body flattens into itself
+// (ai-dynamo/dynamo:lib/kv-router/src/services/selection/input.rs).
+var promptFields = []string{"token_ids", "mm_routing_info", "block_mm_infos", "block_hashes", "sequence_hashes", "isl_tokens", "lora_name", "cache_salt", "is_eagle"}
+
+// The field sets of the selection bodies
+// (ai-dynamo/dynamo:lib/kv-router/src/services/selection/types.rs): a key
+// outside a route's set is an unknown field there, skipped unread.
+var (
+	selectFields      = newFieldSet(append(promptFields, selectOwn...)...)
+	reserveFields     = newFieldSet(append(promptFields, selectOwn[:len(selectOwn)-1]...)...) // SelectAndReserveRequest: no advisory
+	queryFields       = newFieldSet(append(promptFields, "model_name", "routing_group", "router_config_override")...)
+	reservationFields = newFieldSet(append(promptFields, "model_name", "routing_group", "selection_id", "worker_id", "dp_rank",
+		"router_config_override", "expected_output_tokens", "effective_prefill_tokens", "track_prefill_tokens")...)
+)
+
+// selectOwn are SelectRequest's own fields; advisory is last.
+var selectOwn = []string{"model_name", "routing_group", "selection_id", "router_config_override", "expected_output_tokens",
+	"priority_jump", "strict_priority", "session_id", "session_context", "affinity_target", "pinned_worker",
+	"allowed_worker_ids", "routing_constraints", "advisory"}
+
+// decodeSelect reads a SelectRequest body (/select).
 func decodeSelect(body []byte, r *selectReq) error {
+	return decodeSelectAs(body, r, selectFields)
+}
+
+// decodeSelectAs reads a selection body with the fields of fs: selectFields
+// (/select), reserveFields (/select_and_reserve) or queryFields
+// (/potential_loads, /overlap_scores).
+func decodeSelectAs(body []byte, r *selectReq, fs *fieldSet) error {
 	r.req.Reset()
 	q := &r.req
 	s := &r.sc
 	*s = scanner{b: body, strbuf: s.strbuf[:0]}
+	var seen uint64
 	err := s.object("struct SelectRequest", func(key []byte) error {
-		var err error
+		known, err := s.field(fs, &seen, "", key)
+		if !known || err != nil {
+			if err == nil {
+				err = s.skip()
+			}
+			return err
+		}
 		switch string(key) {
 		case "model_name":
 			q.ModelName, _, err = s.str("model_name")
@@ -66,14 +94,14 @@ func decodeSelect(body []byte, r *selectReq) error {
 		case "pinned_worker":
 			var n bool
 			if n, err = s.null(); !n && err == nil {
-				err = decodeWorkerRank(s, "pinned_worker", &r.pin, true)
+				err = decodeWorkerRank(s, "pinned_worker", "struct WorkerWithDpRank", &r.pin, true)
 				q.PinnedWorker = &r.pin
 			}
 		case "affinity_target":
 			var n bool
 			if n, err = s.null(); !n && err == nil {
 				var k core.WorkerKey
-				err = decodeWorkerRank(s, "affinity_target", &k, false)
+				err = decodeWorkerRank(s, "affinity_target", "struct WorkerAffinityTarget", &k, false)
 			}
 		case "allowed_worker_ids":
 			q.AllowedWorkerIDs, q.HasAllowedWorkerIDs, err = s.u64s("allowed_worker_ids", q.AllowedWorkerIDs[:0])
@@ -95,11 +123,7 @@ func decodeSelect(body []byte, r *selectReq) error {
 				r.rawSeq = s.b[start:s.i]
 			}
 		default:
-			var handled bool
-			handled, err = decodePromptField(s, key, &q.Prompt)
-			if !handled {
-				err = s.skip()
-			}
+			err = decodePromptField(s, key, &q.Prompt)
 		}
 		return err
 	})
@@ -123,9 +147,9 @@ func (r *selectReq) echoSeq() []byte {
 	return r.rawSeq
 }
 
-// decodePromptField reads one PromptRequest field; handled is false for any
-// other key.
-func decodePromptField(s *scanner, key []byte, p *core.Prompt) (handled bool, err error) {
+// decodePromptField reads one PromptRequest field; key is one of
+// promptFields.
+func decodePromptField(s *scanner, key []byte, p *core.Prompt) (err error) {
 	switch string(key) {
 	case "token_ids":
 		p.TokenIDs, p.HasTokenIDs, err = s.u32s("token_ids", p.TokenIDs[:0])
@@ -144,21 +168,7 @@ func decodePromptField(s *scanner, key []byte, p *core.Prompt) (handled bool, er
 	case "cache_salt":
 		p.CacheSalt, _, err = s.str("cache_salt")
 	case "mm_routing_info":
-		var n bool
-		if n, err = s.null(); !n && err == nil {
-			err = s.object("struct MmRoutingInfo", func(k []byte) error {
-				var err error
-				switch string(k) {
-				case "routing_token_ids":
-					p.RoutingTokenIDs, _, err = s.u32s("routing_token_ids", p.RoutingTokenIDs[:0])
-				case "block_mm_infos":
-					p.RoutingBlockMMHashes, err = decodeMMInfos(s, "mm_routing_info.block_mm_infos")
-				default:
-					err = s.skip()
-				}
-				return err
-			})
-		}
+		err = decodeMMRoutingInfo(s, p)
 	case "block_mm_infos":
 		p.BlockMMHashes, err = decodeMMInfos(s, "block_mm_infos")
 	case "is_eagle":
@@ -168,185 +178,9 @@ func decodePromptField(s *scanner, key []byte, p *core.Prompt) (handled bool, er
 			p.HasIsEagle = true
 		}
 	default:
-		return false, nil
+		panic("BUG: decodePromptField called with " + string(key))
 	}
-	return true, err
-}
-
-// mmInfo is one BlockExtraInfo of block_mm_infos.
-type mmInfo struct {
-	MMObjects []struct {
-		MMHash  uint64      `json:"mm_hash"`
-		Offsets [][2]uint64 `json:"offsets"`
-	} `json:"mm_objects"`
-}
-
-// decodeMMInfos decodes block_mm_infos (an array of BlockExtraInfo or null)
-// with go-json into the per-block mm hashes (rare path, allocates).
-func decodeMMInfos(s *scanner, field string) ([][]uint64, error) {
-	if n, err := s.null(); n || err != nil {
-		return nil, err
-	}
-	if c := s.peek(); c != '[' {
-		if err := s.skip(); err != nil {
-			return nil, err
-		}
-		return nil, s.typeErr(field, "invalid type: "+kindName(c)+", expected a sequence")
-	}
-	raw, err := s.raw()
-	if err != nil {
-		return nil, err
-	}
-	var infos []*mmInfo
-	if err := json.Unmarshal(raw, &infos); err != nil {
-		return nil, &decodeError{422, dataPrefix + field + ": " + err.Error()}
-	}
-	out := make([][]uint64, len(infos))
-	for i, in := range infos {
-		if in == nil {
-			continue
-		}
-		for _, o := range in.MMObjects {
-			out[i] = append(out[i], o.MMHash)
-		}
-	}
-	return out, nil
-}
-
-// decodeOverride decodes router_config_override with go-json into ov (rare
-// path).
-func decodeOverride(s *scanner, ov *core.Override) (*core.Override, error) {
-	if n, err := s.null(); n || err != nil {
-		return nil, err
-	}
-	if c := s.peek(); c != '{' {
-		if err := s.skip(); err != nil {
-			return nil, err
-		}
-		return nil, s.typeErr("router_config_override", "invalid type: "+kindName(c)+", expected struct RouterConfigOverride")
-	}
-	raw, err := s.raw()
-	if err != nil {
-		return nil, err
-	}
-	*ov = core.Override{}
-	if err := json.Unmarshal(raw, ov); err != nil {
-		return nil, &decodeError{422, dataPrefix + "router_config_override: " + err.Error()}
-	}
-	return ov, nil
-}
-
-// decodeWorkerRank reads {worker_id, dp_rank}; dp_rank is required when
-// needRank.
-func decodeWorkerRank(s *scanner, field string, k *core.WorkerKey, needRank bool) error {
-	var hasID, hasRank bool
-	err := s.object("struct "+field, func(key []byte) error {
-		switch string(key) {
-		case "worker_id":
-			v, err := s.uint(field+".worker_id", 1<<64-1, "u64")
-			k.WorkerID, hasID = v, true
-			return err
-		case "dp_rank":
-			if n, err := s.null(); n || err != nil {
-				return err
-			}
-			v, err := s.uint(field+".dp_rank", 1<<32-1, "u32")
-			k.DPRank, hasRank = uint32(v), true
-			return err
-		}
-		return s.skip()
-	})
-	if err != nil {
-		return err
-	}
-	if !hasID {
-		return s.typeErr(field, "missing field `worker_id`")
-	}
-	if needRank && !hasRank {
-		return s.typeErr(field, "missing field `dp_rank`")
-	}
-	return nil
-}
-
-// decodeConstraints reads routing_constraints.
-func decodeConstraints(s *scanner, r *selectReq) error {
-	if n, err := s.null(); n || err != nil {
-		return err
-	}
-	q := &r.req
-	return s.object("struct RoutingConstraints", func(key []byte) error {
-		switch string(key) {
-		case "required_taints":
-			_, err := s.array("routing_constraints.required_taints", "a sequence", func() error {
-				v, _, err := s.str("routing_constraints.required_taints")
-				q.RequiredTaints = append(q.RequiredTaints, v)
-				return err
-			})
-			return err
-		case "preferred_taints":
-			if n, err := s.null(); n || err != nil {
-				return err
-			}
-			if r.prefs == nil {
-				r.prefs = map[string]float64{}
-			}
-			clear(r.prefs)
-			err := s.object("a map", func(k []byte) error {
-				w, err := s.float("routing_constraints.preferred_taints")
-				r.prefs[string(k)] = w
-				return err
-			})
-			if err != nil {
-				return err
-			}
-			for t, w := range r.prefs {
-				q.PreferredTaints = append(q.PreferredTaints, core.PreferredTaint{Taint: t, Weight: w})
-			}
-			slices.SortFunc(q.PreferredTaints, func(a, b core.PreferredTaint) int { return strings.Compare(a.Taint, b.Taint) })
-			return nil
-		}
-		return s.skip()
-	})
-}
-
-// decodeSessionContext validates session_context (session_id required);
-// the content is ignored until session affinity lands.
-func decodeSessionContext(s *scanner) error {
-	if n, err := s.null(); n || err != nil {
-		return err
-	}
-	has := false
-	err := s.object("struct SessionContext", func(key []byte) error {
-		switch string(key) {
-		case "session_id":
-			_, set, err := s.str("session_context.session_id")
-			has = has || set
-			return err
-		case "parent_session_id":
-			_, _, err := s.str("session_context.parent_session_id")
-			return err
-		case "session_final":
-			if n, err := s.null(); n || err != nil {
-				return err
-			}
-			_, err := s.boolean("session_context.session_final")
-			return err
-		case "input_trigger":
-			v, set, err := s.str("session_context.input_trigger")
-			if err == nil && set && v != "user_message" && v != "tool_result" && v != "other" {
-				return s.typeErr("session_context.input_trigger", "unknown variant `"+v+"`, expected one of `user_message`, `tool_result`, `other`")
-			}
-			return err
-		}
-		return s.skip()
-	})
-	if err != nil {
-		return err
-	}
-	if !has {
-		return s.typeErr("session_context", "missing field `session_id`")
-	}
-	return nil
+	return err
 }
 
 // reserveReq is a pooled decoded /reservations body.
@@ -364,8 +198,15 @@ func decodeReservation(body []byte, r *reserveReq) error {
 	s := &r.sc
 	*s = scanner{b: body, strbuf: s.strbuf[:0]}
 	hasID := false
+	var seen uint64
 	err := s.object("struct ReservationRequest", func(key []byte) error {
-		var err error
+		known, err := s.field(reservationFields, &seen, "", key)
+		if !known || err != nil {
+			if err == nil {
+				err = s.skip()
+			}
+			return err
+		}
 		var n bool
 		switch string(key) {
 		case "model_name":
@@ -404,62 +245,19 @@ func decodeReservation(body []byte, r *reserveReq) error {
 				q.TrackPrefillTokens = &r.track
 			}
 		default:
-			var handled bool
-			handled, err = decodePromptField(s, key, &q.Prompt)
-			if !handled {
-				err = s.skip()
-			}
+			err = decodePromptField(s, key, &q.Prompt)
 		}
 		return err
 	})
 	if err != nil {
 		return err
 	}
+	objEnd := s.i
 	if err := s.end(); err != nil {
 		return err
 	}
 	if !hasID {
-		return missingField(body, "selection_id")
+		return missingField(body, objEnd, "selection_id")
 	}
 	return nil
-}
-
-// workerBody is the wire form of POST /workers: worker_id is required, so
-// it is a pointer that shadows the embedded spec's field.
-type workerBody struct {
-	WorkerID *uint64 `json:"worker_id"`
-	core.WorkerSpec
-}
-
-// outputBlockBody is the body of /output_block.
-type outputBlockBody struct {
-	DecayFraction *float64 `json:"decay_fraction"`
-}
-
-// peerBody is the body of the replica_sync peer routes.
-type peerBody struct {
-	Endpoint *string `json:"endpoint"`
-}
-
-// decodeJSON decodes a body with go-json into v (the cold routes),
-// classifying errors as axum's Json extractor does: syntax 400, data 422.
-// v's strings are copies (go-json copies by default).
-func decodeJSON(body []byte, v any) error {
-	err := json.Unmarshal(body, v)
-	if err == nil {
-		return nil
-	}
-	if _, ok := err.(*json.SyntaxError); ok {
-		return &decodeError{400, syntaxPrefix + err.Error()}
-	}
-	// go-json reports some syntax problems of truncated input as other
-	// error types; re-check with a validating scan.
-	s := scanner{b: body}
-	if serr := s.skip(); serr != nil {
-		return serr
-	}
-	if serr := s.end(); serr != nil {
-		return serr
-	}
-	return &decodeError{422, dataPrefix + err.Error()}
 }

@@ -11,14 +11,15 @@ import (
 )
 
 // LatencyBuckets are the upper bounds, in seconds, of the request latency
-// histograms: 1 µs doubling to about 4.2 s (23 buckets). Dynamo's router
-// overhead histograms double from 0.1 µs (in ms); the same doubling keeps
-// dashboards comparable.
+// histograms: 1 µs doubling to about 4.2 s (23 buckets). These series are
+// kvselect's own: Dynamo's router-overhead histograms
+// (dynamo_router_overhead_*_ms) have other names, milliseconds and buckets
+// from 0.1 µs, so dashboards built for Dynamo do not read them.
 var LatencyBuckets = metrics.ExponentialBuckets(1e-6, 2, 23)
 
 // Codes are the HTTP statuses a route counter is pre-created for; any other
 // status is counted under "other".
-var Codes = [...]int{200, 201, 400, 404, 405, 409, 413, 415, 422, 429, 500, 503}
+var Codes = [...]int{200, 201, 400, 401, 404, 405, 409, 413, 415, 422, 429, 500, 503}
 
 // Registry is a metric set with pre-created handles.
 type Registry struct {
@@ -78,6 +79,10 @@ func (r *Registry) WritePrometheus(w io.Writer) {
 
 // WriteGauge writes one gauge line.
 func WriteGauge(w io.Writer, name string, v float64) { metrics.WriteGaugeFloat64(w, name, v) }
+
+// WriteGaugeUint writes one gauge line of an integer value, printed exactly
+// (WriteGauge prints large values in exponent form).
+func WriteGaugeUint(w io.Writer, name string, v uint64) { metrics.WriteGaugeUint64(w, name, v) }
 
 // WriteCounter writes one counter line.
 func WriteCounter(w io.Writer, name string, v uint64) { metrics.WriteCounterUint64(w, name, v) }

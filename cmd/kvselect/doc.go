@@ -13,28 +13,39 @@
 // --replica-sync-peers, --selection-cache-ttl-secs 120,
 // --selection-cache-max-entries 4096, --selection-cache-max-bytes 268435456,
 // --session-affinity-ttl-secs, --router-assume-kv-reuse /
-// --no-router-assume-kv-reuse) plus --host (0.0.0.0) and --pprof. The
+// --no-router-assume-kv-reuse) plus --host (0.0.0.0), --pprof,
+// --max-connections (default (soft RLIMIT_NOFILE - 128) * 3/4, see
+// defaultMaxConnections), --auth-token-file (bearer token on every route
+// but /health, /ready and /metrics) and --tls-cert/--tls-key (HTTPS). The
 // router configuration comes from the DYN_ROUTER_* variables named by the
 // `env` tags of sched.Config, and DYN_USE_KV_EVENTS. Settings that belong to
 // features not built yet (peer recovery, replica sync, session affinity,
 // keyed tracking hashes, remote indexer, queue policies) are validated and
 // logged as "accepted but not yet active", never silently ignored.
 //
-// SIGINT or SIGTERM: the service turns not-ready (new selections get 503),
-// the HTTP server stops accepting and finishes in-flight requests (up to
-// 30 s), the sweep stops, the ingress closes, exit 0.
+// SIGINT or SIGTERM: the HTTP server drains (httpapi.Server.Shutdown): it
+// stops accepting, requests already in the handler finish against the live
+// service, requests that start later get 503 "selection service is
+// shutting down", every response carries Connection: close, and idle
+// connections are closed once nothing is waiting in them; after 30 s the
+// rest are cut (exit 1). Then the service turns not-ready, the sweep
+// stops, the ingress closes, exit 0.
 //
 // # Goroutine inventory (serve)
 //
 //   - main: parses, constructs, then waits for the signal context or a
-//     server error, and runs the shutdown sequence.
+//     server error, and runs the shutdown sequence (the HTTP drain loop of
+//     httpapi.Server.Shutdown included, a 50 ms ticker).
 //   - HTTP serve loop (one): fasthttp's accept loop on the listener; started
 //     by serve, returns when Server.Shutdown closes the listener.
 //   - fasthttp connection workers (one per open connection, pooled by
-//     fasthttp, at most Server.Concurrency): each reads requests and runs
+//     fasthttp, at most --max-connections): each reads requests and runs
 //     the handler inline; core work happens on these goroutines, with no
 //     hand-off. They end when their connection closes; Shutdown waits for
-//     them to go idle.
+//     every connection to close, closing the idle ones.
+//   - connection rejecters (at most 16, httpapi): each answers one
+//     connection over --max-connections with a 503, reads what the client
+//     sent for up to 1 s, and closes it.
 //   - sweep (one): a 60 s ticker calling core.Service.Sweep (expiry of stale
 //     reservations, reservation-index cleanup, pending-cache TTL); owns
 //     nothing; stopped by cancelling its context after the HTTP drain.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -8,6 +10,7 @@ import (
 	"math"
 	"net/netip"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -45,7 +48,7 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	fs.SetOutput(stderr)
 	port := fs.Uint("port", 8092, "HTTP port")
 	fs.StringVar(&o.host, "host", "0.0.0.0", "HTTP bind address")
-	threads := fs.Int("threads", 4, "indexer threads: when given, the number of KV index shards per partition (1 = single-threaded); by default the index sizes itself from GOMAXPROCS")
+	threads := fs.Int("threads", 4, "indexer threads: when given, the number of KV index shards per partition; by default one shard per partition (radix.DefaultShards), whatever GOMAXPROCS, because every match walks every shard")
 	indexerPeers := fs.String("indexer-peers", "", "comma-separated HTTP base URLs of selectors/indexers to recover the KV index from at start-up (GET {url}/dump)")
 	replicaPort := fs.Int("replica-sync-port", 0, "ZMQ PUB port of the replica-sync mesh (must be > 0 when set)")
 	replicaPeers := fs.String("replica-sync-peers", "", "comma-separated ZMQ endpoints of replica-sync peers; requires --replica-sync-port")
@@ -65,6 +68,10 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	fs.IntVar(&o.core.MaxListeners, "max-kv-listeners", o.core.MaxListeners, "KV-event listener ranks (one per dp rank of each schedulable worker) at most; a registration past it is refused with a 409")
 	networks := fs.String("kv-endpoint-networks", "", "comma-separated CIDRs (e.g. 10.0.0.0/8,127.0.0.1/32): worker kv_events and replay endpoints must be IP addresses inside them, or registration is refused with a 400; empty allows any endpoint, as the reference")
 	fs.BoolVar(&o.http.Pprof, "pprof", true, "serve /debug/pprof/*")
+	authFile := fs.String("auth-token-file", "", "file holding a bearer token (one trailing newline is trimmed): every route but /health, /ready and /metrics then requires Authorization: Bearer <token>, else 401")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate (chain) file: serve HTTPS; requires --tls-key")
+	tlsKey := fs.String("tls-key", "", "PEM private key file of --tls-cert")
+	maxConns := fs.Int("max-connections", -1, "cap on open HTTP connections; more are answered 503 and closed (0 = no cap). Default: (soft RLIMIT_NOFILE - 128) * 3/4, at least 16, leaving descriptors for the ZMQ sockets and files")
 	fs.IntVar(&o.demo, "demo", 0, "start N built-in simulated vLLM engines on loopback, publishing real ZMQ KV events, registered as workers 1..N (a working default for trying kvselect)")
 	fs.IntVar(&o.demoBlockSize, "demo-block-size", 16, "KV block size of the --demo engines")
 	fs.IntVar(&o.pprofMutexFraction, "pprof-mutex-fraction", 0, "runtime.SetMutexProfileFraction for the mutex profile (0 = off)")
@@ -91,6 +98,31 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	// flag is honoured only when given.
 	if set["threads"] {
 		o.core.IndexShards = *threads
+	}
+	if *authFile != "" {
+		tok, err := readAuthToken(*authFile)
+		if err != nil {
+			return nil, err
+		}
+		o.http.AuthToken = tok
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return nil, errors.New("--tls-cert and --tls-key go together: give both or neither")
+	}
+	if *tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		o.http.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	switch {
+	case !set["max-connections"]:
+		o.http.MaxConnections = defaultMaxConnections(openFileLimit())
+	case *maxConns < 0:
+		return nil, fmt.Errorf("--max-connections must be >= 0, got %d", *maxConns)
+	default:
+		o.http.MaxConnections = *maxConns
 	}
 	if math.IsNaN(*ttl) || *ttl <= 0 || *ttl > 1e9 {
 		return nil, fmt.Errorf("--selection-cache-ttl-secs must be > 0, got %v", *ttl)
@@ -190,6 +222,28 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 		return nil, err
 	}
 	return o, nil
+}
+
+// readAuthToken reads --auth-token-file: its content less one trailing
+// newline (\n or \r\n). The token must be non-empty visible ASCII without
+// spaces, as an Authorization header carries it. Errors name the file,
+// never its content.
+func readAuthToken(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--auth-token-file: %w", err)
+	}
+	b = bytes.TrimSuffix(b, []byte("\n"))
+	b = bytes.TrimSuffix(b, []byte("\r"))
+	if len(b) == 0 {
+		return nil, fmt.Errorf("--auth-token-file %s: the file is empty", path)
+	}
+	for _, c := range b {
+		if c <= ' ' || c > '~' {
+			return nil, fmt.Errorf("--auth-token-file %s: the token holds a space, a control character or non-ASCII (byte 0x%02x)", path, c)
+		}
+	}
+	return b, nil
 }
 
 func splitList(s string) []string {

@@ -82,7 +82,14 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		_ = ingress.Close()
 		return 1
 	}
-	logger.Printf("listening on http://%s", ln.Addr())
+	scheme, auth := "http", ""
+	if opts.http.TLS != nil {
+		scheme = "https"
+	}
+	if len(opts.http.AuthToken) > 0 {
+		auth = "; bearer token required"
+	}
+	logger.Printf("listening on %s://%s (at most %d connections; RLIMIT_NOFILE %d%s)", scheme, ln.Addr(), opts.http.MaxConnections, openFileLimit(), auth)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	sweepDone := make(chan struct{})
@@ -119,15 +126,17 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		code = 1
 	}
 
-	// 5. Stop in reverse order: refuse new work, drain HTTP, stop the
-	// sweep, close the listeners of the ingress, then the demo engines.
-	svc.Close()
+	// 5. Stop in reverse order: drain HTTP (requests already in the
+	// handler finish against a live service, new ones get 503), refuse
+	// work that does not come over HTTP, stop the sweep, close the
+	// listeners of the ingress, then the demo engines.
 	shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(shCtx); err != nil {
 		logger.Printf("shutdown: %v", err)
 		code = 1
 	}
+	svc.Close()
 	if code == 0 {
 		if err := <-served; err != nil {
 			logger.Printf("serve: %v", err)

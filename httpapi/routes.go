@@ -1,0 +1,301 @@
+package httpapi
+
+import (
+	"bytes"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/kvselect/kvselect/perf"
+	"github.com/valyala/fasthttp"
+)
+
+// Route identifiers, for metrics.
+const (
+	rWorkersGet = iota
+	rWorkersPost
+	rWorkerPatch
+	rWorkerDelete
+	rHealth
+	rReady
+	rSelect
+	rSelectAndReserve
+	rReservations
+	rPrefillComplete
+	rOutputBlock
+	rReservationDelete
+	rLoads
+	rPotentialLoads
+	rOverlapScores
+	rDump
+	rRegisterPeer
+	rDeregisterPeer
+	rPeers
+	rMetrics
+	rPprof
+	rUnmatched
+	rDraining
+	rUnauthorized
+	numRoutes
+)
+
+var routeNames = [numRoutes]string{
+	"GET /workers", "POST /workers", "PATCH /workers/{worker_id}", "DELETE /workers/{worker_id}",
+	"GET /health", "GET /ready", "POST /select", "POST /select_and_reserve", "POST /reservations",
+	"POST /reservations/{selection_id}/prefill_complete", "POST /reservations/{selection_id}/output_block",
+	"DELETE /reservations/{selection_id}", "GET /loads", "POST /potential_loads", "POST /overlap_scores",
+	"GET /dump", "POST /replica_sync/register_peer", "POST /replica_sync/deregister_peer",
+	"GET /replica_sync/peers", "GET /metrics", "GET /debug/pprof/*", "unmatched", "shutting down", "unauthorized",
+}
+
+var (
+	errRouteNotFound    = []byte(`{"error":"route not found"}`)
+	errMethodNotAllowed = []byte(`{"error":"method not allowed"}`)
+	statusOK            = []byte(`{"status":"ok"}`)
+)
+
+// dispatch routes one request and returns its route id.
+func (s *Server) dispatch(ctx *fasthttp.RequestCtx) int {
+	path := ctx.Path()
+	m := ctx.Method()
+	get := string(m) == "GET" || string(m) == "HEAD"
+	post := string(m) == "POST"
+	switch string(path) {
+	case "/select_and_reserve":
+		if !post {
+			return s.notAllowed(ctx)
+		}
+		s.handleSelect(ctx, true)
+		return rSelectAndReserve
+	case "/select":
+		if !post {
+			return s.notAllowed(ctx)
+		}
+		s.handleSelect(ctx, false)
+		return rSelect
+	case "/reservations":
+		if !post {
+			return s.notAllowed(ctx)
+		}
+		s.handleReserve(ctx)
+		return rReservations
+	case "/workers":
+		switch {
+		case get:
+			s.handleListWorkers(ctx)
+			return rWorkersGet
+		case post:
+			s.handleUpsert(ctx)
+			return rWorkersPost
+		}
+		return s.notAllowed(ctx)
+	case "/health":
+		if !get {
+			return s.notAllowed(ctx)
+		}
+		s.writeRaw(ctx, 200, statusOK)
+		return rHealth
+	case "/ready":
+		if !get {
+			return s.notAllowed(ctx)
+		}
+		r := s.svc.Ready()
+		status := 200
+		if !r.Ready {
+			status = 503
+		}
+		s.writeValue(ctx, status, readinessJSON(r))
+		return rReady
+	case "/loads":
+		if !get {
+			return s.notAllowed(ctx)
+		}
+		q := ctx.QueryArgs()
+		s.writeValue(ctx, 200, s.svc.Loads(string(q.Peek("model_name")), string(q.Peek("routing_group"))))
+		return rLoads
+	case "/potential_loads":
+		if !post {
+			return s.notAllowed(ctx)
+		}
+		s.handleQuery(ctx, false)
+		return rPotentialLoads
+	case "/overlap_scores":
+		if !post {
+			return s.notAllowed(ctx)
+		}
+		s.handleQuery(ctx, true)
+		return rOverlapScores
+	case "/dump":
+		if !get {
+			return s.notAllowed(ctx)
+		}
+		s.handleDump(ctx)
+		return rDump
+	case "/replica_sync/register_peer":
+		if !post {
+			return s.notAllowed(ctx)
+		}
+		s.handlePeer(ctx, true)
+		return rRegisterPeer
+	case "/replica_sync/deregister_peer":
+		if !post {
+			return s.notAllowed(ctx)
+		}
+		s.handlePeer(ctx, false)
+		return rDeregisterPeer
+	case "/replica_sync/peers":
+		if !get {
+			return s.notAllowed(ctx)
+		}
+		var peers []string
+		if s.cfg.Peers != nil {
+			peers = s.cfg.Peers.List()
+		}
+		if peers == nil {
+			peers = []string{}
+		}
+		s.writeValue(ctx, 200, peers)
+		return rPeers
+	case "/metrics":
+		if !get {
+			return s.notAllowed(ctx)
+		}
+		ctx.Response.Header.SetContentType("text/plain; version=0.0.4; charset=utf-8")
+		s.reg.WritePrometheus(ctx)
+		return rMetrics
+	}
+	if rest, ok := bytes.CutPrefix(path, []byte("/workers/")); ok && len(rest) > 0 && bytes.IndexByte(rest, '/') < 0 {
+		id, bad := workerIDParam(rest)
+		switch string(m) {
+		case "PATCH":
+			if bad != "" {
+				s.writeErrMsg(ctx, 400, bad)
+			} else {
+				s.handlePatch(ctx, id)
+			}
+			return rWorkerPatch
+		case "DELETE":
+			if bad != "" {
+				s.writeErrMsg(ctx, 400, bad)
+			} else {
+				rec, err := s.svc.DeleteWorker(id)
+				s.writeRecord(ctx, 200, rec, err)
+			}
+			return rWorkerDelete
+		}
+		return s.notAllowed(ctx)
+	}
+	// The selection id is one path segment, percent-decoded as axum's Path
+	// extractor decodes it: it is read from the original path, where %2F is
+	// not yet a separator (the normalized path has decoded it and dropped
+	// dot segments, so an id like "tenant/req-1" could never be freed).
+	rest, ok := bytes.CutPrefix(ctx.URI().PathOriginal(), []byte("/reservations/"))
+	escaped := ok
+	if !ok {
+		rest, ok = bytes.CutPrefix(path, []byte("/reservations/"))
+	}
+	if ok && len(rest) > 0 {
+		id, action, _ := bytes.Cut(rest, []byte("/"))
+		if escaped {
+			id = unescapeSegment(id)
+		}
+		if len(id) > 0 {
+			switch string(action) {
+			case "":
+				if bytes.IndexByte(rest, '/') >= 0 {
+					break
+				}
+				if string(m) != "DELETE" {
+					return s.notAllowed(ctx)
+				}
+				if s.badSelectionID(ctx, id) {
+					return rReservationDelete
+				}
+				s.writeStatusOK(ctx, s.svc.Free(b2s(id)))
+				return rReservationDelete
+			case "prefill_complete":
+				if !post {
+					return s.notAllowed(ctx)
+				}
+				if s.badSelectionID(ctx, id) {
+					return rPrefillComplete
+				}
+				s.writeStatusOK(ctx, s.svc.PrefillComplete(b2s(id)))
+				return rPrefillComplete
+			case "output_block":
+				if !post {
+					return s.notAllowed(ctx)
+				}
+				if s.badSelectionID(ctx, id) {
+					return rOutputBlock
+				}
+				s.handleOutputBlock(ctx, b2s(id))
+				return rOutputBlock
+			}
+		}
+	}
+	if s.cfg.Pprof && perf.IsPprofPath(path) {
+		perf.Pprof(ctx)
+		return rPprof
+	}
+	s.writeRaw(ctx, 404, errRouteNotFound)
+	return rUnmatched
+}
+
+// workerIDParam parses the {worker_id} path segment as axum's Path<u64>
+// does; bad is the 400 message when it is not UTF-8 or not a u64.
+func workerIDParam(seg []byte) (id uint64, bad string) {
+	if !utf8.Valid(seg) {
+		return 0, "Invalid URL: Invalid UTF-8 in `worker_id`"
+	}
+	id, err := strconv.ParseUint(string(seg), 10, 64)
+	if err != nil {
+		return 0, "Invalid URL: Cannot parse `" + echo(seg) + "` to a `u64`"
+	}
+	return id, ""
+}
+
+// badSelectionID answers 400 when the percent-decoded {selection_id} is not
+// UTF-8, as axum's Path<String> does, and reports whether it did.
+func (s *Server) badSelectionID(ctx *fasthttp.RequestCtx, id []byte) bool {
+	if utf8.Valid(id) {
+		return false
+	}
+	s.writeErrMsg(ctx, 400, "Invalid URL: Invalid UTF-8 in `selection_id`")
+	return true
+}
+
+// unescapeSegment percent-decodes one path segment; malformed escapes stay
+// as they are (as percent_decode leaves them). It allocates only when seg
+// has an escape, and returns seg itself otherwise.
+func unescapeSegment(seg []byte) []byte {
+	i := bytes.IndexByte(seg, '%')
+	if i < 0 {
+		return seg
+	}
+	out := append(make([]byte, 0, len(seg)), seg[:i]...)
+	for ; i < len(seg); i++ {
+		if c := seg[i]; c == '%' && i+2 < len(seg) && isHex(seg[i+1]) && isHex(seg[i+2]) {
+			out = append(out, unhex(seg[i+1])<<4|unhex(seg[i+2]))
+			i += 2
+		} else {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func isHex(c byte) bool { return c-'0' < 10 || (c|0x20)-'a' < 6 }
+
+func unhex(c byte) byte {
+	if c-'0' < 10 {
+		return c - '0'
+	}
+	return (c | 0x20) - 'a' + 10
+}
+
+func (s *Server) notAllowed(ctx *fasthttp.RequestCtx) int {
+	s.writeRaw(ctx, 405, errMethodNotAllowed)
+	return rUnmatched
+}
+
+// jsonBody returns the body when the request declares JSON, else answers

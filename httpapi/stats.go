@@ -1,0 +1,61 @@
+package httpapi
+
+import (
+	"io"
+
+	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/perf"
+)
+
+// writeStats turns core.Stats into scrape-time lines.
+func (s *Server) writeStats(w io.Writer) {
+	st := s.svc.Stats()
+	perf.WriteCounter(w, `kvselect_selections_total{outcome="ok"}`, st.SelectOK)
+	perf.WriteCounter(w, `kvselect_selections_total{outcome="error"}`, st.SelectFailed)
+	perf.WriteCounter(w, `kvselect_bookings_total{outcome="ok"}`, st.BookOK)
+	perf.WriteCounter(w, `kvselect_bookings_total{outcome="conflict"}`, st.BookConflict)
+	perf.WriteCounter(w, `kvselect_bookings_total{outcome="failed"}`, st.BookFailed)
+	perf.WriteCounter(w, `kvselect_reservation_replays_total{outcome="hit"}`, st.ReplayHit)
+	perf.WriteCounter(w, `kvselect_reservation_replays_total{outcome="miss"}`, st.ReplayMiss)
+	perf.WriteCounter(w, `kvselect_lifecycle_calls_total{outcome="ok"}`, st.LifecycleOK)
+	perf.WriteCounter(w, `kvselect_lifecycle_calls_total{outcome="not_found"}`, st.LifecycleNotFound)
+	perf.WriteCounter(w, `kvselect_bookings_total{outcome="refused"}`, st.BookRefused)
+	perf.WriteCounter(w, `kvselect_reservations_released_total{cause="freed"}`, st.Freed)
+	perf.WriteCounter(w, `kvselect_reservations_released_total{cause="expired"}`, st.Expired)
+	perf.WriteCounter(w, `kvselect_reservations_released_total{cause="worker_removed"}`, st.WorkerGone)
+	perf.WriteGauge(w, `kvselect_active_reservations`, float64(st.Reservations))
+	perf.WriteGauge(w, `kvselect_active_reservations_limit`, float64(st.MaxReservations))
+	perf.WriteGauge(w, `kvselect_reservation_bytes`, float64(st.ReservationBytes))
+	perf.WriteGauge(w, `kvselect_reservation_bytes_limit`, float64(st.MaxReservationBytes))
+	perf.WriteGauge(w, `kvselect_kv_listeners`, float64(st.Listeners))
+	perf.WriteGauge(w, `kvselect_kv_listeners_limit`, float64(st.MaxListeners))
+	perf.WriteGauge(w, `kvselect_pending_selections`, float64(st.PendingEntries))
+	perf.WriteGauge(w, `kvselect_pending_selection_bytes`, float64(st.PendingBytes))
+	perf.WriteGauge(w, `kvselect_schedulable_workers`, float64(st.SchedulableWorkers))
+	perf.WriteGauge(w, `kvselect_partitions`, float64(st.Partitions))
+	for t := range st.IndexBlocks {
+		perf.WriteGauge(w, tierNames[t], float64(st.IndexBlocks[t]))
+	}
+	perf.WriteCounter(w, `kvselect_kv_events_applied_total`, st.EventsApplied)
+	perf.WriteCounter(w, `kvselect_kv_events_dropped_total`, st.EventsDropped)
+	c := s.conns
+	perf.WriteGaugeUint(w, `kvselect_http_connections_open`, uint64(max(c.open.Load(), 0)))
+	perf.WriteGaugeUint(w, `kvselect_http_connections_max`, uint64(c.max))
+	perf.WriteCounter(w, `kvselect_http_connections_rejected_total`, c.rejected.Load())
+	perf.WriteCounter(w, `kvselect_http_accept_retries_total`, c.acceptRetries.Load())
+	perf.WriteGaugeUint(w, `kvselect_http_connection_rejecters`, uint64(max(c.rejecting.Load(), 0)))
+	perf.WriteGaugeUint(w, `kvselect_http_connection_rejecters_max`, maxRejecting)
+	perf.WriteGaugeUint(w, `kvselect_http_max_request_body_bytes`, uint64(s.cfg.MaxRequestBodySize))
+	draining := 0.0
+	if s.draining.Load() {
+		draining = 1
+	}
+	perf.WriteGauge(w, `kvselect_http_draining`, draining)
+}
+
+var tierNames = func() (out [core.NumTiers]string) {
+	for t := range out {
+		out[t] = perf.Label("kvselect_index_blocks", "tier", core.TierName(t))
+	}
+	return out
+}()

@@ -73,6 +73,8 @@ type counters struct {
 	replayHit, replayMiss     atomic.Uint64
 	lifecycleOK, lifecycle404 atomic.Uint64
 	released                  [numReleaseReasons]atomic.Uint64
+	replicaApplied            atomic.Uint64
+	replicaDropped            [NumReplicaDrops]atomic.Uint64
 }
 
 // New returns an empty service.
@@ -150,9 +152,15 @@ type Stats struct {
 	BookRefused                    uint64
 	ReplayHit, ReplayMiss          uint64
 	LifecycleOK, LifecycleNotFound uint64
-	// Freed, Expired and WorkerGone count released reservations by cause:
-	// DELETE, the expiry guard, their worker rank leaving.
-	Freed, Expired, WorkerGone uint64
+	// Freed, Expired, WorkerGone, ReplicaFreed and ReplicaReplaced count
+	// released reservations by cause: DELETE, the expiry guard, their
+	// worker rank leaving, a peer's free, a peer's admission of the id.
+	Freed, Expired, WorkerGone    uint64
+	ReplicaFreed, ReplicaReplaced uint64
+	// ReplicaApplied counts peer events applied; ReplicaDropped those
+	// skipped, by ReplicaDrop.
+	ReplicaApplied uint64
+	ReplicaDropped [NumReplicaDrops]uint64
 	// Reservations are the live requests in the ledger (in-flight claims
 	// included) and ReservationBytes what they count against the byte
 	// limit; MaxReservations and MaxReservationBytes are the limits.
@@ -185,12 +193,18 @@ func (s *Service) Stats() Stats {
 		Freed:               s.stats.released[releasedFree].Load(),
 		Expired:             s.stats.released[releasedExpired].Load(),
 		WorkerGone:          s.stats.released[releasedWorkerGone].Load(),
+		ReplicaFreed:        s.stats.released[releasedReplica].Load(),
+		ReplicaReplaced:     s.stats.released[releasedReplaced].Load(),
+		ReplicaApplied:      s.stats.replicaApplied.Load(),
 		Reservations:        s.ledger.count.Load(),
 		MaxReservations:     s.ledger.maxCount,
 		ReservationBytes:    s.ledger.bytes.Load(),
 		MaxReservationBytes: s.ledger.maxBytes,
 		SchedulableWorkers:  s.schedulable.Load(),
 		MaxListeners:        s.cfg.MaxListeners,
+	}
+	for d := range st.ReplicaDropped {
+		st.ReplicaDropped[d] = s.stats.replicaDropped[d].Load()
 	}
 	s.mu.Lock()
 	st.Listeners = s.listeners

@@ -51,6 +51,8 @@ type Service struct {
 	// schedulable counts schedulable workers over all partitions.
 	schedulable atomic.Int64
 	closed      atomic.Bool
+	// recovery is what the host's startup recovery restored (SetRecovery).
+	recovery atomic.Pointer[Recovery]
 
 	// ledger is the one table of live requests (ledger.go).
 	ledger  *ledger
@@ -161,6 +163,8 @@ type Stats struct {
 	// skipped, by ReplicaDrop.
 	ReplicaApplied uint64
 	ReplicaDropped [NumReplicaDrops]uint64
+	// Recovery is what startup recovery restored (nil: none ran).
+	Recovery *Recovery
 	// Reservations are the live requests in the ledger (in-flight claims
 	// included) and ReservationBytes what they count against the byte
 	// limit; MaxReservations and MaxReservationBytes are the limits.
@@ -203,6 +207,7 @@ func (s *Service) Stats() Stats {
 		SchedulableWorkers:  s.schedulable.Load(),
 		MaxListeners:        s.cfg.MaxListeners,
 	}
+	st.Recovery = s.recovery.Load()
 	for d := range st.ReplicaDropped {
 		st.ReplicaDropped[d] = s.stats.replicaDropped[d].Load()
 	}

@@ -48,8 +48,9 @@
 //
 // # Sequence numbers, replay and restarts
 //
-// The watermark of a (worker, rank) is the seq of the last batch applied,
-// or none (before the first batch and after a restart). For each live
+// The watermark of a (worker, rank) is the seq of the last batch consumed
+// (applied, or rejected as undecodable: rule 5), or none (before the first
+// batch and after a restart); Status reports it as LastSeq. For each live
 // message with sequence number seq, in order:
 //
 //  1. Restart, rule 1. If the message is the first one processed from a new
@@ -91,9 +92,12 @@
 //     the batches stay lost. Live messages keep queueing meanwhile.
 //  4. Stale. With watermark L and seq <= L (also after a replay that
 //     covered seq), the batch is dropped and counted (Stale).
-//  5. Apply. The payload is decoded; a malformed payload is counted
-//     (DecodeErrors) and skipped without moving the watermark; otherwise
-//     its events go to the writer and the watermark becomes seq.
+//  5. Apply. The payload is decoded and its events go to the writer; a
+//     malformed payload is counted (DecodeErrors) and its events skipped.
+//     Either way the watermark becomes seq: the batch was received, so its
+//     seq is not missing (were the watermark left behind, every later
+//     batch would count the same range as a gap again), and a replay
+//     would return the same bytes.
 //
 // Not detected (vLLM puts no incarnation id on the wire): without a replay
 // endpoint (or once the publisher's replay buffer has moved past the
@@ -152,8 +156,9 @@
 //     publisher restarts (its seq goes back).
 //  2. For each message, call ParseFrames; on error count and skip it.
 //  3. Call Decode with the payload and the listener's (worker, rank). An
-//     error wraps ErrMalformed: skip the whole batch and do not advance the
-//     sequence watermark. Otherwise the Batch carries the usable events in
+//     error wraps ErrMalformed: skip the whole batch (none of it may be
+//     applied), but treat its seq as received when checking the next one
+//     for a gap. Otherwise the Batch carries the usable events in
 //     emission order, with Worker set to the effective rank (the batch's
 //     data_parallel_rank when present, else the listener's), and per-reason
 //     counts of the events it skipped (DropReason): unknown tags, unknown

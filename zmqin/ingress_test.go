@@ -317,15 +317,15 @@ func TestBadFramesSkipped(t *testing.T) {
 	p.mu.Lock()
 	for s := range p.mu.subs {
 		s.q <- [][]byte{[]byte("only-one-frame")}
-		s.q <- [][]byte{nil, {1, 2, 3}, {0x90}}                // 3-byte seq
-		s.q <- [][]byte{nil, {0, 0, 0, 0, 0, 0, 0, 0}, {0xc1}} // undecodable payload
+		s.q <- [][]byte{nil, {1, 2, 3}, {0x90}} // 3-byte seq
 	}
 	p.mu.Unlock()
+	p.PublishPayload([]byte{0xc1}) // undecodable payload, seq 0
 	p.Publish(stored(0, []uint64{1}, tokens(1, 1)))
 	w := radix.WorkerKey{WorkerID: 1}
 	waitFor(t, "good batch", func() bool { return sink.depth(w, tokens(1, 1)) == 1 })
 	s := in.Stats()
-	if s.BadFrames != 2 || s.DecodeErrors != 1 {
+	if s.BadFrames != 2 || s.DecodeErrors != 1 || s.Gaps != 0 {
 		t.Fatalf("stats %+v", s)
 	}
 }

@@ -72,7 +72,7 @@ type rankListener struct {
 
 	// Owned by the processor goroutine.
 	dec      *Decoder
-	last     uint64 // watermark: the last seq applied (or skipped as undecodable by replay)
+	last     uint64 // watermark: the last seq consumed (applied, or rejected as undecodable)
 	has      bool   // false before the first batch and after a restart
 	lastConn uint64 // conn of the last processed message
 	lastHash uint64 // maphash of the payload applied at last (rule 2)
@@ -258,6 +258,9 @@ func (l *rankListener) process() {
 // doc, "Sequence numbers, replay and restarts").
 func (l *rankListener) handle(m queued) {
 	replay := l.src.ReplayEndpoint != ""
+	// counted is set once rule 2 has counted the gap up to m.seq: what its
+	// replay did not fill is still missing but must not be counted twice.
+	counted := false
 	if m.conn != l.lastConn {
 		l.lastConn = m.conn
 		switch {
@@ -282,6 +285,7 @@ func (l *rankListener) handle(m queued) {
 				l.restart(fmt.Sprintf("batch %d replayed by the publisher differs from the one applied", from-1))
 			case err == nil && gap:
 				l.countGap(from, to)
+				counted = true
 			case err != nil:
 				replay = false // failed just now: do not wait for it twice
 			}
@@ -290,7 +294,7 @@ func (l *rankListener) handle(m queued) {
 	switch {
 	case !l.has && m.seq > 0:
 		l.gap(0, m.seq, replay)
-	case l.has && m.seq > l.last+1:
+	case l.has && m.seq > l.last+1 && !counted:
 		l.gap(l.last+1, m.seq, replay)
 	}
 	if l.has && m.seq <= l.last {
@@ -419,13 +423,18 @@ func (l *rankListener) replay(start uint64, verify bool) (restarted bool, err er
 }
 
 // apply decodes one batch and hands its events to the writer; the
-// watermark moves to seq unless the payload is malformed. It reports
-// whether the batch was accepted.
+// watermark moves to seq, also when the payload is malformed (counted in
+// DecodeErrors). It reports whether the batch's events were accepted.
 func (l *rankListener) apply(seq uint64, payload []byte) bool {
 	b, err := l.dec.Decode(payload, l.key)
 	if err != nil {
+		// The batch was received: its seq is not missing. Moving the
+		// watermark past it keeps every later batch from counting it
+		// (and everything before it) as a gap again; a replay would
+		// only return the same bytes.
 		l.in.st.decodeErrors.Add(1)
 		l.setErr(fmt.Errorf("seq %d: %w", seq, err))
+		l.consumed(seq, payload)
 		return false
 	}
 	for i, n := range b.Skipped {
@@ -444,11 +453,17 @@ func (l *rankListener) apply(seq uint64, payload []byte) bool {
 			return false
 		}
 	}
+	l.consumed(seq, payload)
+	l.batches.Add(1)
+	return true
+}
+
+// consumed moves the watermark to seq, the batch just applied or rejected
+// as undecodable, and remembers its payload's hash (rule 2).
+func (l *rankListener) consumed(seq uint64, payload []byte) {
 	l.last, l.has = seq, true
 	l.lastHash = maphash.Bytes(l.seed, payload)
 	l.wmPlus1.Store(seq + 1)
-	l.batches.Add(1)
-	return true
 }
 
 // toWriter queues it on the worker's writer, blocking while the writer is

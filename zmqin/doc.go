@@ -30,10 +30,17 @@
 // Each (worker, rank) has a listener with two goroutines. The reader owns
 // the SUB connection: it dials the endpoint (retrying forever, backoff
 // doubling from DialBackoffMin to DialBackoffMax, so a worker may start
-// after the selector), subscribes to every topic, and receives. After any
-// receive error (the publisher closed, a frame over MaxFrameSize) the
-// connection is dropped and a new one dialed; zmq4's automatic reconnect is
-// never used. Messages that are not [topic, seq (8 bytes BE), payload] are
+// after the selector), subscribes to every topic, and receives. Messages
+// are read within limits checked at each frame header, before the frame's
+// body is read: at most 3 frames, MaxFrameSize bytes per frame and
+// MaxMessageSize per message, so a reader holds at most one message of at
+// most MaxMessageSize. A peer that breaks a limit loses its connection
+// (counted in RecvErrors and by reason: TooManyFrames, MessageTooLarge,
+// FrameTooLarge; the reason becomes the rank's LastError), as does any
+// other receive error (the publisher closed); the listener redials after
+// the backoff, which restarts from DialBackoffMin only when the lost
+// connection delivered a well-formed message. zmq4's automatic reconnect
+// is never used. Messages that are not [topic, seq (8 bytes BE), payload] are
 // counted (BadFrames) and skipped. The rest go into the rank's queue,
 // bounded by QueueLimit: a message arriving at a full queue is dropped and
 // counted (Overflow), and shows later as a sequence gap.

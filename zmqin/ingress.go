@@ -1,6 +1,7 @@
 package zmqin
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -41,10 +42,51 @@ type Config struct {
 	// a replay reply; a replay that times out ends and live processing
 	// resumes. 0 means 5s.
 	ReplayTimeout time.Duration
-	// MaxFrameSize is the largest ZMTP frame a listener accepts; a peer
-	// announcing a larger one loses its connection (counted as a receive
-	// error) before anything is allocated for it. 0 means 64 MiB.
-	MaxFrameSize int
+	// MaxFrameSize is the largest ZMTP frame a listener accepts, and
+	// MaxMessageSize the largest message (its frames together; a live
+	// message also has at most 3 frames, a replay reply 4). A peer that
+	// breaks a limit loses its connection at the header of the frame that
+	// breaks it, before anything is allocated for that frame (counted in
+	// RecvErrors and by reason, e.g. TooManyFrames), and is redialed after
+	// the dial backoff. Each listener holds at most one message it is
+	// reading. 0 means 64 MiB for both.
+	MaxFrameSize, MaxMessageSize int
+}
+
+// Frames per message: a live KV event message is [topic, seq, payload]; a
+// replay reply ["", seq, payload] or ["", topic, seq, payload].
+const (
+	liveFrames   = 3
+	replayFrames = 4
+)
+
+func (in *Ingress) liveLimits() Limits {
+	return Limits{MaxFrames: liveFrames, MaxFrameSize: in.cfg.MaxFrameSize, MaxMessageSize: in.cfg.MaxMessageSize}
+}
+
+func (in *Ingress) replayLimits() Limits {
+	return Limits{MaxFrames: replayFrames, MaxFrameSize: in.cfg.MaxFrameSize, MaxMessageSize: in.cfg.MaxMessageSize}
+}
+
+// nextBackoff returns the wait before the dial after one that waited b:
+// DialBackoffMin after none, then doubling up to DialBackoffMax.
+func (in *Ingress) nextBackoff(b time.Duration) time.Duration {
+	if b == 0 {
+		return in.cfg.DialBackoffMin
+	}
+	return min(2*b, in.cfg.DialBackoffMax)
+}
+
+// countLimit counts a connection dropped for breaking its Limits.
+func (in *Ingress) countLimit(err error) {
+	switch {
+	case errors.Is(err, ErrTooManyFrames):
+		in.st.tooManyFrames.Add(1)
+	case errors.Is(err, ErrMessageTooLarge):
+		in.st.messageTooLarge.Add(1)
+	case errors.Is(err, ErrFrameTooLarge):
+		in.st.frameTooLarge.Add(1)
+	}
 }
 
 // DefaultWriters is the writer count used when Config.Writers is 0: one per
@@ -57,7 +99,7 @@ func DefaultWriters() int { return max(1, runtime.GOMAXPROCS(0)/2) }
 
 // Validate reports a Config that cannot work.
 func (c Config) Validate() error {
-	if c.Writers < 0 || c.Writers > 1024 || c.QueueLimit < 0 || c.WriterQueue < 0 || c.MaxApplyEvents < 0 || c.MaxFrameSize < 0 {
+	if c.Writers < 0 || c.Writers > 1024 || c.QueueLimit < 0 || c.WriterQueue < 0 || c.MaxApplyEvents < 0 || c.MaxFrameSize < 0 || c.MaxMessageSize < 0 {
 		return fmt.Errorf("zmqin: invalid config: negative or huge count in %+v", c)
 	}
 	if c.DialBackoffMin < 0 || c.DialBackoffMax < 0 || c.ReplayTimeout < 0 {
@@ -97,6 +139,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxFrameSize == 0 {
 		c.MaxFrameSize = 64 << 20
 	}
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = 64 << 20
+	}
 	return c
 }
 
@@ -130,7 +175,14 @@ type Stats struct {
 
 	Connects   uint64 // successful connections (first and re-)
 	DialErrors uint64 // failed dials or handshakes
-	RecvErrors uint64 // connections lost while receiving
+	RecvErrors uint64 // connections lost while receiving (any reason)
+
+	// Connections (live or replay) dropped because the peer broke a limit
+	// (see Limits), by reason: a message of more frames than its protocol
+	// has, a message over MaxMessageSize, a frame over MaxFrameSize.
+	TooManyFrames   uint64
+	MessageTooLarge uint64
+	FrameTooLarge   uint64
 
 	QueueDepth int // messages queued over all ranks (gauge)
 	QueueLimit int // per-rank queue limit (Config.QueueLimit)
@@ -146,6 +198,7 @@ type stats struct {
 	replays, replayedBatches, replayFailures, replayLost atomic.Uint64
 	restarts                                             atomic.Uint64
 	connects, dialErrors, recvErrors                     atomic.Uint64
+	tooManyFrames, messageTooLarge, frameTooLarge        atomic.Uint64
 }
 
 // Ingress is the ZeroMQ implementation of core.Ingress: one supervised SUB
@@ -324,6 +377,9 @@ func (in *Ingress) Stats() Stats {
 		Connects:        s.connects.Load(),
 		DialErrors:      s.dialErrors.Load(),
 		RecvErrors:      s.recvErrors.Load(),
+		TooManyFrames:   s.tooManyFrames.Load(),
+		MessageTooLarge: s.messageTooLarge.Load(),
+		FrameTooLarge:   s.frameTooLarge.Load(),
 		QueueLimit:      in.cfg.QueueLimit,
 	}
 	for i := range s.events {

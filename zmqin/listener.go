@@ -150,10 +150,17 @@ func (l *rankListener) status() core.RankStatus {
 // after any receive error the connection is dropped and a new one dialed.
 func (l *rankListener) read() {
 	defer l.wg.Done()
-	cfg := &l.in.cfg
-	backoff := cfg.DialBackoffMin
+	// backoff is the wait before the next dial: none for the first,
+	// growing over failed dials and over connections that ended without
+	// delivering a message (a peer that accepts and then breaks the
+	// limits is retried no faster than one that refuses), back to
+	// DialBackoffMin after a connection that delivered one.
+	var backoff time.Duration
 	var conn uint64
 	for l.ctx.Err() == nil {
+		if backoff > 0 && !l.sleep(backoff) {
+			return
+		}
 		// The restart rule's reference watermark is taken before the
 		// connection exists: every seq in it was published before the
 		// subscription, so the same publisher's first batch on this
@@ -163,7 +170,7 @@ func (l *rankListener) read() {
 		l.mu.Lock()
 		epoch, wmPlus1 := l.mu.epoch, l.wmPlus1.Load()
 		l.mu.Unlock()
-		zc, err := dialZMTP(l.ctx, l.src.Endpoint, zmq4.Sub, l.in.cfg.MaxFrameSize)
+		zc, err := dialZMTP(l.ctx, l.src.Endpoint, zmq4.Sub, l.in.liveLimits())
 		if err == nil {
 			// ZMTP 3.0 subscription message: 1 then the topic ("" = all).
 			err = zc.send([]byte{1})
@@ -177,19 +184,9 @@ func (l *rankListener) read() {
 			}
 			l.in.st.dialErrors.Add(1)
 			l.setErr(fmt.Errorf("dial %s: %w", l.src.Endpoint, err))
-			// Full backoff, less up to a quarter of jitter, so that the
-			// listeners of a restarted fleet do not dial in lockstep.
-			t := time.NewTimer(backoff - time.Duration(rand.Int64N(int64(backoff)/4+1)))
-			select {
-			case <-l.ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			backoff = min(2*backoff, cfg.DialBackoffMax)
+			backoff = l.in.nextBackoff(backoff)
 			continue
 		}
-		backoff = cfg.DialBackoffMin
 		conn++
 		l.mu.Lock()
 		if l.mu.stopped {
@@ -200,7 +197,7 @@ func (l *rankListener) read() {
 		l.mu.conn, l.mu.connected = zc, true
 		l.mu.Unlock()
 		l.in.st.connects.Add(1)
-		err = l.receive(zc, queued{conn: conn, epoch: epoch, wm: max(wmPlus1, 1) - 1, hasWM: wmPlus1 != 0})
+		delivered, err := l.receive(zc, queued{conn: conn, epoch: epoch, wm: max(wmPlus1, 1) - 1, hasWM: wmPlus1 != 0})
 		_ = zc.Close()
 		l.mu.Lock()
 		l.mu.conn, l.mu.connected = nil, false
@@ -209,28 +206,48 @@ func (l *rankListener) read() {
 			return
 		}
 		l.in.st.recvErrors.Add(1)
+		l.in.countLimit(err)
 		l.setErr(fmt.Errorf("receive from %s: %w", l.src.Endpoint, err))
+		if delivered {
+			backoff = 0
+		}
+		backoff = l.in.nextBackoff(backoff)
 	}
 }
 
-// receive moves messages from zc into the queue until a receive error.
-// Messages that are not [topic, seq(8), payload] are counted and skipped; a
-// message arriving at a full queue is dropped and counted.
-func (l *rankListener) receive(zc *zconn, tmpl queued) error {
+// sleep waits d less up to half of it (jitter, so that the listeners of a
+// restarted fleet do not dial in lockstep); false if the listener stopped
+// meanwhile.
+func (l *rankListener) sleep(d time.Duration) bool {
+	t := time.NewTimer(d - time.Duration(rand.Int64N(int64(d)/2+1)))
+	defer t.Stop()
+	select {
+	case <-l.ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// receive moves messages from zc into the queue until a receive error,
+// and reports whether any message was a well-formed [topic, seq(8),
+// payload]. Other messages are counted and skipped; a message arriving at
+// a full queue is dropped and counted.
+func (l *rankListener) receive(zc *zconn, tmpl queued) (delivered bool, err error) {
+	var frames [][]byte
 	for {
-		msg, err := zc.recv()
+		frames, err = zc.recv(frames)
 		if err != nil {
-			return err
+			return delivered, err
 		}
-		if msg.Type != zmq4.UsrMsg {
-			continue
-		}
-		seq, payload, err := ParseFrames(msg.Frames)
+		seq, payload, err := ParseFrames(frames)
+		clear(frames)
 		if err != nil {
 			l.in.st.badFrames.Add(1)
 			l.setErr(err)
 			continue
 		}
+		delivered = true
 		m := tmpl
 		m.seq, m.payload = seq, payload
 		select {
@@ -365,7 +382,7 @@ func (l *rankListener) replay(start uint64, verify bool) (restarted bool, err er
 	l.replays.Add(1)
 	timeout := l.in.cfg.ReplayTimeout
 	ctx, cancel := context.WithTimeout(l.ctx, timeout)
-	zc, err := dialZMTP(ctx, l.src.ReplayEndpoint, zmq4.Dealer, l.in.cfg.MaxFrameSize)
+	zc, err := dialZMTP(ctx, l.src.ReplayEndpoint, zmq4.Dealer, l.in.replayLimits())
 	cancel()
 	if err != nil {
 		return false, err
@@ -385,16 +402,15 @@ func (l *rankListener) replay(start uint64, verify bool) (restarted bool, err er
 		want = start + 1
 	}
 	first := true
+	var frames [][]byte
 	for {
 		zc.setReadDeadline(time.Now().Add(timeout))
-		msg, err := zc.recv()
+		frames, err = zc.recv(frames)
 		if err != nil {
+			l.in.countLimit(err)
 			return false, err
 		}
-		if msg.Type != zmq4.UsrMsg {
-			continue
-		}
-		seq, payload, end, err := ParseReplayReply(msg.Frames)
+		seq, payload, end, err := ParseReplayReply(frames)
 		if err != nil {
 			return false, err
 		}

@@ -98,9 +98,9 @@ type Publisher struct {
 	replayedBatch  atomic.Uint64
 }
 
-// publisherMaxFrame limits what a Publisher reads from its peers:
-// subscriptions and replay requests are a few bytes.
-const publisherMaxFrame = 4 << 10
+// publisherLimits bound what a Publisher reads from its peers:
+// subscriptions (one frame) and replay requests (two) are a few bytes.
+var publisherLimits = Limits{MaxFrames: 2, MaxFrameSize: 4 << 10, MaxMessageSize: 8 << 10}
 
 type ringEntry struct {
 	seq     uint64
@@ -328,7 +328,7 @@ func (p *Publisher) acceptSubs() {
 // the subscriber.
 func (p *Publisher) serveSub(c net.Conn) {
 	defer p.wg.Done()
-	zc, err := openZMTP(p.ctx, c, zmq4.Pub, true, publisherMaxFrame)
+	zc, err := openZMTP(p.ctx, c, zmq4.Pub, true, publisherLimits)
 	if err != nil {
 		return
 	}
@@ -353,17 +353,19 @@ func (p *Publisher) serveSub(c net.Conn) {
 	go func() {
 		defer p.wg.Done()
 		defer close(s.done)
+		var frames [][]byte
 		for {
-			msg, err := zc.recv()
+			var err error
+			frames, err = zc.recv(frames)
 			if err != nil {
 				_ = zc.Close()
 				return
 			}
 			// ZMTP 3.0 subscriptions: one frame, 1 or 0 then the topic.
-			if msg.Type != zmq4.UsrMsg || len(msg.Frames) != 1 || len(msg.Frames[0]) == 0 {
+			if len(frames) != 1 || len(frames[0]) == 0 {
 				continue
 			}
-			f := msg.Frames[0]
+			f := frames[0]
 			topic := string(f[1:])
 			s.mu.Lock()
 			switch f[0] {
@@ -423,7 +425,7 @@ func (p *Publisher) acceptReplay() {
 // connection); anything else is ignored without a reply.
 func (p *Publisher) serveReplay(c net.Conn) {
 	defer p.wg.Done()
-	zc, err := openZMTP(p.ctx, c, zmq4.Router, true, publisherMaxFrame)
+	zc, err := openZMTP(p.ctx, c, zmq4.Router, true, publisherLimits)
 	if err != nil {
 		return
 	}
@@ -444,16 +446,17 @@ func (p *Publisher) serveReplay(c net.Conn) {
 	topic := []byte(p.cfg.Topic)
 	end := make([]byte, SeqLen)
 	binary.BigEndian.PutUint64(end, ReplayEndSeq)
+	var frames [][]byte
 	for {
-		msg, err := zc.recv()
+		frames, err = zc.recv(frames)
 		if err != nil {
 			return
 		}
-		if msg.Type != zmq4.UsrMsg || len(msg.Frames) != 2 || len(msg.Frames[0]) != 0 || len(msg.Frames[1]) == 0 || len(msg.Frames[1]) > SeqLen {
+		if len(frames) != 2 || len(frames[0]) != 0 || len(frames[1]) == 0 || len(frames[1]) > SeqLen {
 			continue
 		}
 		var start uint64
-		for _, b := range msg.Frames[1] {
+		for _, b := range frames[1] {
 			start = start<<8 | uint64(b)
 		}
 		p.replayRequests.Add(1)

@@ -12,7 +12,7 @@ import (
 func TestPublisherHWM(t *testing.T) {
 	checkNoLeak(t)
 	p := newPublisher(t, PublisherConfig{HWM: 8})
-	zc, err := dialZMTP(context.Background(), p.Endpoint(), zmq4.Sub, 0)
+	zc, err := dialZMTP(context.Background(), p.Endpoint(), zmq4.Sub, Limits{MaxFrames: 3, MaxFrameSize: 1 << 20, MaxMessageSize: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,13 +85,16 @@ func rawLive(seq uint64, payload []byte) []byte {
 	return rawMsg([]byte("kv"), binary.BigEndian.AppendUint64(nil, seq), payload)
 }
 
-func newRawPeer(t testing.TB) *rawPeer {
+func newRawPeer(t testing.TB) *rawPeer { return newRawPeerType(t, "PUB") }
+
+// newRawPeerType is newRawPeer with another socket type in READY.
+func newRawPeerType(t testing.TB, typ string) *rawPeer {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := &rawPeer{ln: ln, accepted: make(chan *rawConn, 1<<14), done: make(chan struct{})}
-	hello := append(rawGreeting(), rawReady("PUB")...)
+	hello := append(rawGreeting(), rawReady(typ)...)
 	go func() {
 		defer close(p.done)
 		for {
@@ -139,10 +142,27 @@ func (p *rawPeer) dropAll() {
 // its greeting, READY and a subscription.
 func (p *rawPeer) next(t testing.TB) *rawConn {
 	t.Helper()
+	c := p.accept(t)
+	for {
+		frames, err := c.readMsg()
+		if err != nil {
+			t.Fatalf("raw peer: %v", err)
+		}
+		if len(frames) == 1 && len(frames[0]) > 0 && frames[0][0] == 1 {
+			return c
+		}
+	}
+}
+
+// accept returns the next accepted connection once its peer's greeting
+// has been read.
+func (p *rawPeer) accept(t testing.TB) *rawConn {
+	t.Helper()
 	select {
 	case c := <-p.accepted:
-		if err := c.awaitSubscription(); err != nil {
-			t.Fatalf("raw peer: %v", err)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(c.r, make([]byte, 64)); err != nil {
+			t.Fatalf("raw peer: greeting: %v", err)
 		}
 		return c
 	case <-time.After(10 * time.Second):
@@ -151,42 +171,43 @@ func (p *rawPeer) next(t testing.TB) *rawConn {
 	return nil
 }
 
-// awaitSubscription reads the subscriber's greeting and frames up to its
-// first subscription message (a frame starting with 1).
-func (c *rawConn) awaitSubscription() error {
+// readMsg reads the next message, skipping commands (READY).
+func (c *rawConn) readMsg() ([][]byte, error) {
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	defer c.SetReadDeadline(time.Time{})
-	if _, err := io.ReadFull(c.r, make([]byte, 64)); err != nil {
-		return err
-	}
+	var frames [][]byte
 	for {
 		flags, err := c.r.ReadByte()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		var size uint64
 		if flags&0x02 != 0 {
 			var b [8]byte
 			if _, err := io.ReadFull(c.r, b[:]); err != nil {
-				return err
+				return nil, err
 			}
 			size = binary.BigEndian.Uint64(b[:])
 		} else {
 			s, err := c.r.ReadByte()
 			if err != nil {
-				return err
+				return nil, err
 			}
 			size = uint64(s)
 		}
 		if size > 1<<16 {
-			return errors.New("subscriber sent a huge frame")
+			return nil, errors.New("the peer sent a huge frame")
 		}
 		body := make([]byte, size)
 		if _, err := io.ReadFull(c.r, body); err != nil {
-			return err
+			return nil, err
 		}
-		if flags&0x04 == 0 && len(body) > 0 && body[0] == 1 {
-			return nil
+		if flags&0x04 != 0 {
+			continue
+		}
+		frames = append(frames, body)
+		if flags&0x01 == 0 {
+			return frames, nil
 		}
 	}
 }

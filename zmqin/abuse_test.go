@@ -2,6 +2,7 @@ package zmqin
 
 import (
 	"bytes"
+	"encoding/binary"
 	"strings"
 	"testing"
 
@@ -150,5 +151,90 @@ func TestReplayLimits(t *testing.T) {
 	}
 	if st := status(in, 1)[0]; !strings.Contains(st.LastError, "too many frames") {
 		t.Fatalf("status %+v", st)
+	}
+}
+
+// paddedBatch is a valid batch of one BlockStored of hash h over toks,
+// made pad bytes longer by a trailing bin element (the decoder ignores
+// elements past the rank).
+func paddedBatch(t testing.TB, h uint64, toks []uint32, pad int) []byte {
+	b := Encoder{}.AppendBatch(nil, stored(0, []uint64{h}, toks))
+	if b[0] != 0x93 {
+		t.Fatalf("batch header %#x", b[0])
+	}
+	b[0] = 0x94
+	b = append(b, 0xc6)
+	b = binary.BigEndian.AppendUint32(b, uint32(pad))
+	return append(b, make([]byte, pad)...)
+}
+
+// TestQueueBytesBound: with a stuck sink, big valid batches fill the
+// rank queues by bytes long before their message count limit: each rank
+// holds at most MaxQueueBytes, all ranks together at most
+// MaxTotalQueueBytes; the excess is counted as Overflow and shows as gaps
+// once the sink moves. (The queues used to be bounded by count only: 1,024
+// messages of up to 64 MiB per rank; forty 53 MiB batches took the process
+// to 4.7 GB with no overflow counted.)
+func TestQueueBytesBound(t *testing.T) {
+	checkNoLeak(t)
+	const kib = 1 << 10
+	cfg := testConfig()
+	cfg.Writers, cfg.WriterQueue = 1, 1
+	cfg.MaxMessageSize, cfg.MaxQueueBytes, cfg.MaxTotalQueueBytes = 64*kib, 128*kib, 192*kib
+	in := newIngress(t, cfg)
+	sink := newIndexSink(t)
+	sink.gate = make(chan struct{})
+	peers := []*rawPeer{newRawPeer(t), newRawPeer(t)}
+	for i, p := range peers {
+		in.Sync(uint64(i+1), testBlockSize, []core.RankSource{{Endpoint: p.endpoint()}}, sink)
+	}
+	const n = 20 // per rank
+	const pad = 60 * kib
+	conns := make([]*rawConn, len(peers))
+	sent := make(chan error, len(peers))
+	for i, p := range peers {
+		var stream []byte
+		for seq := range uint64(n) {
+			stream = append(stream, rawLive(seq, paddedBatch(t, uint64(i)<<32|seq+1, tokens(uint32(100*seq), 1), pad))...)
+		}
+		conns[i] = p.next(t)
+		go func() { sent <- conns[i].send(stream) }() // blocks while the listener's socket buffer is full
+	}
+	check := func() Stats {
+		s := in.Stats()
+		if s.QueueBytes > s.QueueBytesLimitTotal || s.QueueBytes < 0 {
+			t.Fatalf("queued bytes %d outside [0, %d]", s.QueueBytes, s.QueueBytesLimitTotal)
+		}
+		return s
+	}
+	// At most 2 batches with the writer (applying, queued) and, per rank,
+	// 2 in its queue and processor (128 KiB): the rest overflows.
+	waitFor(t, "overflow by bytes", func() bool { return check().Overflow >= 2*n-6 })
+	if s := check(); s.QueueDepth > 4 || s.QueueBytes > 3*(pad+kib) {
+		t.Fatalf("stats %+v", s)
+	}
+	close(sink.gate)
+	waitFor(t, "drained", func() bool {
+		s := check()
+		return s.BatchesApplied+s.Overflow == 2*n && s.QueueBytes == 0 && s.QueueDepth == 0
+	})
+	for range conns {
+		if err := <-sent; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One more batch per rank shows a trailing overflow as a gap.
+	for i, c := range conns {
+		if err := c.send(rawLive(n, paddedBatch(t, uint64(i)<<32|1<<31, tokens(1<<20, 1), 0))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "all accounted", func() bool {
+		s := in.Stats()
+		return s.BatchesApplied+s.Overflow == 2*n+2 && s.QueueBytes == 0
+	})
+	s := in.Stats()
+	if s.MissedBatches != s.Overflow || s.Gaps == 0 || s.QueueBytesLimit != 128*kib || s.QueueBytesLimitTotal != 192*kib {
+		t.Fatalf("overflow not seen as gaps: %+v", s)
 	}
 }

@@ -42,8 +42,11 @@
 // connection delivered a well-formed message. zmq4's automatic reconnect
 // is never used. Messages that are not [topic, seq (8 bytes BE), payload] are
 // counted (BadFrames) and skipped. The rest go into the rank's queue,
-// bounded by QueueLimit: a message arriving at a full queue is dropped and
-// counted (Overflow), and shows later as a sequence gap.
+// bounded by QueueLimit messages and MaxQueueBytes payload bytes, while
+// all queues together hold at most MaxTotalQueueBytes: a message that
+// does not fit is dropped and counted (Overflow), and shows later as a
+// sequence gap. Stats reports the queued messages and bytes and the
+// limits.
 //
 // The processor owns the rank's sequence watermark and Decoder. It applies
 // the rules below, decodes, copies the events out of the Decoder and hands

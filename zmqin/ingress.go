@@ -26,6 +26,23 @@ type Config struct {
 	// message arriving at a full queue is dropped and counted (Overflow);
 	// the processor then sees a sequence gap. 0 means 1024.
 	QueueLimit int
+	// MaxQueueBytes bounds the payload bytes one rank's queue holds, and
+	// MaxTotalQueueBytes those of every rank's queue together (a message
+	// counts from the moment it is queued until its processor is done
+	// with it). A message that would exceed either is dropped like one
+	// arriving at a full queue (Overflow, then a gap). Without them a
+	// rank's queue could hold QueueLimit messages of MaxMessageSize each
+	// (64 GiB); forty 53 MiB batches took a process to 4.7 GB. 0 means
+	// 64 MiB per rank: one message of the default MaxMessageSize fits,
+	// and so do hundreds of the largest batches an engine step publishes
+	// (the stores of at most max_num_batched_tokens tokens, typically 8
+	// to 64 Ki, about 5 bytes each: a few hundred KiB). 0 means 256 MiB in
+	// total, four ranks at their limit: the queues stay a small part of a
+	// selector's memory whatever the number of ranks, and a burst beyond
+	// them becomes gaps, which replay heals where the worker has a replay
+	// endpoint. MaxQueueBytes must be at least MaxMessageSize, and
+	// MaxTotalQueueBytes at least MaxQueueBytes.
+	MaxQueueBytes, MaxTotalQueueBytes int
 	// WriterQueue is the number of decoded batches a writer may have
 	// pending; a processor blocks when its writer's queue is full, and
 	// then its own queue fills. 0 means 256.
@@ -77,6 +94,19 @@ func (in *Ingress) nextBackoff(b time.Duration) time.Duration {
 	return min(2*b, in.cfg.DialBackoffMax)
 }
 
+// reserve adds n to c unless that would take it above limit.
+func reserve(c *atomic.Int64, n, limit int64) bool {
+	for {
+		cur := c.Load()
+		if cur+n > limit {
+			return false
+		}
+		if c.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
+}
+
 // countLimit counts a connection dropped for breaking its Limits.
 func (in *Ingress) countLimit(err error) {
 	switch {
@@ -107,6 +137,13 @@ func (c Config) Validate() error {
 	}
 	if c.DialBackoffMax != 0 && c.DialBackoffMin > c.DialBackoffMax {
 		return fmt.Errorf("zmqin: invalid config: DialBackoffMin %v > DialBackoffMax %v", c.DialBackoffMin, c.DialBackoffMax)
+	}
+	if c.MaxQueueBytes < 0 || c.MaxTotalQueueBytes < 0 {
+		return fmt.Errorf("zmqin: invalid config: negative queue bytes in %+v", c)
+	}
+	if d := c.withDefaults(); d.MaxQueueBytes < d.MaxMessageSize || d.MaxTotalQueueBytes < d.MaxQueueBytes {
+		return fmt.Errorf("zmqin: invalid config: need MaxMessageSize %d <= MaxQueueBytes %d <= MaxTotalQueueBytes %d",
+			d.MaxMessageSize, d.MaxQueueBytes, d.MaxTotalQueueBytes)
 	}
 	return nil
 }
@@ -141,6 +178,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxMessageSize == 0 {
 		c.MaxMessageSize = 64 << 20
+	}
+	if c.MaxQueueBytes == 0 {
+		c.MaxQueueBytes = 64 << 20
+	}
+	if c.MaxTotalQueueBytes == 0 {
+		c.MaxTotalQueueBytes = 256 << 20
 	}
 	return c
 }
@@ -186,6 +229,11 @@ type Stats struct {
 
 	QueueDepth int // messages queued over all ranks (gauge)
 	QueueLimit int // per-rank queue limit (Config.QueueLimit)
+	// QueueBytes is the payload bytes queued over all ranks (gauge), at
+	// most QueueBytesLimitTotal; one rank's at most QueueBytesLimit.
+	QueueBytes           int64
+	QueueBytesLimit      int64 // Config.MaxQueueBytes
+	QueueBytesLimitTotal int64 // Config.MaxTotalQueueBytes
 }
 
 // stats are the Ingress's counters, written by every goroutine with atomic
@@ -199,6 +247,12 @@ type stats struct {
 	restarts                                             atomic.Uint64
 	connects, dialErrors, recvErrors                     atomic.Uint64
 	tooManyFrames, messageTooLarge, frameTooLarge        atomic.Uint64
+
+	// queuedBytes is the payload bytes in every rank's queue: reserved
+	// by a reader before it queues a message (never above
+	// MaxTotalQueueBytes), released once its processor is done with it
+	// or the message is discarded.
+	queuedBytes atomic.Int64
 }
 
 // Ingress is the ZeroMQ implementation of core.Ingress: one supervised SUB
@@ -381,6 +435,10 @@ func (in *Ingress) Stats() Stats {
 		MessageTooLarge: s.messageTooLarge.Load(),
 		FrameTooLarge:   s.frameTooLarge.Load(),
 		QueueLimit:      in.cfg.QueueLimit,
+
+		QueueBytes:           s.queuedBytes.Load(),
+		QueueBytesLimit:      int64(in.cfg.MaxQueueBytes),
+		QueueBytesLimitTotal: int64(in.cfg.MaxTotalQueueBytes),
 	}
 	for i := range s.events {
 		out.Events[i] = s.events[i].Load()

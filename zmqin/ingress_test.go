@@ -388,7 +388,8 @@ func TestCloseStopsEverything(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	for _, c := range []Config{{Writers: -1}, {QueueLimit: -1}, {DialBackoffMin: -1}, {DialBackoffMin: 2, DialBackoffMax: 1}} {
+	for _, c := range []Config{{Writers: -1}, {QueueLimit: -1}, {DialBackoffMin: -1}, {DialBackoffMin: 2, DialBackoffMax: 1},
+		{MaxMessageSize: -1}, {MaxQueueBytes: -1}, {MaxQueueBytes: 1 << 20}, {MaxMessageSize: 1 << 10, MaxQueueBytes: 1 << 30}} {
 		if c.Validate() == nil {
 			t.Errorf("%+v accepted", c)
 		}

@@ -70,6 +70,12 @@ type rankListener struct {
 
 	batches, gaps, replays, restarts atomic.Uint64
 
+	// qBytes is the payload bytes in q (and in the processor's hands):
+	// reserved by the reader before queueing, at most MaxQueueBytes,
+	// released by the processor after handling a message, and by stop
+	// for what is left.
+	qBytes atomic.Int64
+
 	// Owned by the processor goroutine.
 	dec      *Decoder
 	last     uint64 // watermark: the last seq consumed (applied, or rejected as undecodable)
@@ -110,6 +116,10 @@ func (l *rankListener) stop() {
 	}
 	l.mu.Unlock()
 	l.wg.Wait()
+	for len(l.q) > 0 {
+		<-l.q
+	}
+	l.in.st.queuedBytes.Add(-l.qBytes.Swap(0))
 }
 
 func (l *rankListener) setErr(err error) {
@@ -250,12 +260,36 @@ func (l *rankListener) receive(zc *zconn, tmpl queued) (delivered bool, err erro
 		delivered = true
 		m := tmpl
 		m.seq, m.payload = seq, payload
-		select {
-		case l.q <- m:
-		default:
+		if !l.admit(m) {
 			l.in.st.overflow.Add(1)
 		}
 	}
+}
+
+// admit queues m if the rank's queue has room for it, in messages and in
+// bytes, and the ingress in bytes.
+func (l *rankListener) admit(m queued) bool {
+	n := int64(len(m.payload))
+	if !reserve(&l.qBytes, n, int64(l.in.cfg.MaxQueueBytes)) {
+		return false
+	}
+	if !reserve(&l.in.st.queuedBytes, n, int64(l.in.cfg.MaxTotalQueueBytes)) {
+		l.qBytes.Add(-n)
+		return false
+	}
+	select {
+	case l.q <- m:
+		return true
+	default:
+		l.release(n)
+		return false
+	}
+}
+
+// release returns n queued bytes to the rank's and the ingress's budgets.
+func (l *rankListener) release(n int64) {
+	l.qBytes.Add(-n)
+	l.in.st.queuedBytes.Add(-n)
 }
 
 // process is the processor goroutine.
@@ -267,6 +301,7 @@ func (l *rankListener) process() {
 			return
 		case m := <-l.q:
 			l.handle(m)
+			l.release(int64(len(m.payload)))
 		}
 	}
 }

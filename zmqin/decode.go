@@ -175,6 +175,13 @@ func NewDecoder(blockSize int) *Decoder {
 	return &Decoder{blockSize: blockSize}
 }
 
+// dropScratch releases the memory reused across batches (it grows to the
+// largest batch decoded), keeping what was learned across batches: a
+// listener calls it when its connection ends.
+func (d *Decoder) dropScratch() {
+	d.events, d.meta, d.blocks, d.hashes, d.tokens = nil, nil, nil, nil, nil
+}
+
 // BlockSize returns the partition block size the Decoder cuts blocks by.
 func (d *Decoder) BlockSize() int { return d.blockSize }
 

@@ -27,34 +27,50 @@
 //
 // # Listeners
 //
-// Each (worker, rank) has a listener with two goroutines. The reader owns
-// the SUB connection: it dials the endpoint (retrying forever, backoff
-// doubling from DialBackoffMin to DialBackoffMax, so a worker may start
-// after the selector), subscribes to every topic, and receives. Messages
-// are read within limits checked at each frame header, before the frame's
-// body is read: at most 3 frames, MaxFrameSize bytes per frame and
-// MaxMessageSize per message, so a reader holds at most one message of at
-// most MaxMessageSize. A peer that breaks a limit loses its connection
-// (counted in RecvErrors and by reason: TooManyFrames, MessageTooLarge,
-// FrameTooLarge; the reason becomes the rank's LastError), as does any
-// other receive error (the publisher closed); the listener redials after
-// the backoff, which restarts from DialBackoffMin only when the lost
-// connection delivered a well-formed message. zmq4's automatic reconnect
-// is never used. Messages that are not [topic, seq (8 bytes BE), payload] are
-// counted (BadFrames) and skipped. The rest go into the rank's queue,
-// bounded by QueueLimit messages and MaxQueueBytes payload bytes, while
-// all queues together hold at most MaxTotalQueueBytes: a message that
-// does not fit is dropped and counted (Overflow), and shows later as a
-// sequence gap. Stats reports the queued messages and bytes and the
+// Each (worker, rank) has a listener whose goroutine dials the endpoint
+// (retrying forever, so a worker may start after the selector), subscribes
+// to every topic and, once connected, starts a reader goroutine for that
+// connection and processes what it reads; when the connection ends it
+// consumes what is still queued, releases the connection's buffers (read
+// buffer, queue, decoder scratch) and dials again. A listener that is not
+// connected is one goroutine and about 2 KiB (BenchmarkRegisterRanks;
+// TestUnconnectedRankCost holds it to 1 goroutine and 16 KiB of heap).
+//
+// Dialing: the wait before a redial (after a failed dial, or a lost
+// connection) doubles from DialBackoffMin to DialBackoffMax, less up to
+// half of it (jitter), and restarts from DialBackoffMin only after a
+// connection that delivered a well-formed message. Redials of all
+// listeners together are then paced to DialRate a second, so thousands of
+// unreachable endpoints cost a bounded share of a core (each is retried
+// less often than DialBackoffMax once they are more than DialRate x
+// DialBackoffMax). zmq4's automatic reconnect is never used.
+//
+// Receiving: messages are read within limits checked at each frame
+// header, before the frame's body is read: at most 3 frames, MaxFrameSize
+// bytes per frame and MaxMessageSize per message, so a reader holds at
+// most one message of at most MaxMessageSize. A peer that breaks a limit
+// loses its connection (counted in RecvErrors and by reason:
+// TooManyFrames, MessageTooLarge, FrameTooLarge; the reason becomes the
+// rank's LastError), as does any other receive error (the publisher
+// closed). Messages that are not [topic, seq (8 bytes BE), payload] are
+// counted (BadFrames) and skipped. The rest go into the connection's
+// queue, bounded by QueueLimit messages and MaxQueueBytes payload bytes,
+// while all queues together hold at most MaxTotalQueueBytes: a message
+// that does not fit is dropped and counted (Overflow), and shows later as
+// a sequence gap. Stats reports the queued messages and bytes and the
 // limits.
 //
-// The processor owns the rank's sequence watermark and Decoder. It applies
-// the rules below, decodes, copies the events out of the Decoder and hands
-// them to the worker's writer. Writers (Config.Writers, a worker always maps
-// to the same one) call the sink's ApplyBatch in queue order, coalescing
-// consecutive batches of one sink into one call of at most MaxApplyEvents
-// events; they also run ClearRank and Detach's barrier, so everything a
-// sink sees about one worker comes from one goroutine, in order.
+// Processing: the listener's goroutine owns the rank's sequence watermark
+// and Decoder. It applies the rules below, decodes, copies the events out
+// of the Decoder and hands them to the worker's writer. Writers
+// (Config.Writers, a worker always maps to the same one) call the sink's
+// ApplyBatch in queue order, coalescing consecutive batches of one sink
+// into one call of at most MaxApplyEvents events; they also run ClearRank
+// and Detach's barrier, so everything a sink sees about one worker comes
+// from one goroutine, in order. Since the goroutine that processes also
+// dials, it dials again only after consuming everything the old
+// connection queued: batches published while it does are missed (a gap,
+// replayed where possible), as they would be during any reconnection.
 //
 // # Sequence numbers, replay and restarts
 //
@@ -63,23 +79,21 @@
 // batch and after a restart); Status reports it as LastSeq. For each live
 // message with sequence number seq, in order:
 //
-//  1. Restart, rule 1. If the message is the first one processed from a new
-//     connection, and seq <= W, where W is the watermark as the reader read
-//     it just before dialing that connection, and no restart has been
-//     handled since W was read, the publisher is a new incarnation: the
-//     rank's blocks are cleared (sink.ClearRank, through the writer), the
-//     Decoder reset, the watermark set to none, and Restarts counted.
-//     Why this is sound: a PUB socket sends a new subscriber only batches
-//     published after the subscription; every seq in W was published
-//     before the dial, so the same incarnation's first batch on the new
-//     connection has a seq above W. (Read after subscribing, W could
-//     include batches a concurrent replay fetched after the subscription;
-//     read across a restart the processor handled meanwhile, W would be an
-//     older incarnation's.) A publisher restarted at the same address
-//     starts again from 0, so the first seq the listener sees from it is
-//     the number of batches it published before the new subscription took
-//     effect: rule 1 detects it when that number is at most W (the
-//     reconnect backoff is at most DialBackoffMax).
+//  1. Restart, rule 1. If the message is the first one of a new
+//     connection and seq <= the watermark, the publisher is a new
+//     incarnation: the rank's blocks are cleared (sink.ClearRank, through
+//     the writer), the Decoder reset, the watermark set to none, and
+//     Restarts counted. Why this is sound: a PUB socket sends a new
+//     subscriber only batches published after the subscription, and the
+//     watermark then holds only seqs of earlier connections (the listener
+//     consumes every message of a connection before dialing the next),
+//     all published before it; so the same incarnation's first batch on
+//     the new connection has a seq above the watermark. A publisher
+//     restarted at the same address starts again from 0, so the first seq
+//     the listener sees from it is the number of batches it published
+//     before the new subscription took effect: rule 1 detects it when that
+//     number is at most the watermark (the reconnect wait is at most
+//     DialBackoffMax, unless the dial pacer stretches it).
 //  2. Restart, rule 2 (with a replay endpoint). Otherwise, if the first
 //     message of a new connection has seq > L (the watermark), the
 //     listener replays from L itself: the same incarnation answers first
@@ -111,12 +125,10 @@
 //
 // Not detected (vLLM puts no incarnation id on the wire): without a replay
 // endpoint (or once the publisher's replay buffer has moved past the
-// watermark), a restarted publisher that published more than W batches
-// before the listener resubscribed looks like a gap, and one whose first
-// seq is above W but not above the watermark at processing time (the
-// processor lagging behind) is dropped as stale until its sequence passes
-// the watermark. Re-registering the worker with a different endpoint, or
-// Detach then Sync, clears the rank in both cases. A batch whose
+// watermark), a restarted publisher that published more batches than the
+// watermark before the listener resubscribed looks like a gap.
+// Re-registering the worker with a different endpoint, or Detach then
+// Sync, clears the rank. A batch whose
 // data_parallel_rank differs from the listener's rank is applied under the
 // batch's rank, which a restart does not clear.
 //
@@ -125,15 +137,17 @@
 //
 // # Goroutines
 //
-//   - Ingress: Config.Writers writers, fed by the processors, Sync (clears)
+//   - Ingress: Config.Writers writers, fed by the listeners, Sync (clears)
 //     and Detach (barriers); each owns its coalescing scratch; they stop
 //     when Close closes their queues after every listener stopped.
-//   - Per (worker, rank): a reader (owns the SUB connection; feeds the
-//     rank queue) and a processor (owns the watermark, the Decoder and, for
-//     the length of a replay, a DEALER connection; feeds the writer). Both
-//     stop when Sync replaces or removes the rank, on Detach and on Close:
-//     the listener's context is cancelled and its connection closed, which
-//     unblocks any read; stop waits for both.
+//   - Per (worker, rank): one goroutine (dials; owns the watermark, the
+//     Decoder and, for the length of a replay, a DEALER connection; feeds
+//     the writer) and, while connected, a reader (owns the SUB
+//     connection's read side; feeds the connection's queue, and closes it
+//     when the connection ends, which ends that connection's processing).
+//     Both stop when Sync replaces or removes the rank, on Detach and on
+//     Close: the listener's context is cancelled and its connection
+//     closed, which unblocks any read, dial or wait; stop waits for both.
 //   - Publisher: an accept loop per bound socket; per subscriber a reader
 //     (subscriptions) and a writer (its bounded queue); per replay client
 //     one goroutine. Close closes the listeners and connections and waits.

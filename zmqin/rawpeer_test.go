@@ -121,11 +121,14 @@ func newRawPeerType(t testing.TB, typ string) *rawPeer {
 
 func (p *rawPeer) endpoint() string { return "tcp://" + p.ln.Addr().String() }
 
-// close stops accepting and closes every connection.
+// close stops accepting, closes every connection and forgets them.
 func (p *rawPeer) close() {
 	_ = p.ln.Close()
 	<-p.done
 	p.dropAll()
+	for len(p.accepted) > 0 {
+		<-p.accepted
+	}
 }
 
 // dropAll closes every connection accepted so far.

@@ -41,7 +41,7 @@ func TestUndecodableBatchesCountedOnce(t *testing.T) {
 	if err := c.send(stream); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the valid batch", func() bool { return sink.depth(radix.WorkerKey{WorkerID: 1}, toks) == 1 })
+	waitFor(t, "the valid batch", func() bool { return sink.Depth(radix.WorkerKey{WorkerID: 1}, toks) == 1 })
 	s := in.Stats()
 	if s.DecodeErrors != n+1 || s.MissedBatches != 6 || s.Gaps != 2 || s.BatchesApplied != 1 || s.Stale != 0 {
 		t.Fatalf("stats %+v", s)
@@ -108,7 +108,7 @@ func TestMessageLimits(t *testing.T) {
 			if err := c.send(rawLive(0, Encoder{}.AppendBatch(nil, stored(0, []uint64{1}, toks)))); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "a batch after the redial", func() bool { return sink.depth(radix.WorkerKey{WorkerID: 1}, toks) == 1 })
+			waitFor(t, "a batch after the redial", func() bool { return sink.Depth(radix.WorkerKey{WorkerID: 1}, toks) == 1 })
 			if st := status(in, 1)[0]; st.State != "live" {
 				t.Fatalf("status %+v", st)
 			}
@@ -144,7 +144,7 @@ func TestReplayLimits(t *testing.T) {
 	_ = r.send(cat(rawFrame(true, nil), rawFrame(true, []byte("kv")), rawFrame(true, seq1), rawFrame(true, []byte{0x90}), rawFrameHeader(false, 100)))
 	r.awaitClosed(t)
 	w := radix.WorkerKey{WorkerID: 1}
-	waitFor(t, "the live batch after the failed replay", func() bool { return sink.depth(w, toks) == 1 })
+	waitFor(t, "the live batch after the failed replay", func() bool { return sink.Depth(w, toks) == 1 })
 	s := in.Stats()
 	if s.Replays != 1 || s.ReplayFailures != 1 || s.TooManyFrames != 1 || s.Gaps != 1 || s.MissedBatches != 1 || s.RecvErrors != 0 {
 		t.Fatalf("stats %+v", s)
@@ -183,7 +183,7 @@ func TestQueueBytesBound(t *testing.T) {
 	cfg.MaxMessageSize, cfg.MaxQueueBytes, cfg.MaxTotalQueueBytes = 64*kib, 128*kib, 192*kib
 	in := newIngress(t, cfg)
 	sink := newIndexSink(t)
-	sink.gate = make(chan struct{})
+	sink.Gate = make(chan struct{})
 	peers := []*rawPeer{newRawPeer(t), newRawPeer(t)}
 	for i, p := range peers {
 		in.Sync(uint64(i+1), testBlockSize, []core.RankSource{{Endpoint: p.endpoint()}}, sink)
@@ -213,7 +213,7 @@ func TestQueueBytesBound(t *testing.T) {
 	if s := check(); s.QueueDepth > 4 || s.QueueBytes > 3*(pad+kib) {
 		t.Fatalf("stats %+v", s)
 	}
-	close(sink.gate)
+	close(sink.Gate)
 	waitFor(t, "drained", func() bool {
 		s := check()
 		return s.BatchesApplied+s.Overflow == 2*n && s.QueueBytes == 0 && s.QueueDepth == 0
@@ -236,5 +236,31 @@ func TestQueueBytesBound(t *testing.T) {
 	s := in.Stats()
 	if s.MissedBatches != s.Overflow || s.Gaps == 0 || s.QueueBytesLimit != 128*kib || s.QueueBytesLimitTotal != 192*kib {
 		t.Fatalf("overflow not seen as gaps: %+v", s)
+	}
+}
+
+// TestBadFramesSkipped: messages that are not [topic, seq(8), payload]
+// are counted and skipped, an undecodable payload is counted, and the
+// stream goes on without a gap.
+func TestBadFramesSkipped(t *testing.T) {
+	checkNoLeak(t)
+	peer := newRawPeer(t)
+	in := newIngress(t, testConfig())
+	sink := newIndexSink(t)
+	in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: peer.endpoint()}}, sink)
+	c := peer.next(t)
+	toks := tokens(1, 1)
+	if err := c.send(cat(
+		rawMsg([]byte("only-one-frame")),
+		rawMsg(nil, []byte{1, 2, 3}, []byte{0x90}),  // 3-byte seq
+		rawMsg(nil, []byte{0, 0, 0, 0, 0, 0, 0, 0}), // 2 frames
+		rawLive(0, []byte{0xc1}),                    // undecodable payload
+		rawLive(1, Encoder{}.AppendBatch(nil, stored(0, []uint64{1}, toks))),
+	)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "good batch", func() bool { return sink.Depth(radix.WorkerKey{WorkerID: 1}, toks) == 1 })
+	if s := in.Stats(); s.BadFrames != 3 || s.DecodeErrors != 1 || s.Gaps != 0 || s.RecvErrors != 0 {
+		t.Fatalf("stats %+v", s)
 	}
 }

@@ -1,9 +1,12 @@
 // Package zmqin is kvselect's ZeroMQ ingress for the KV-cache events that
-// vLLM and SGLang workers publish (spec/kv-events-wire.md): the wire codec,
-// the per-rank listeners behind core.Ingress (Ingress), and the publishing
-// side (Publisher) that simulated engines and tests use. It is the only
-// package that imports a ZMQ library (go-zeromq/zmq4, connection layer only:
-// see transport.go for why its Socket types are not used).
+// vLLM and SGLang workers publish (vllm-project/vllm:
+// vllm/distributed/kv_events.py, sgl-project/sglang:
+// python/sglang/srt/disaggregation/kv_events.py): the wire codec, the
+// per-rank listeners behind core.Ingress (Ingress) and the ZMTP connection
+// they use (Conn). It is the only package that imports a ZMQ library
+// (go-zeromq/zmq4, for the handshake only: see transport.go for why its
+// Socket types and framing are not used). The publishing side that the
+// simulated engines and tests use is package zmqpub.
 //
 // # Using an Ingress (the host's duties)
 //
@@ -148,9 +151,18 @@
 //     Both stop when Sync replaces or removes the rank, on Detach and on
 //     Close: the listener's context is cancelled and its connection
 //     closed, which unblocks any read, dial or wait; stop waits for both.
-//   - Publisher: an accept loop per bound socket; per subscriber a reader
-//     (subscriptions) and a writer (its bounded queue); per replay client
-//     one goroutine. Close closes the listeners and connections and waits.
+//
+// # Transport
+//
+// Conn is one ZMTP 3.0 connection (NULL mechanism) that Dial or Open
+// makes over a net.Conn this package owns; Close unblocks a pending Recv.
+// Recv reads one message within the connection's Limits (frames per
+// message, bytes per frame and per message), checked at each frame header
+// so that a peer can never make it buffer more; a violation fails with
+// ErrTooManyFrames, ErrMessageTooLarge or ErrFrameTooLarge, and the
+// connection must be dropped. The limits are per connection because the
+// protocols differ: a live message has 3 frames, a replay reply 4, a
+// replica-sync envelope would have 2. zmqpub's Publisher uses Conn too.
 //
 // # Wire format handled
 //
@@ -206,6 +218,7 @@
 // # Encoding
 //
 // Encoder writes batches exactly as msgspec does for vLLM's GPU block pool,
-// in array or map form. Tests use it, and the simulated engines publish
-// with it, so the decoder and the simulator share one definition.
+// in array or map form. The ingress never encodes: tests use it, and the
+// simulated engines publish with it (through zmqpub), so the decoder and
+// the simulator share one definition.
 package zmqin

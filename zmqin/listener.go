@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/radix"
 )
@@ -42,9 +41,9 @@ type rankListener struct {
 
 	mu struct {
 		sync.Mutex
-		conn      *zconn // the live SUB connection, for stop to close
-		connected bool   // a connection's reader is running
-		replaying bool   // run: a replay is in progress
+		conn      *Conn // the live SUB connection, for stop to close
+		connected bool  // a connection's reader is running
+		replaying bool  // run: a replay is in progress
 		stopped   bool
 		lastErr   string
 	}
@@ -155,10 +154,10 @@ func (l *rankListener) run() {
 		if backoff > 0 && !l.wait(backoff) {
 			return
 		}
-		zc, err := dialZMTP(l.ctx, l.src.Endpoint, zmq4.Sub, l.in.liveLimits())
+		zc, err := Dial(l.ctx, l.src.Endpoint, Sub, l.in.liveLimits())
 		if err == nil {
 			// ZMTP 3.0 subscription message: 1 then the topic ("" = all).
-			if err = zc.send([]byte{1}); err != nil {
+			if err = zc.Send([]byte{1}); err != nil {
 				_ = zc.Close()
 			}
 		}
@@ -216,7 +215,7 @@ func (l *rankListener) wait(d time.Duration) bool {
 // reference follows from this order: every seq consumed before the first
 // message of this connection came from earlier connections, so was
 // published before this subscription.
-func (l *rankListener) serve(zc *zconn) (delivered bool, err error) {
+func (l *rankListener) serve(zc *Conn) (delivered bool, err error) {
 	l.mu.Lock()
 	if l.mu.stopped {
 		l.mu.Unlock()
@@ -253,10 +252,10 @@ func (l *rankListener) serve(zc *zconn) (delivered bool, err error) {
 // reports whether any message was a well-formed [topic, seq(8), payload].
 // Other messages are counted and skipped; a message that does not fit in
 // the queue is dropped and counted.
-func (l *rankListener) receive(zc *zconn, q chan<- queued) (delivered bool, err error) {
+func (l *rankListener) receive(zc *Conn, q chan<- queued) (delivered bool, err error) {
 	var frames [][]byte
 	for {
-		frames, err = zc.recv(frames)
+		frames, err = zc.Recv(frames)
 		if err != nil {
 			return delivered, err
 		}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"time"
-
-	"github.com/go-zeromq/zmq4"
 )
 
 // The processing half of a rankListener, run by its goroutine for each
@@ -123,7 +121,7 @@ func (l *rankListener) replay(start uint64, verify bool) (restarted bool, err er
 	l.replays.Add(1)
 	timeout := l.in.cfg.ReplayTimeout
 	ctx, cancel := context.WithTimeout(l.ctx, timeout)
-	zc, err := dialZMTP(ctx, l.src.ReplayEndpoint, zmq4.Dealer, l.in.replayLimits())
+	zc, err := Dial(ctx, l.src.ReplayEndpoint, Dealer, l.in.replayLimits())
 	cancel()
 	if err != nil {
 		return false, err
@@ -133,7 +131,7 @@ func (l *rankListener) replay(start uint64, verify bool) (restarted bool, err er
 	defer stop()
 	var s [SeqLen]byte
 	binary.BigEndian.PutUint64(s[:], start)
-	if err := zc.send(nil, s[:]); err != nil {
+	if err := zc.Send(nil, s[:]); err != nil {
 		return false, err
 	}
 	// want is the first seq the listener needs: lost history if the
@@ -145,8 +143,8 @@ func (l *rankListener) replay(start uint64, verify bool) (restarted bool, err er
 	first := true
 	var frames [][]byte
 	for {
-		zc.setReadDeadline(time.Now().Add(timeout))
-		frames, err = zc.recv(frames)
+		zc.SetReadDeadline(time.Now().Add(timeout))
+		frames, err = zc.Recv(frames)
 		if err != nil {
 			l.in.countLimit(err)
 			return false, err

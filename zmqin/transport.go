@@ -112,7 +112,7 @@ const (
 // ZMTP framing of the incoming byte stream (greeting, then frames: flags,
 // a 1- or 8-byte size, the body) and fail with ErrFrameTooLarge, returning
 // no byte of the size, as soon as a frame announces more than maxFrame
-// bytes. After the handshake frames are read from r by zconn.recv, which
+// bytes. After the handshake frames are read from r by Conn.Recv, which
 // checks its Limits itself. The scan state below belongs to the reading
 // goroutine.
 type bufConn struct {
@@ -175,12 +175,26 @@ func (c *bufConn) scan(b []byte) error {
 func (c *bufConn) Write(p []byte) (int, error) { return c.w.Write(p) }
 func (c *bufConn) Flush() error                { return c.w.Flush() }
 
-// zconn is one ZMTP connection over a buffered net.Conn owned by this
-// package: zmq4 performs the greeting and handshake, then zconn reads and
-// writes frames itself. One goroutine may receive while another sends.
+// SocketType is a ZMTP socket type, as announced in the handshake. A peer
+// of an incompatible type (PUB-SUB and DEALER-ROUTER pair) is refused.
+type SocketType string
+
+// The socket types this package speaks.
+const (
+	Pub    SocketType = "PUB"
+	Sub    SocketType = "SUB"
+	Dealer SocketType = "DEALER"
+	Router SocketType = "ROUTER"
+)
+
+// Conn is one ZMTP 3.0 connection with the NULL mechanism over a buffered
+// net.Conn: zmq4 performs the greeting and handshake, then Conn reads and
+// writes frames itself, reading within its Limits. It is exported for
+// kvselect's other ZMTP endpoints (zmqpub's simulated publisher, and a
+// replica-sync listener). One goroutine may receive while another sends.
 // Close may be called from any goroutine, any number of times; it makes a
-// blocked recv return an error.
-type zconn struct {
+// blocked Recv return an error.
+type Conn struct {
 	raw net.Conn
 	bc  *bufConn
 	lim Limits
@@ -190,19 +204,19 @@ type zconn struct {
 // side that receives KV events reads in 64 KiB, the side that publishes
 // them writes in 64 KiB; the other direction carries a subscription or a
 // replay request of a few bytes (and the handshake).
-func bufSizes(typ zmq4.SocketType) (rsize, wsize int) {
+func bufSizes(typ SocketType) (rsize, wsize int) {
 	switch typ {
-	case zmq4.Pub, zmq4.Router:
+	case Pub, Router:
 		return 4 << 10, bufSize
 	}
 	return bufSize, 512
 }
 
-// openZMTP performs the ZMTP greeting and NULL handshake on c as socket type
+// Open performs the ZMTP greeting and NULL handshake on c as socket type
 // typ; server is true on the accepting side. lim bounds every message
-// received afterwards. The handshake is bounded by handshakeTimeout and by
+// received afterwards. The handshake is bounded by a 5 s timeout and by
 // ctx. On error c is closed.
-func openZMTP(ctx context.Context, c net.Conn, typ zmq4.SocketType, server bool, lim Limits) (*zconn, error) {
+func Open(ctx context.Context, c net.Conn, typ SocketType, server bool, lim Limits) (*Conn, error) {
 	rsize, wsize := bufSizes(typ)
 	bc := newBufConn(c, rsize, wsize, min(handshakeMaxFrame, lim.MaxFrameSize))
 	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
@@ -210,7 +224,7 @@ func openZMTP(ctx context.Context, c net.Conn, typ zmq4.SocketType, server bool,
 	// zmq4.Open writes its greeting and READY through bc; flushing is
 	// needed before each read of the peer's part, so the writer is
 	// unbuffered during the handshake by flushing on every write.
-	_, err := zmq4.Open(flushConn{bc}, null.Security(), typ, zmq4.SocketIdentity(nil), server, nil)
+	_, err := zmq4.Open(flushConn{bc}, null.Security(), zmq4.SocketType(typ), zmq4.SocketIdentity(nil), server, nil)
 	stopped := stop()
 	if err == nil && !stopped {
 		err = ctx.Err()
@@ -221,7 +235,7 @@ func openZMTP(ctx context.Context, c net.Conn, typ zmq4.SocketType, server bool,
 	}
 	_ = c.SetDeadline(time.Time{})
 	bc.maxFrame = 0 // frames are read by recv from now on
-	return &zconn{raw: c, bc: bc, lim: lim}, nil
+	return &Conn{raw: c, bc: bc, lim: lim}, nil
 }
 
 // flushConn flushes every write: zmq4.Open alternates writes and reads of
@@ -236,9 +250,10 @@ func (c flushConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// dialZMTP dials ep and opens a ZMTP connection as socket type typ. The
-// dial and the handshake end when ctx is done.
-func dialZMTP(ctx context.Context, ep string, typ zmq4.SocketType, lim Limits) (*zconn, error) {
+// Dial dials endpoint ep (tcp:// or ipc://) and opens a ZMTP connection
+// as socket type typ (Open). The dial and the handshake end when ctx is
+// done, and after 5 s each.
+func Dial(ctx context.Context, ep string, typ SocketType, lim Limits) (*Conn, error) {
 	z, err := ParseEndpoint(ep)
 	if err != nil {
 		return nil, err
@@ -255,10 +270,10 @@ func dialZMTP(ctx context.Context, ep string, typ zmq4.SocketType, lim Limits) (
 	if err != nil {
 		return nil, err
 	}
-	return openZMTP(ctx, c, typ, false, lim)
+	return Open(ctx, c, typ, false, lim)
 }
 
-// recv reads the next message into frames[:0] and returns it. Each frame
+// Recv reads the next message into frames[:0] and returns it. Each frame
 // is a fresh allocation the caller may keep. Command frames between
 // messages are skipped (ZMTP 3.0 defines none after the handshake; a 3.1
 // PING goes unanswered, which only matters to a peer that enabled
@@ -266,7 +281,7 @@ func dialZMTP(ctx context.Context, ep string, typ zmq4.SocketType, lim Limits) (
 // ErrTooManyFrames, ErrMessageTooLarge or ErrFrameTooLarge at the header
 // of the frame that breaks it; the caller must then drop the connection,
 // as the stream is left inside that frame.
-func (c *zconn) recv(frames [][]byte) ([][]byte, error) {
+func (c *Conn) Recv(frames [][]byte) ([][]byte, error) {
 	frames = frames[:0]
 	total := uint64(0)
 	for {
@@ -306,7 +321,7 @@ func (c *zconn) recv(frames [][]byte) ([][]byte, error) {
 	}
 }
 
-func (c *zconn) checkSize(size uint64) error {
+func (c *Conn) checkSize(size uint64) error {
 	if size > uint64(c.lim.MaxFrameSize) {
 		return fmt.Errorf("%w: %d bytes announced, limit %d", ErrFrameTooLarge, size, c.lim.MaxFrameSize)
 	}
@@ -314,7 +329,7 @@ func (c *zconn) checkSize(size uint64) error {
 }
 
 // header reads a frame's flags and size.
-func (c *zconn) header() (flags byte, size uint64, err error) {
+func (c *Conn) header() (flags byte, size uint64, err error) {
 	r := c.bc.r
 	if flags, err = r.ReadByte(); err != nil {
 		return 0, 0, err
@@ -336,7 +351,7 @@ const bodyChunk = 64 << 10
 // body reads a frame body of n bytes (n within the Limits). A larger body
 // grows, doubling, as its bytes arrive: a peer that announces a large
 // frame and sends it slowly, or never, holds at most twice what it sent.
-func (c *zconn) body(n int) ([]byte, error) {
+func (c *Conn) body(n int) ([]byte, error) {
 	if n <= bodyChunk {
 		b := make([]byte, n)
 		_, err := io.ReadFull(c.bc.r, b)
@@ -356,17 +371,17 @@ func (c *zconn) body(n int) ([]byte, error) {
 	return b, nil
 }
 
-// send writes one multi-frame message and flushes it.
-func (c *zconn) send(frames ...[]byte) error {
-	if err := c.sendHeld(frames); err != nil {
+// Send writes one multi-frame message and flushes it.
+func (c *Conn) Send(frames ...[]byte) error {
+	if err := c.SendHeld(frames); err != nil {
 		return err
 	}
-	return c.flush()
+	return c.Flush()
 }
 
-// sendHeld writes one message without flushing; call flush after a run of
-// them. Only the sending goroutine may use it.
-func (c *zconn) sendHeld(frames [][]byte) error {
+// SendHeld writes one message into the write buffer without flushing;
+// call Flush after a run of them. Sends are for one goroutine at a time.
+func (c *Conn) SendHeld(frames [][]byte) error {
 	w := c.bc.w
 	for i, f := range frames {
 		var hdr [9]byte
@@ -391,9 +406,11 @@ func (c *zconn) sendHeld(frames [][]byte) error {
 	return nil
 }
 
-func (c *zconn) flush() error { return c.bc.Flush() }
+// Flush sends what SendHeld buffered.
+func (c *Conn) Flush() error { return c.bc.Flush() }
 
-func (c *zconn) setReadDeadline(t time.Time) { _ = c.raw.SetReadDeadline(t) }
+// SetReadDeadline bounds the Recv calls until t (zero: no bound).
+func (c *Conn) SetReadDeadline(t time.Time) { _ = c.raw.SetReadDeadline(t) }
 
-// Close closes the underlying connection; a blocked recv returns an error.
-func (c *zconn) Close() error { return c.raw.Close() }
+// Close closes the underlying connection; a blocked Recv returns an error.
+func (c *Conn) Close() error { return c.raw.Close() }

@@ -308,3 +308,49 @@ func (l *rankListener) release(n int64) {
 	l.in.st.queuedMsgs.Add(-1)
 	l.in.st.queuedBytes.Add(-n)
 }
+
+// reserve adds n to c unless that would take it above limit.
+func reserve(c *atomic.Int64, n, limit int64) bool {
+	for {
+		cur := c.Load()
+		if cur+n > limit {
+			return false
+		}
+		if c.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
+}
+
+// dialPacer spaces the redials of all listeners to at most rate a second:
+// a virtual schedule of slots interval apart, next being the first free
+// one, which may lag up to burst behind now (so that an idle pacer lets
+// one second's worth through at once). Times are nanoseconds on the
+// monotonic clock since start; reserve takes the time as an input.
+type dialPacer struct {
+	start    time.Time
+	interval int64
+	burst    int64
+	next     atomic.Int64
+}
+
+func (p *dialPacer) init(rate int) {
+	p.start = time.Now()
+	p.interval = int64(time.Second) / int64(rate)
+	p.burst = int64(time.Second) - p.interval // rate slots up to now
+	p.next.Store(-p.burst)
+}
+
+func (p *dialPacer) now() int64 { return int64(time.Since(p.start)) }
+
+// reserve takes the first free slot at or after now and returns how long
+// until it comes (0 or less: at once).
+func (p *dialPacer) reserve(now int64) time.Duration {
+	for {
+		n := p.next.Load()
+		slot := max(n, now-p.burst)
+		if p.next.CompareAndSwap(n, slot+p.interval) {
+			return time.Duration(slot - now)
+		}
+	}
+}

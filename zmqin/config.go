@@ -100,11 +100,16 @@ func (in *Ingress) nextBackoff(b time.Duration) time.Duration {
 }
 
 // DefaultWriters is the writer count used when Config.Writers is 0: one per
-// two procs, at least one, like radix.DefaultShards. A CPU profile of
-// BenchmarkEndToEnd (4-block batches, 2 procs) puts the writers' index
-// work at about 13% of the CPU against 11% for reading frames and 12% for
-// decoding, so writers are not the bottleneck of one rank; more writers
-// only spread many workers.
+// two procs, at least one (one on the 2-proc machines measured here). The
+// index does not follow GOMAXPROCS: radix.DefaultShards is 1, so on a
+// machine of 4 or more procs several writers share each partition index's
+// one writer lock, and more writers pay off only across partitions (one
+// index per block size) or with more shards (core.Config.IndexShards); on
+// 2 cores radix measured two writers on one shard at half the block ops/s
+// of one (BenchmarkMixed). A CPU profile of BenchmarkEndToEnd (4-block
+// batches, 2 procs) puts the writers' index work at about 13% of the CPU
+// against 11% for reading frames and 12% for decoding, so the writer is
+// not the bottleneck of one rank.
 func DefaultWriters() int { return max(1, runtime.GOMAXPROCS(0)/2) }
 
 // Validate reports a Config that cannot work.

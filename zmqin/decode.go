@@ -20,7 +20,7 @@ const (
 	// DropUnknownTag: a tag other than BlockStored, BlockRemoved and
 	// AllBlocksCleared (e.g. the proposed BlockInactive).
 	DropUnknownTag
-	// DropUnknownMedium: a medium string that maps to no tier (spec section 5).
+	// DropUnknownMedium: a medium string that maps to no tier (ParseMedium).
 	DropUnknownMedium
 	// DropBlockSizeMismatch: a BlockStored whose block_size is not the
 	// partition's block size; this includes tokenless offload stores, which

@@ -277,8 +277,9 @@ func (d *Decoder) readLora(r *reader, ev *rawEvent) error {
 	return nil
 }
 
-// ParseMedium maps a medium string to a storage tier (spec section 5,
-// conversion; ASCII case-insensitive): "" (and nil on the wire) → device;
+// ParseMedium maps a medium string to a storage tier, as Dynamo's
+// converter does (ai-dynamo/dynamo:lib/kv-router/src/zmq_wire/convert.rs),
+// ASCII case-insensitive: "" (and nil on the wire) → device;
 // GPU, DEVICE → device; CPU, CPU_PINNED, CPU_TIER1 → host_pinned; CPU_TIER2,
 // DISK, NVME, STORAGE → disk; EXTERNAL, NETWORK, REMOTE, SHARED → external.
 // Anything else reports false.

@@ -193,8 +193,9 @@ type rawEvent struct {
 }
 
 // arrayEvent decodes a msgspec array_like event of n elements (tag first).
-// Fields are positional (spec section 2.4); a short array leaves trailing
-// fields nil, extra elements are skipped.
+// Fields are positional, in the declaration order of vLLM's BlockStored
+// and BlockRemoved (vllm-project/vllm:vllm/distributed/kv_events.py); a
+// short array leaves trailing fields nil, extra elements are skipped.
 func (d *Decoder) arrayEvent(r *reader, n int, ev *rawEvent) error {
 	if n == 0 {
 		ev.bad = true

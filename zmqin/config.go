@@ -47,13 +47,16 @@ type Config struct {
 	// DialBackoffMin and DialBackoffMax bound the wait before a listener
 	// redials its endpoint after a failed dial or a lost connection; the
 	// wait doubles from Min up to Max, less up to half of it (jitter). A
-	// listener's first dial, and its first redial after a connection that
-	// delivered a message, wait Min at most. 0 means 50ms and 5s.
+	// listener's first dial is immediate, and its first redial after a
+	// connection that delivered a message waits Min at most. 0 means 50ms
+	// and 5s.
 	DialBackoffMin, DialBackoffMax time.Duration
 	// DialRate caps the redials per second of all listeners together
-	// once their backoff has elapsed: a listener then waits for the next
-	// free slot of the Ingress's dial pacer (a burst of one second's worth
-	// passes at once). With few unreachable endpoints it never waits; with
+	// after failures (a failed dial, or a connection that delivered
+	// nothing): once its backoff has elapsed, such a listener waits for
+	// the next free slot of the Ingress's dial pacer (a burst of one
+	// second's worth passes at once). With few unreachable endpoints it
+	// never waits; with
 	// more than DialRate x DialBackoffMax, each is retried about every
 	// (unreachable ranks / DialRate) seconds instead of every
 	// DialBackoffMax. 0 means 200 a second. BenchmarkRedialCPU, 2 shared

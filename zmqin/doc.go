@@ -42,11 +42,11 @@
 // Dialing: the wait before a redial (after a failed dial, or a lost
 // connection) doubles from DialBackoffMin to DialBackoffMax, less up to
 // half of it (jitter), and restarts from DialBackoffMin only after a
-// connection that delivered a well-formed message. Redials of all
-// listeners together are then paced to DialRate a second, so thousands of
-// unreachable endpoints cost a bounded share of a core (each is retried
-// less often than DialBackoffMax once they are more than DialRate x
-// DialBackoffMax). zmq4's automatic reconnect is never used.
+// connection that delivered a well-formed message. Redials after a
+// failure are then paced to DialRate a second over all listeners, so
+// thousands of unreachable endpoints cost a bounded share of a core (each
+// is retried less often than DialBackoffMax once they are more than
+// DialRate x DialBackoffMax). zmq4's automatic reconnect is never used.
 //
 // Receiving: messages are read within limits checked at each frame
 // header, before the frame's body is read: at most 3 frames, MaxFrameSize

@@ -148,12 +148,16 @@ func (l *rankListener) run() {
 	// growing over failed dials and over connections that ended without
 	// delivering a message (a peer that accepts and then breaks the
 	// limits is retried no faster than one that refuses), back to
-	// DialBackoffMin after a connection that delivered one.
+	// DialBackoffMin after a connection that delivered one. Only the
+	// waits after a failure are paced: a first dial, or a redial after a
+	// connection that worked, is one per listener per event.
 	var backoff time.Duration
+	paced := false
 	for l.ctx.Err() == nil {
-		if backoff > 0 && !l.wait(backoff) {
+		if backoff > 0 && !l.wait(backoff, paced) {
 			return
 		}
+		paced = true
 		zc, err := Dial(l.ctx, l.src.Endpoint, Sub, l.in.liveLimits())
 		if err == nil {
 			// ZMTP 3.0 subscription message: 1 then the topic ("" = all).
@@ -178,25 +182,26 @@ func (l *rankListener) run() {
 		l.in.countLimit(err)
 		l.setErr(fmt.Errorf("receive from %s: %w", l.src.Endpoint, err))
 		if delivered {
-			backoff = 0
+			backoff, paced = 0, false
 		}
 		backoff = l.in.nextBackoff(backoff)
 	}
 }
 
 // wait sleeps d less up to half of it (jitter, so that the listeners of a
-// restarted fleet do not dial in lockstep), then until the Ingress's dial
-// pacer gives it a slot; false if the listener stopped meanwhile.
-func (l *rankListener) wait(d time.Duration) bool {
+// restarted fleet do not dial in lockstep), then, if paced, until the
+// Ingress's dial pacer gives it a slot; false if the listener stopped
+// meanwhile.
+func (l *rankListener) wait(d time.Duration, paced bool) bool {
 	t := time.NewTimer(d - time.Duration(rand.Int64N(int64(d)/2+1)))
 	defer t.Stop()
-	for paced := false; ; paced = true {
+	for slotted := false; ; slotted = true {
 		select {
 		case <-l.ctx.Done():
 			return false
 		case <-t.C:
 		}
-		if paced {
+		if !paced || slotted {
 			return true
 		}
 		if slot := l.in.pacer.reserve(l.in.pacer.now()); slot > 0 {

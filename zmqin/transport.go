@@ -47,7 +47,8 @@ var ErrEndpoint = errors.New("zmqin: invalid ZMQ endpoint")
 // peer that accepts TCP but never speaks ZMTP cannot hold a dial forever.
 const handshakeTimeout = 5 * time.Second
 
-// bufSize is the read and write buffer of one connection.
+// bufSize is the read buffer of a receiving connection and the write
+// buffer of a publishing one (bufSizes).
 const bufSize = 64 << 10
 
 // ParseEndpoint reads ep with core's parser (the one reading of an endpoint
@@ -218,7 +219,7 @@ func bufSizes(typ SocketType) (rsize, wsize int) {
 // ctx. On error c is closed.
 func Open(ctx context.Context, c net.Conn, typ SocketType, server bool, lim Limits) (*Conn, error) {
 	rsize, wsize := bufSizes(typ)
-	bc := newBufConn(c, rsize, wsize, min(handshakeMaxFrame, lim.MaxFrameSize))
+	bc := newBufConn(c, rsize, wsize, handshakeMaxFrame)
 	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
 	// zmq4.Open writes its greeting and READY through bc; flushing is
@@ -234,7 +235,7 @@ func Open(ctx context.Context, c net.Conn, typ SocketType, server bool, lim Limi
 		return nil, err
 	}
 	_ = c.SetDeadline(time.Time{})
-	bc.maxFrame = 0 // frames are read by recv from now on
+	bc.maxFrame = 0 // frames are read by Recv from now on
 	return &Conn{raw: c, bc: bc, lim: lim}, nil
 }
 

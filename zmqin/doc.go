@@ -36,8 +36,11 @@
 // connection and processes what it reads; when the connection ends it
 // consumes what is still queued, releases the connection's buffers (read
 // buffer, queue, decoder scratch) and dials again. A listener that is not
-// connected is one goroutine and about 2 KiB (BenchmarkRegisterRanks;
-// TestUnconnectedRankCost holds it to 1 goroutine and 16 KiB of heap).
+// connected is one goroutine (a 4 KiB stack) and about 2 KiB of heap; a
+// connected one about 105 KiB and two goroutines (BenchmarkRegisterRanks;
+// TestUnconnectedRankCost holds the first to 1 goroutine and 16 KiB of
+// heap). Capping the number of listeners is the host's business; Stats
+// reports Ranks and Connected.
 //
 // Dialing: the wait before a redial (after a failed dial, or a lost
 // connection) doubles from DialBackoffMin to DialBackoffMax, less up to
@@ -51,7 +54,8 @@
 // Receiving: messages are read within limits checked at each frame
 // header, before the frame's body is read: at most 3 frames, MaxFrameSize
 // bytes per frame and MaxMessageSize per message, so a reader holds at
-// most one message of at most MaxMessageSize. A peer that breaks a limit
+// most one message of at most MaxMessageSize (a large frame's memory is
+// allocated as its bytes arrive, not as announced). A peer that breaks a limit
 // loses its connection (counted in RecvErrors and by reason:
 // TooManyFrames, MessageTooLarge, FrameTooLarge; the reason becomes the
 // rank's LastError), as does any other receive error (the publisher
@@ -108,15 +112,19 @@
 //     as a gap replay. This also heals any gap of the reconnection.
 //  3. Gap. With no watermark and seq > 0, the range [0, seq) is missing;
 //     with watermark L and seq > L+1, the range [L+1, seq). The gap is
-//     counted (Gaps, MissedBatches) and, with a replay endpoint, replayed:
+//     counted (Gaps, MissedBatches; each missing seq once, including one
+//     rule 2's replay counted but could not fill) and, with a replay
+//     endpoint, replayed:
 //     a fresh DEALER connection sends ["", from (8 bytes BE)], every reply
 //     (["", seq, payload] or ["", topic, seq, payload]) whose seq is above
 //     the watermark is decoded and applied in order, and the end marker
 //     (seq 0xff..ff with an empty payload) ends the replay. A first reply
 //     after the requested seq means the publisher no longer has that
-//     history (ReplayLost). A failed replay (dial, ReplayTimeout per reply,
-//     bad reply) is counted (ReplayFailures) and live processing resumes;
-//     the batches stay lost. Live messages keep queueing meanwhile.
+//     history (ReplayLost). A failed replay (dial, ReplayTimeout per
+//     reply, a bad reply, a reply over the limits: 4 frames, MaxFrameSize,
+//     MaxMessageSize) is counted (ReplayFailures) and live processing
+//     resumes; the batches stay lost. Live messages keep queueing
+//     meanwhile.
 //  4. Stale. With watermark L and seq <= L (also after a replay that
 //     covered seq), the batch is dropped and counted (Stale).
 //  5. Apply. The payload is decoded and its events go to the writer; a
@@ -131,9 +139,9 @@
 // watermark), a restarted publisher that published more batches than the
 // watermark before the listener resubscribed looks like a gap.
 // Re-registering the worker with a different endpoint, or Detach then
-// Sync, clears the rank. A batch whose
-// data_parallel_rank differs from the listener's rank is applied under the
-// batch's rank, which a restart does not clear.
+// Sync, clears the rank. A batch whose data_parallel_rank differs from the
+// listener's rank is applied under the batch's rank, which a restart does
+// not clear.
 //
 // TestChaos (package bench) checks these rules end to end against engines
 // that restart, lose connections and clear, with the engines as the model.

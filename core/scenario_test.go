@@ -229,8 +229,13 @@ func applyConfig(t *testing.T, cfg *Config, args string) {
 			for _, n := range strings.Split(v, ",") {
 				cfg.KVEndpointNetworks = append(cfg.KVEndpointNetworks, netip.MustParsePrefix(n))
 			}
+		case "reset":
+			*cfg = DefaultConfig()
+			cfg.UseKVEvents = false
 		default:
-			t.Fatalf("unknown config %q", k)
+			if !applyDisaggConfig(cfg, k, v) {
+				t.Fatalf("unknown config %q", k)
+			}
 		}
 	}
 }
@@ -525,6 +530,9 @@ func (e *env) run(line string) string {
 			fmt.Fprintf(&b, "%d: %v\n", r.WorkerID, r.Listeners)
 		}
 		return b.String()
+	}
+	if out, ok := e.runDisagg(cmd, rest, a); ok {
+		return out
 	}
 	e.t.Fatalf("unknown command %q", line)
 	return ""

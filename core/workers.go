@@ -258,7 +258,7 @@ func (s *Service) attachLocked(id uint64, e *catalogEntry, eff *effects) {
 		s.listeners += int(size)
 	}
 	p.workers[id] = e
-	p.publishLocked()
+	s.publishLocked(p)
 	if s.cfg.UseKVEvents {
 		eff.sync, eff.syncPart, eff.blockSize, eff.ranks = true, p, int(p.blockSize), e.rec.rankSources()
 	}
@@ -293,7 +293,7 @@ func (s *Service) detachLocked(id uint64, e *catalogEntry, eff *effects) {
 		s.retireLocked(p, radix.WorkerKey{WorkerID: id, DPRank: r})
 	}
 	s.removeListenersLocked(e)
-	p.publishLocked()
+	s.publishLocked(p)
 	eff.detach = p
 }
 

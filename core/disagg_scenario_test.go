@@ -159,5 +159,5 @@ func (e *env) runDisagg(cmd, rest string, a map[string]string) (string, bool) {
 		return fmt.Sprintf("plans=%d ok=%d failed=%d expired=%d probe_failed=%d free_failed=%d reservations=%d",
 			st.Plans, st.PlansOK, st.PlansFailed, st.PlansExpired, st.PlanProbeFailed, st.PlanFreeFailed, st.Reservations), true
 	}
-	return "", false
+	return e.runReconciler(cmd, rest, a)
 }

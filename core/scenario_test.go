@@ -36,6 +36,8 @@ type env struct {
 	cfg     Config
 	ingress *recIngress
 	replica *recReplica
+	// recon is the scenario's catalog reconciler, once made.
+	recon *reconState
 }
 
 // recIngress records the Ingress calls and reports every synced rank as

@@ -73,6 +73,9 @@ type Service struct {
 	// afterLookup, when set (tests only), runs in every lifecycle call
 	// between its ledger lookup and its use of the record.
 	afterLookup func(id string)
+	// failUpsert, when set (tests only), fails a batch upsert of a worker
+	// with the error it returns.
+	failUpsert func(id uint64) error
 
 	stats counters
 }

@@ -68,6 +68,10 @@ type Config struct {
 	// IndexShards is radix.Config.Shards of every partition's index; 0 picks
 	// radix.DefaultShards.
 	IndexShards int
+	// Disagg configures the disaggregation coordinator (zero values pick
+	// its defaults). The number of live plans is bounded by
+	// MaxReservations.
+	Disagg DisaggConfig
 }
 
 // DefaultConfig returns the reference service's defaults.
@@ -104,7 +108,7 @@ func (c *Config) Validate() error {
 	if c.IndexShards < 0 || c.IndexShards > 1024 {
 		return fmt.Errorf("%w: index shards %d outside [0, 1024]", ErrConfig, c.IndexShards)
 	}
-	return nil
+	return c.Disagg.validate()
 }
 
 // queueing reports whether queueing is enabled (router_queue_threshold

@@ -260,7 +260,9 @@ func splitList(s string) []string {
 }
 
 // laterEnv are environment variables of features not built yet: reported as
-// not yet active when set.
+// not yet active when set. The DYN_ROUTER_CONDITIONAL_DISAGG* names are
+// already mapped (schedEnv) and validated; they act once the
+// disaggregation routes serve core's coordinator.
 var laterEnv = []string{
 	"DYN_ROUTER_REPLICA_SYNC", "DYN_ROUTER_TRACKING_HASH", "DYN_ROUTER_TRACKING_KEY_FILE", "DYN_ROUTER_TRACKING_KEY_ID",
 	"DYN_ROUTER_POLICY_CONFIG", "DYN_ROUTER_PREFILL_POLICY", "DYN_ROUTER_DECODE_POLICY",
@@ -293,6 +295,24 @@ var schedEnv = []struct {
 	{[]string{"DYN_ROUTER_QUEUE_THRESHOLD"}, optFloatEnv(func(c *sched.Config) **float64 { return &c.QueueThreshold })},
 	{[]string{"DYN_ROUTER_CONDITIONAL_DISAGG_PREFILL_BUSY_THRESHOLD"}, optFloatEnv(func(c *sched.Config) **float64 { return &c.PrefillBusyThreshold })},
 	{[]string{"DYN_ROUTER_CONDITIONAL_DISAGG_DECODE_BUSY_THRESHOLD"}, optFloatEnv(func(c *sched.Config) **float64 { return &c.DecodeBusyThreshold })},
+	{[]string{"DYN_ROUTER_CONDITIONAL_DISAGG"}, boolEnv(func(c *sched.Config) *bool { return &c.ConditionalDisaggEnabled })},
+	{[]string{"DYN_ROUTER_CONDITIONAL_DISAGG_POLICY"}, func(c *sched.Config, _, s string) error {
+		// Dynamo's environment parser keeps the default for a value it
+		// cannot parse, silently; so do we.
+		if k, err := sched.ParseDisaggPolicyKind(s); err == nil {
+			c.ConditionalDisaggPolicy = k
+		}
+		return nil
+	}},
+	{[]string{"DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_THRESHOLD"}, func(c *sched.Config, name, s string) error {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not a whole number of tokens", name, s)
+		}
+		c.ConditionalDisaggEffISLThreshold = n
+		return nil
+	}},
+	{[]string{"DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_RATIO_THRESHOLD"}, floatEnv(func(c *sched.Config) *float64 { return &c.ConditionalDisaggEffISLRatioThreshold })},
 	{[]string{"DYN_ROUTER_ACTIVE_REQUEST_EXPIRY_SECS"}, func(c *sched.Config, _, s string) error {
 		// Whole seconds. Dynamo falls back to the default for an invalid
 		// or zero expiry; so do we.

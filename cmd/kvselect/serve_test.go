@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvselect/kvselect/sched"
 )
 
 func envOf(m map[string]string) func(string) (string, bool) {
@@ -73,6 +75,8 @@ func TestParseServeErrors(t *testing.T) {
 		{nil, map[string]string{"DYN_ROUTER_TEMPERATURE": "hot"}, "DYN_ROUTER_TEMPERATURE"},
 		{nil, map[string]string{"DYN_ROUTER_TEMPERATURE": "-1"}, "router_temperature"},
 		{nil, map[string]string{"DYN_USE_KV_EVENTS": "maybe"}, "DYN_USE_KV_EVENTS"},
+		{nil, map[string]string{"DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_RATIO_THRESHOLD": "1.5"}, "conditional_disagg_eff_isl_ratio_threshold must be between 0 and 1"},
+		{nil, map[string]string{"DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_THRESHOLD": "-1"}, "DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_THRESHOLD"},
 	} {
 		_, err := parseServe(tc.args, envOf(tc.env), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -113,6 +117,24 @@ func TestEnvMapping(t *testing.T) {
 		s.DecodeBusyThreshold == nil || *s.DecodeBusyThreshold != 0.9 || s.ActiveRequestExpiry != 300*time.Second || o.core.UseKVEvents {
 		t.Fatalf("%+v", s)
 	}
+	o, err = parseServe(nil, envOf(map[string]string{
+		"DYN_ROUTER_CONDITIONAL_DISAGG":                         "true",
+		"DYN_ROUTER_CONDITIONAL_DISAGG_POLICY":                  "isl_or_load",
+		"DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_THRESHOLD":       "100",
+		"DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_RATIO_THRESHOLD": "0.5",
+	}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := o.core.Sched.DisaggPolicy(); p != (sched.DisaggPolicy{Kind: sched.ISLOrLoad, Enabled: true, EffISLThreshold: 100, EffISLRatioThreshold: 0.5}) {
+		t.Fatalf("policy %+v", p)
+	}
+	// An unparsable policy keeps the default, silently, as Dynamo's
+	// environment parser does.
+	o, err = parseServe(nil, envOf(map[string]string{"DYN_ROUTER_CONDITIONAL_DISAGG_POLICY": "fastest"}), io.Discard)
+	if err != nil || o.core.Sched.ConditionalDisaggPolicy != sched.ISLBounding {
+		t.Fatalf("unparsable policy: %v %v", err, o)
+	}
 	o, _ = parseServe(nil, envOf(map[string]string{"DYN_ROUTER_ACTIVE_REQUEST_EXPIRY_SECS": "42"}), io.Discard)
 	if o.core.Sched.ActiveRequestExpiry != 42*time.Second {
 		t.Fatal(o.core.Sched.ActiveRequestExpiry)
@@ -130,7 +152,7 @@ func TestEveryEnvRowSetsItsField(t *testing.T) {
 	for _, row := range schedEnv {
 		for _, name := range row.names {
 			changed := false
-			for _, v := range []string{"0.25", "0.5", "false", "true", "7"} {
+			for _, v := range []string{"0.25", "0.5", "false", "true", "7", "prefill_load"} {
 				o, err := parseServe(nil, envOf(map[string]string{name: v}), io.Discard)
 				if err == nil && !reflect.DeepEqual(o.core.Sched, def.core.Sched) {
 					changed = true

@@ -1,0 +1,106 @@
+package core
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+)
+
+func TestParseDisaggEnums(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want DisaggOrder
+		ok   bool
+	}{
+		{"decode_anchored", DecodeAnchored, true},
+		{" Decode-Anchored ", DecodeAnchored, true},
+		{"prefill-anchored", PrefillAnchored, true},
+		{"PREFILL_ANCHORED", PrefillAnchored, true},
+		{"decode", DisaggOrderDefault, false},
+		{"", DisaggOrderDefault, false},
+	} {
+		if got, ok := ParseDisaggOrder(tc.in); got != tc.want || ok != tc.ok {
+			t.Errorf("ParseDisaggOrder(%q) = %v, %t", tc.in, got, ok)
+		}
+	}
+	for _, tc := range []struct {
+		in   string
+		want PrefillFailurePolicy
+		ok   bool
+	}{
+		{"free_decode", FreeDecode, true},
+		{"bypass-on-decode", BypassOnDecode, true},
+		{"bypass", PrefillFailureDefault, false},
+	} {
+		if got, ok := ParsePrefillFailurePolicy(tc.in); got != tc.want || ok != tc.ok {
+			t.Errorf("ParsePrefillFailurePolicy(%q) = %v, %t", tc.in, got, ok)
+		}
+	}
+	b, _ := json.Marshal([]PlanState{PlanIdle, PlanBypassAfterPrefillFailure, PlanReleased})
+	if string(b) != `["idle","bypass_after_prefill_failure","released"]` {
+		t.Errorf("states marshal as %s", b)
+	}
+}
+
+// TestCoordinatorErrorTexts: the reference's texts and the class each
+// variant maps to.
+func TestCoordinatorErrorTexts(t *testing.T) {
+	inner := errorf(ErrNotReady, "no schedulable workers for model=m routing_group=g")
+	conflict := errorf(ErrConflict, "selection x/decode is already reserved or being reserved")
+	for _, tc := range []struct {
+		err   *CoordinatorError
+		text  string
+		class error
+	}{
+		{&CoordinatorError{Failure: DecodePreviewFailed, Err: inner}, "decode preview failed: no schedulable workers for model=m routing_group=g", ErrNotReady},
+		{&CoordinatorError{Failure: DecodeCommitFailed, Err: conflict}, "decode booking failed: selection x/decode is already reserved or being reserved", ErrConflict},
+		{&CoordinatorError{Failure: PrefillCommitFailed, Err: inner}, "prefill booking failed: no schedulable workers for model=m routing_group=g", ErrNotReady},
+		{&CoordinatorError{Failure: InvalidPlanState, Operation: "plan_decode", Expected: "a prefill booking and no decode booking", State: PlanLinked},
+			"plan is in state linked; plan_decode needs a prefill booking and no decode booking", ErrConflict},
+		{&CoordinatorError{Failure: MissingTopologyDomain, WorkerID: 7, Domain: "zone"}, `worker 7 has kv_transfer_domain "zone" but no matching topology domain`, ErrNotReady},
+		{&CoordinatorError{Failure: MissingEnforcement, WorkerID: 2, Domain: "zone"}, `worker 2 has kv_transfer_domain "zone" but no kv_transfer_enforcement`, ErrNotReady},
+		{&CoordinatorError{Failure: MissingPreferredWeight, WorkerID: 3}, "worker 3 has preferred KV transfer enforcement but no kv_transfer_preferred_weight", ErrNotReady},
+	} {
+		if tc.err.Error() != tc.text {
+			t.Errorf("%d: text %q, want %q", tc.err.Failure, tc.err.Error(), tc.text)
+		}
+		if ClassOf(tc.err) != tc.class {
+			t.Errorf("%d: class %v, want %v", tc.err.Failure, ClassOf(tc.err), tc.class)
+		}
+	}
+	var ce *CoordinatorError
+	if !errors.As(error(&CoordinatorError{Failure: DecodeCommitFailed, Err: inner}), &ce) || !errors.Is(ce, inner) {
+		t.Fatal("the pool's error is reachable through the coordinator's")
+	}
+}
+
+func TestDisaggConfigValidate(t *testing.T) {
+	c := DefaultConfig()
+	c.Disagg.Order = PrefillAnchored + 1
+	if err := c.Validate(); !errors.Is(err, ErrConfig) {
+		t.Fatalf("order out of range: %v", err)
+	}
+	c = DefaultConfig()
+	c.Disagg = DisaggConfig{Order: PrefillAnchored, PrefillFailure: BypassOnDecode}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPromptTokens: the policy's prompt length is token_ids', else
+// isl_tokens; multimodal routing tokens are not counted (as in Dynamo).
+func TestPromptTokens(t *testing.T) {
+	for _, tc := range []struct {
+		p    Prompt
+		want uint64
+	}{
+		{Prompt{TokenIDs: []uint32{1, 2, 3}, HasTokenIDs: true, ISLTokens: 99, HasISLTokens: true}, 3},
+		{Prompt{ISLTokens: 99, HasISLTokens: true}, 99},
+		{Prompt{RoutingTokenIDs: []uint32{1, 2, 3, 4}}, 0},
+		{Prompt{RoutingTokenIDs: []uint32{1, 2, 3, 4}, TokenIDs: []uint32{1}, HasTokenIDs: true}, 1},
+	} {
+		if got := promptTokens(&tc.p); got != tc.want {
+			t.Errorf("%+v: %d, want %d", tc.p, got, tc.want)
+		}
+	}
+}

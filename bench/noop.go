@@ -64,6 +64,10 @@ func StartNoop(addr string) (string, func(), error) {
 	}()
 	stop := func() {
 		_ = srv.Shutdown()
+		// Shutdown closes only the listeners Serve has registered: a stop
+		// that races the goroutine's start would leave Serve running
+		// forever. Closing ln makes Serve return whenever it starts.
+		_ = ln.Close()
 		<-done
 	}
 	return "http://" + ln.Addr().String(), stop, nil

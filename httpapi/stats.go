@@ -38,7 +38,6 @@ func (s *Server) writeStats(w io.Writer) {
 	perf.WriteGauge(w, `kvselect_active_reservations_limit`, float64(st.MaxReservations))
 	perf.WriteGauge(w, `kvselect_reservation_bytes`, float64(st.ReservationBytes))
 	perf.WriteGauge(w, `kvselect_reservation_bytes_limit`, float64(st.MaxReservationBytes))
-	perf.WriteGauge(w, `kvselect_kv_listeners`, float64(st.Listeners))
 	perf.WriteGauge(w, `kvselect_kv_listeners_limit`, float64(st.MaxListeners))
 	perf.WriteGauge(w, `kvselect_pending_selections`, float64(st.PendingEntries))
 	perf.WriteGauge(w, `kvselect_pending_selection_bytes`, float64(st.PendingBytes))

@@ -18,6 +18,7 @@ import (
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/httpapi"
 	"github.com/kvselect/kvselect/sched"
+	"github.com/kvselect/kvselect/zmqin"
 )
 
 // serveOptions is everything `kvselect serve` reads from flags and the
@@ -32,6 +33,11 @@ type serveOptions struct {
 	inactive []string
 	// pprofMutexFraction and pprofBlockRate are the contention-profile rates.
 	pprofMutexFraction, pprofBlockRate int
+	// replicaPort is --replica-sync-port (0: no mesh); replicaPeers the
+	// initial peers; noReplicaSnapshot turns the catch-up snapshot off.
+	replicaPort       int
+	replicaPeers      []string
+	noReplicaSnapshot bool
 	// indexerPeers are the base URLs to recover the KV index from at
 	// start-up (--indexer-peers), in order.
 	indexerPeers []string
@@ -55,6 +61,7 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	indexerPeers := fs.String("indexer-peers", "", "comma-separated HTTP base URLs of selectors/indexers to recover the KV index from at start-up (GET {url}/dump)")
 	replicaPort := fs.Int("replica-sync-port", 0, "ZMQ PUB port of the replica-sync mesh (must be > 0 when set)")
 	replicaPeers := fs.String("replica-sync-peers", "", "comma-separated ZMQ endpoints of replica-sync peers; requires --replica-sync-port")
+	fs.BoolVar(&o.noReplicaSnapshot, "no-replica-snapshot", false, "do not serve or request kvselect's catch-up snapshot of live bookings on the replica mesh (Dynamo replicas never use it)")
 	ttl := fs.Float64("selection-cache-ttl-secs", o.core.SelectionCacheTTL.Seconds(), "pending-selection cache TTL in seconds")
 	fs.IntVar(&o.core.SelectionCacheMaxEntries, "selection-cache-max-entries", o.core.SelectionCacheMaxEntries, "pending-selection cache entry cap")
 	maxBytes := fs.Int64("selection-cache-max-bytes", o.core.SelectionCacheMaxBytes, "pending-selection cache byte budget")
@@ -165,18 +172,18 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 		if *replicaPort <= 0 || *replicaPort > math.MaxUint16 {
 			return nil, errors.New("replica sync port must be greater than zero")
 		}
-		o.inactive = append(o.inactive, "--replica-sync-port (replica sync mesh; /replica_sync/* answer as disabled)")
+		o.replicaPort = *replicaPort
 	}
 	if *replicaPeers != "" {
 		if !set["replica-sync-port"] {
 			return nil, errors.New("--replica-sync-peers requires --replica-sync-port")
 		}
 		for _, p := range splitList(*replicaPeers) {
-			if !strings.HasPrefix(p, "tcp://") && !strings.HasPrefix(p, "ipc://") && !strings.HasPrefix(p, "inproc://") {
-				return nil, fmt.Errorf("--replica-sync-peers: invalid ZMQ endpoint %q", p)
+			if err := zmqin.ValidatePeer(p); err != nil {
+				return nil, fmt.Errorf("--replica-sync-peers: %v", err)
 			}
+			o.replicaPeers = append(o.replicaPeers, p)
 		}
-		o.inactive = append(o.inactive, "--replica-sync-peers")
 	}
 	if set["session-affinity-ttl-secs"] {
 		if !(*affinityTTL >= 1 && *affinityTTL <= 31_536_000) {

@@ -33,3 +33,26 @@ func writeIngressMetrics(w io.Writer, st zmqin.Stats) {
 	perf.WriteGauge(w, "kvselect_kv_queue_depth", float64(st.QueueDepth))
 	perf.WriteGauge(w, "kvselect_kv_queue_limit_per_listener", float64(st.QueueLimit))
 }
+
+// writeMeshMetrics exports the replica mesh's counters at scrape time.
+func writeMeshMetrics(w io.Writer, st zmqin.MeshStats) {
+	perf.WriteCounter(w, "kvselect_replica_events_published_total", st.Published)
+	perf.WriteCounter(w, `kvselect_replica_events_not_sent_total{reason="outbound_full"}`, st.OutboundDropped)
+	perf.WriteCounter(w, `kvselect_replica_events_not_sent_total{reason="subscriber_queue_full"}`, st.PeerQueueDropped)
+	perf.WriteCounter(w, "kvselect_replica_snapshot_events_sent_total", st.SnapshotEvents)
+	perf.WriteCounter(w, "kvselect_replica_messages_received_total", st.Received)
+	for d, n := range st.Dropped {
+		perf.WriteCounter(w, perf.Label("kvselect_replica_messages_dropped_total", "reason", zmqin.MeshDrop(d).String()), n)
+	}
+	perf.WriteCounter(w, "kvselect_replica_apply_batches_total", st.Batches)
+	perf.WriteGauge(w, "kvselect_replica_peers", float64(st.Peers))
+	perf.WriteGauge(w, "kvselect_replica_peers_connected", float64(st.PeersLive))
+	perf.WriteGauge(w, "kvselect_replica_subscribers", float64(st.Subscribers))
+	perf.WriteCounter(w, "kvselect_replica_peer_connects_total", st.Connects)
+	perf.WriteCounter(w, "kvselect_replica_peer_disconnects_total", st.Disconnects)
+	perf.WriteCounter(w, "kvselect_replica_peer_dial_errors_total", st.DialErrors)
+	perf.WriteGauge(w, "kvselect_replica_outbound_queue_depth", float64(st.OutboundDepth))
+	perf.WriteGauge(w, "kvselect_replica_outbound_queue_limit", float64(st.OutboundLimit))
+	perf.WriteGauge(w, "kvselect_replica_inbound_queue_depth", float64(st.InboundDepth))
+	perf.WriteGauge(w, "kvselect_replica_inbound_queue_limit", float64(st.InboundLimit))
+}

@@ -55,16 +55,37 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	} else {
 		logger.Printf("DYN_USE_KV_EVENTS=false: approximate mode is not built yet; workers need no kv_events endpoint and the index stays empty")
 	}
-	svc, err := core.New(opts.core, core.Options{Ingress: ingress})
+	var mesh *zmqin.Mesh
+	var replica core.ReplicaSink = core.NopReplicaSink{}
+	if opts.replicaPort > 0 {
+		mesh, err = zmqin.NewMesh(zmqin.MeshConfig{Bind: "tcp://*:" + strconv.Itoa(opts.replicaPort), Peers: opts.replicaPeers, NoSnapshot: opts.noReplicaSnapshot})
+		if err != nil {
+			logger.Printf("serve: replica sync: %v", err)
+			_ = ingress.Close()
+			return 1
+		}
+		replica = mesh
+	}
+	closeMesh := func() {
+		if mesh != nil {
+			_ = mesh.Close()
+		}
+	}
+	svc, err := core.New(opts.core, core.Options{Ingress: ingress, Replica: replica})
 	if err != nil {
 		logger.Printf("serve: %v", err)
+		closeMesh()
 		_ = ingress.Close()
 		return 2
 	}
 	opts.http.Logf = logger.Printf
+	if mesh != nil {
+		opts.http.Peers = mesh
+	}
 	srv, err := httpapi.New(svc, opts.http)
 	if err != nil {
 		logger.Printf("serve: %v", err)
+		closeMesh()
 		_ = ingress.Close()
 		return 2
 	}
@@ -76,15 +97,27 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	}
 	if len(opts.indexerPeers) > 0 {
 		if !recoverIndex(ctx, svc, opts.indexerPeers, logger.Printf) {
+			closeMesh()
 			_ = ingress.Close()
 			return 1
 		}
+	}
+	if mesh != nil {
+		srv.Registry().OnScrape(func(w io.Writer) { writeMeshMetrics(w, mesh.Stats()) })
+		if err := mesh.Start(svc); err != nil {
+			logger.Printf("serve: replica sync: %v", err)
+			closeMesh()
+			_ = ingress.Close()
+			return 1
+		}
+		logger.Printf("replica sync: publishing on %s as process %d; peers %v", mesh.Endpoint(), mesh.ProcessID(), opts.replicaPeers)
 	}
 
 	// 3. Start: listener, HTTP server, periodic sweep.
 	ln, err := net.Listen("tcp", net.JoinHostPort(opts.host, strconv.Itoa(int(opts.port))))
 	if err != nil {
 		logger.Printf("serve: %v", err)
+		closeMesh()
 		_ = ingress.Close()
 		return 1
 	}
@@ -113,6 +146,7 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 			_ = srv.Shutdown(context.Background())
 			stopSweep()
 			<-sweepDone
+			closeMesh()
 			_ = ingress.Close()
 			return 1
 		}
@@ -151,6 +185,7 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	}
 	stopSweep()
 	<-sweepDone
+	closeMesh()
 	if err := ingress.Close(); err != nil {
 		logger.Printf("ingress: %v", err)
 		code = 1

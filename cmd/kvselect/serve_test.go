@@ -61,6 +61,7 @@ func TestParseServeErrors(t *testing.T) {
 	}{
 		{[]string{"--replica-sync-peers", "tcp://b:9092"}, nil, "--replica-sync-peers requires --replica-sync-port"},
 		{[]string{"--replica-sync-port", "0"}, nil, "replica sync port must be greater than zero"},
+		{[]string{"--replica-sync-port", "9092", "--replica-sync-peers", "udp://b:1"}, nil, "unsupported scheme `udp`"},
 		{[]string{"--router-assume-kv-reuse", "--no-router-assume-kv-reuse"}, nil, "mutually exclusive"},
 		{[]string{"--threads", "0"}, nil, "--threads"},
 		{[]string{"--selection-cache-ttl-secs", "0"}, nil, "ttl"},
@@ -86,14 +87,14 @@ func TestParseServeErrors(t *testing.T) {
 }
 
 func TestParseServeLaterFeaturesReported(t *testing.T) {
-	o, err := parseServe([]string{"--replica-sync-port", "9092", "--replica-sync-peers", "tcp://b:9092",
+	o, err := parseServe([]string{
 		"--session-affinity-ttl-secs", "60", "--router-tracking-hash", "keyed-xxh3-v1"},
 		envOf(map[string]string{"DYN_ROUTER_PREDICTED_TTL_SECS": "5"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Join(o.inactive, "\n")
-	for _, want := range []string{"--replica-sync-port", "--replica-sync-peers", "--session-affinity-ttl-secs", "keyed-xxh3-v1", "DYN_ROUTER_PREDICTED_TTL_SECS"} {
+	for _, want := range []string{"--session-affinity-ttl-secs", "keyed-xxh3-v1", "DYN_ROUTER_PREDICTED_TTL_SECS"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("%q not reported as inactive in\n%s", want, got)
 		}
@@ -191,7 +192,7 @@ func TestServeLifecycle(t *testing.T) {
 	var logs syncBuf
 	done := make(chan int, 1)
 	go func() {
-		done <- serve(ctx, []string{"--host", "127.0.0.1", "--port", "0", "--replica-sync-port", "9092"}, envOf(map[string]string{"DYN_USE_KV_EVENTS": "false"}), &logs, ready)
+		done <- serve(ctx, []string{"--host", "127.0.0.1", "--port", "0", "--session-affinity-ttl-secs", "60"}, envOf(map[string]string{"DYN_USE_KV_EVENTS": "false"}), &logs, ready)
 	}()
 	var addr string
 	select {
@@ -218,7 +219,7 @@ func TestServeLifecycle(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve did not stop")
 	}
-	if !strings.Contains(logs.String(), "accepted but not yet active: --replica-sync-port") {
+	if !strings.Contains(logs.String(), "accepted but not yet active: --session-affinity-ttl-secs") {
 		t.Fatalf("inactive flag not logged: %s", logs.String())
 	}
 	if _, err := http.Get("http://" + addr + "/health"); err == nil {

@@ -112,9 +112,6 @@ func TestRunReportsLeaks(t *testing.T) {
 	cfg := smallRun(srv.url)
 	cfg.Mix = MixReserve
 	cfg.Workload = "trace:" + mooncakePath
-	if _, err := os.Stat(mooncakePath); err != nil {
-		cfg.Workload = "synthetic"
-	}
 	rep, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

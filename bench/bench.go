@@ -44,7 +44,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	fmt.Fprintf(logw, "workload %s\n", desc)
 
-	base, stop, err := resolveTarget(&cfg, logw)
+	base, stop, err := ResolveTarget(&cfg, logw)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +132,8 @@ func drive(ctx context.Context, name, url string, cfg *Config, p loadParams, pro
 		return Result{}, 0, nil, err
 	}
 	defer t.close()
-	if err := register(t, cfg); err != nil {
+	ctl := &Control{t: t, timeout: cfg.Timeout}
+	if err := register(ctl, cfg); err != nil {
 		return Result{}, 0, nil, err
 	}
 	callers := make([]*httpCaller, p.concurrency)
@@ -143,14 +144,14 @@ func drive(ctx context.Context, name, url string, cfg *Config, p loadParams, pro
 	for _, c := range callers {
 		c.release()
 	}
-	leaked, loadsErr = activeRequests(t, cfg.Timeout)
+	leaked, loadsErr = ctl.ActiveRequests()
 	return res, leaked, loadsErr, nil
 }
 
-// resolveTarget returns the selector's base URL: cfg.Target, or a server
-// started with cfg.StartServer (ErrNoServer when there is neither). The
-// caller must call stop when done with it.
-func resolveTarget(cfg *Config, logw io.Writer) (base string, stop func(), err error) {
+// ResolveTarget returns the selector's base URL: cfg.Target, or a server
+// started with cfg.StartServer (ErrNoServer when there is neither), logged
+// to logw. The caller must call stop when done with it.
+func ResolveTarget(cfg *Config, logw io.Writer) (base string, stop func(), err error) {
 	if cfg.Target != "" {
 		return cfg.Target, func() {}, nil
 	}

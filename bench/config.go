@@ -110,9 +110,6 @@ type Config struct {
 	// means Target + "/debug/pprof".
 	PprofURL string
 
-	// Sim shapes Simulate's engines and timing model (unused by Run).
-	Sim SimConfig
-
 	// Progress, when non-nil, receives a one-line progress bar redrawn with
 	// carriage returns (give it a terminal; see IsTerminal).
 	Progress io.Writer
@@ -171,7 +168,6 @@ func DefaultConfig() Config {
 		Workers:      8,
 		ReadyTimeout: 10 * time.Second,
 		Timeout:      30 * time.Second,
-		Sim:          DefaultSim(),
 	}
 }
 

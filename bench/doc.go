@@ -71,61 +71,17 @@
 //
 // # Routing-quality simulation
 //
-// Simulate (`kvselect bench --simulate`) replays Config.Workload once per
-// policy of SimPolicies: kvselect (the selector at Config.Target or
-// StartServer chooses), round_robin and random (seeded by Config.Seed),
-// each over fresh engines (Config.Workers Engines of one rank, KV pools of
-// Config.Sim.CapacityBlocks blocks with LRU eviction), the same requests in
-// the same order.
-//
-// Time is virtual: a trace request arrives at its timestamp times
-// Sim.TimeScale, a synthetic one every 1/Sim.ArrivalRate seconds. The loop
-// (runSim) takes the requests in arrival order; before routing one it
-// reports the lifecycle events due by then; the chosen engine serves the
-// prompt at once (ServeTokens: the hit is its cached leading blocks, the
-// rest is stored and published), which gives the same cache history as
-// serving at prefill start, because each engine's prefills run in arrival
-// order. The timing model, per engine:
-//
-//   - prefill takes (ISL - hit blocks * block size) / Sim.PrefillTPS
-//     seconds, and an engine prefills one request at a time, first come
-//     first served: TTFT = queueing delay + prefill time;
-//   - decode takes OutputTokens / Sim.DecodeTPS seconds after the prefill,
-//     beside other requests' prefills and decodes (it costs the engine
-//     nothing; it only keeps the request active);
-//   - no memory pressure from running requests: the pool evicts only to
-//     store new blocks.
-//
-// The kvselect policy calls the selector for every request and reports
-// its lifecycle in virtual-time order: POST /select_and_reserve at arrival
-// (hash-only body), POST prefill_complete when its prefill ends, DELETE when
-// its decode ends. Synchronisation: every engine publishes one batch per
-// served prompt that was not entirely cached (its evictions, then its
-// stores), and before the next request is routed the simulation polls POST
-// /overlap_scores with the served prompt until the chosen worker's
-// device_blocks reaches the blocks the engine now holds of it (at most
-// Sim.SyncTimeout; a timeout is counted, and the first one aborts, as a
-// selector that ingests no KV events). The selector applies a worker's
-// events in order, so the selector scores every request on exactly the
-// engines' pools, and the report checks it: overlap_mismatches counts
-// selections whose overlap.gpu differs from the engine's hit. Wall time
-// therefore depends on the selector's KV-event latency, virtual time does
-// not.
-//
-// Per policy the report gives hit_rate (prompt blocks already cached on the
-// chosen engine / prompt blocks, from the engines' own counts), TTFT
-// p50/p99/mean, requests per worker (max/mean) and the coefficient of
-// variation of the prefilled tokens per worker, and hit_rate_bound, the hit
-// rate of one engine of unbounded capacity (no policy can beat it).
-// round_robin and random are deterministic; kvselect is as deterministic as
-// the selector's random tie-breaks: on mooncake_trace_1000.jsonl at time
-// scale 1, where workers are often idle and equal, its hit rate varied from
-// 0.32 to 0.35 over runs; at time scale 0.5 three runs were identical.
+// Package bench/sim (`kvselect bench --simulate`) replays a workload of
+// this package in virtual time through Engines routed by kvselect,
+// round-robin and random, and reports KV hit rate, simulated TTFT and
+// load balance per policy; it uses the harness's Control client and
+// Engines and adds only its loop, its policies and its report.
 //
 // # Simulated engines
 //
-// The package also holds the simulated engine used by `kvselect mocker`,
-// the end-to-end tests and the benchmarks: Engine, a vLLM-like engine with one KV block pool of fixed
+// The package also holds the simulated engine used by the load runs,
+// bench/sim, `kvselect mocker`, the end-to-end tests and the benchmarks:
+// Engine, a vLLM-like engine with one KV block pool of fixed
 // capacity (LRU eviction) and one zmqpub.Publisher per data-parallel rank,
 // publishing real BlockStored / BlockRemoved / AllBlocksCleared batches
 // with the vLLM encoder (zmqin.Encoder), with a replay socket; and

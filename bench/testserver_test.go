@@ -36,7 +36,7 @@ type countingTestServer struct {
 		calls    map[string]int // by route name (the report's names)
 		reserves int            // select_and_reserve calls seen
 		active   map[string]bool
-		workers  []workerRequest
+		workers  []WorkerRequest
 		badBody  int // bodies the server could not decode
 	}
 }
@@ -83,7 +83,7 @@ func (s *countingTestServer) handle(ctx *fasthttp.RequestCtx) {
 	okBody := func() { ctx.SetBodyString(`{"status":"ok"}`) }
 	switch {
 	case method == "POST" && path == "/workers":
-		var w workerRequest
+		var w WorkerRequest
 		if err := json.Unmarshal(ctx.PostBody(), &w); err != nil {
 			ctx.SetStatusCode(422)
 			return

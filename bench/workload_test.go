@@ -237,3 +237,29 @@ func TestLoadWorkload(t *testing.T) {
 		t.Fatal("missing trace file must fail")
 	}
 }
+
+// TestPromptTokensHashLikeTheEngine checks that the tokens an engine is
+// served hash, as the engine hashes them, to the prompt's block_hashes: the
+// selector's index (fed by the engine's events) and the request agree.
+func TestPromptTokensHashLikeTheEngine(t *testing.T) {
+	const bs = 64
+	trace, err := ExpandTrace([]TraceRecord{
+		{InputLength: 1024, HashIDs: []uint64{1, 2}},
+		{InputLength: 1000, HashIDs: []uint64{3, 4}},
+		{InputLength: 1536, HashIDs: []uint64{1, 2, 5}},
+	}, bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syn := smallSynthetic()
+	syn.Prompts = 20
+	for _, p := range append(trace, Synthetic(syn, bs, 3)...) {
+		toks := p.AppendTokens(nil, bs)
+		if len(toks) != len(p.Local)*bs {
+			t.Fatalf("prompt %d: %d tokens for %d blocks", p.Index, len(toks), len(p.Local))
+		}
+		if got := radix.LocalHashes(nil, toks, bs, radix.HashSeed("", "")); !slices.Equal(got, p.Local) {
+			t.Fatalf("prompt %d: engine hashes differ from the prompt's", p.Index)
+		}
+	}
+}

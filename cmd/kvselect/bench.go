@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvselect/kvselect/bench"
+	"github.com/kvselect/kvselect/bench/sim"
 )
 
 const benchUsage = `usage: kvselect bench [flags]
@@ -52,7 +53,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		serveNoop = fs.String("serve-noop", "", "instead of a run, serve the no-op baseline handler on this address until interrupted (to measure the client against a server in another process)")
 		synthetic = cfg.Synthetic
 		simulate  = fs.Bool("simulate", false, "routing quality instead of load: replay the workload in virtual time through simulated engines (LRU KV pools publishing real ZMQ KV events) routed by kvselect, round-robin and random, and report KV hit rate, simulated TTFT and load balance per policy")
-		sim       = cfg.Sim
+		simCfg    = sim.DefaultConfig()
 	)
 	fs.StringVar(&cfg.Target, "target", "", "base URL of a running selector, e.g. http://127.0.0.1:8092 (default: start one in-process)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "client goroutines (closed loop) or the pool serving the schedule (open loop)")
@@ -70,11 +71,11 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "write cpu, heap, mutex and block profiles of the server's measured window (from /debug/pprof) into this directory")
 	fs.StringVar(&cfg.PprofURL, "pprof", "", "pprof base URL for --profile (default: TARGET/debug/pprof)")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-call read and write timeout")
-	fs.IntVar(&sim.CapacityBlocks, "capacity-blocks", sim.CapacityBlocks, "--simulate: KV pool of each engine in blocks")
-	fs.Float64Var(&sim.PrefillTPS, "prefill-tps", sim.PrefillTPS, "--simulate: an engine's prefill speed in tokens/s (prefills run one at a time per engine)")
-	fs.Float64Var(&sim.DecodeTPS, "decode-tps", sim.DecodeTPS, "--simulate: one request's decode speed in tokens/s")
-	fs.Float64Var(&sim.TimeScale, "time-scale", sim.TimeScale, "--simulate: multiply the trace's timestamps by this (0.5 replays it twice as fast)")
-	fs.DurationVar(&sim.SyncTimeout, "sync-timeout", sim.SyncTimeout, "--simulate: how long to wait for the selector to apply one KV event batch")
+	fs.IntVar(&simCfg.CapacityBlocks, "capacity-blocks", simCfg.CapacityBlocks, "--simulate: KV pool of each engine in blocks")
+	fs.Float64Var(&simCfg.PrefillTPS, "prefill-tps", simCfg.PrefillTPS, "--simulate: an engine's prefill speed in tokens/s (prefills run one at a time per engine)")
+	fs.Float64Var(&simCfg.DecodeTPS, "decode-tps", simCfg.DecodeTPS, "--simulate: one request's decode speed in tokens/s")
+	fs.Float64Var(&simCfg.TimeScale, "time-scale", simCfg.TimeScale, "--simulate: multiply the trace's timestamps by this (0.5 replays it twice as fast)")
+	fs.DurationVar(&simCfg.SyncTimeout, "sync-timeout", simCfg.SyncTimeout, "--simulate: how long to wait for the selector to apply one KV event batch")
 	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", cfg.ReadyTimeout, "how long to wait for GET /ready after registration")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -96,7 +97,6 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	cfg.Mix = m
 	cfg.Synthetic = synthetic
-	cfg.Sim = sim
 	if *kvEvents != "" {
 		cfg.KVEventsEndpoints = strings.Split(*kvEvents, ",")
 	}
@@ -107,7 +107,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			cfg.BlockSize = simBlockSize
 		}
 		if set["rate"] {
-			cfg.Sim.ArrivalRate, cfg.Rate = cfg.Rate, 0
+			simCfg.ArrivalRate, cfg.Rate = cfg.Rate, 0
 		}
 		if cfg.Target == "" {
 			// The simulation brings its own engines and registers them.
@@ -116,7 +116,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		cfg.Log = stderr
 		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		return simulateMain(ctx, cfg, *jsonPath, stdout, stderr)
+		return simulateMain(ctx, cfg, simCfg, *jsonPath, stdout, stderr)
 	}
 	if cfg.Target == "" {
 		// The default: kvselect in this process, with one idle simulated
@@ -173,8 +173,8 @@ const simBlockSize = 64
 // simulateMain is `kvselect bench --simulate`. Exit codes: 0 done, 1 the
 // kvselect policy left reservations, failed calls or unapplied batches, 2
 // the run could not be made.
-func simulateMain(ctx context.Context, cfg bench.Config, jsonPath string, stdout, stderr io.Writer) int {
-	rep, err := bench.Simulate(ctx, cfg)
+func simulateMain(ctx context.Context, cfg bench.Config, simCfg sim.Config, jsonPath string, stdout, stderr io.Writer) int {
+	rep, err := sim.Run(ctx, cfg, simCfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
 		return 2
@@ -183,7 +183,7 @@ func simulateMain(ctx context.Context, cfg bench.Config, jsonPath string, stdout
 		fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
 		return 2
 	}
-	if k := rep.Policies[bench.PolicyKVSelect]; k != nil && (k.LeakedReservations != 0 || len(k.Errors) > 0 || k.SyncTimeouts > 0) {
+	if k := rep.Policies[sim.PolicyKVSelect]; k != nil && (k.LeakedReservations != 0 || len(k.Errors) > 0 || k.SyncTimeouts > 0) {
 		fmt.Fprintln(stderr, "kvselect bench: FAIL: the kvselect policy leaked reservations, had failed calls or unapplied KV event batches (see the report)")
 		return 1
 	}

@@ -66,7 +66,8 @@
 //
 // bench runs, by default, a whole `serve` in this process (inprocess.go)
 // with one idle simulated engine per worker, its client goroutines, and the
-// no-op baseline server; bench/doc.go lists them. bench --simulate runs the
+// no-op baseline server; bench/doc.go lists them. bench --simulate (package
+// bench/sim) runs the
 // in-process serve without idle engines: the simulation creates its own,
 // one set per policy (each engine's publisher goroutines live until its
 // policy ends), and drives everything from the calling goroutine. mocker

@@ -13,8 +13,12 @@
 //     sharing a system prompt, conversations whose next turn extends the
 //     previous one, deterministic in Config.Seed) or "trace:FILE" (a Mooncake
 //     JSONL trace; ExpandTrace turns each 512-token hash id into 512/BlockSize
-//     local hashes), and encodes each prompt's body once, in the hash-only
-//     form (block_hashes, sequence_hashes, isl_tokens; see Prompt for why);
+//     local hashes), and encodes each prompt's body once, in the form of
+//     Config.PromptForm: hashes (block_hashes, sequence_hashes, isl_tokens)
+//     or tokens (token_ids, which the selector hashes itself; see Prompt);
+//     with Config.EngineBlocks, starts one simulated Engine per worker on a
+//     loopback port and registers its endpoint as the worker's
+//     kv_events_endpoints;
 //  2. resolves the selector: Config.Target, else Config.StartServer, the
 //     seam through which the host starts an in-process server; with neither,
 //     Run returns ErrNoServer rather than measure something else;
@@ -24,11 +28,32 @@
 //     the selector's throughput and latency as ratios to the HTTP floor of
 //     this machine in this run;
 //  4. registers Config.Workers workers with POST /workers, waits for GET
-//     /ready, and drives the selector; with Config.ProfileDir it fetches cpu,
-//     heap, mutex and block profiles from the server's /debug/pprof during
-//     the measured window;
+//     /ready; with Config.Fill, fills the engines' KV pools, and through
+//     their KV events the selector's index, from the workload (below); then
+//     drives the selector; with Config.ProfileDir it fetches cpu, heap,
+//     mutex and block profiles from the server's /debug/pprof during the
+//     measured window;
 //  5. reads GET /loads after every operation has finished and reports the
 //     active requests left as leaked reservations (must be 0).
+//
+// # The index under load
+//
+// A selector's cost per selection depends on what its index holds: an
+// empty index matches nothing at once. The fill makes the index what a
+// live cluster's would be: every prompt of the workload, once and in
+// order, is routed by the selector (POST /select), served by the chosen
+// worker's engine (its cached leading blocks are hits, the rest is stored,
+// evicting least recently used blocks, and published as a real vLLM KV
+// event batch over ZMQ), and awaited until the selector's index shows it
+// (POST /overlap_scores). The report's fill section tells what the pools
+// held and evicted. During the load the engines publish nothing more, so
+// the index is the engines' pools throughout the window; the load's request
+// rate (tens of thousands per second over a few workers) is far above what
+// the workers could serve, so publishing per selection would measure an
+// event rate no cluster of that size produces. Every selection response's
+// overlap.gpu is read (one backward search in the body), and the report
+// gives mean_overlap_blocks, the chosen worker's matched blocks per
+// successful selection, beside mean_prompt_blocks.
 //
 // Each of Config.Concurrency client goroutines owns its request, response,
 // buffers and two Histograms (every call, and the selection calls alone); they

@@ -263,3 +263,46 @@ func TestPromptTokensHashLikeTheEngine(t *testing.T) {
 		}
 	}
 }
+
+// TestPromptTokensJSON: a token-form body carries the prompt's ISL tokens,
+// whose full blocks hash (as the selector hashes token_ids) to the
+// prompt's block_hashes, for synthetic and trace prompts (whose last
+// 512-token block is partial), and its expected output.
+func TestPromptTokensJSON(t *testing.T) {
+	const bs = 16
+	trace, err := ExpandTrace([]TraceRecord{
+		{InputLength: 1000, OutputLength: 7, HashIDs: []uint64{3, 4}},
+		{InputLength: 512, HashIDs: []uint64{3}},
+	}, bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syn := smallSynthetic()
+	syn.Prompts = 30
+	for _, p := range append(trace, Synthetic(syn, bs, 5)...) {
+		b := AppendPromptTokensJSON(nil, &p)
+		var got struct {
+			TokenIDs []uint32 `json:"token_ids"`
+			Expected int      `json:"expected_output_tokens"`
+		}
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("%.200s: %v", b, err)
+		}
+		if len(got.TokenIDs) != p.ISL || got.Expected != p.OutputTokens || strings.Contains(string(b), "hashes") {
+			t.Fatalf("prompt %d: %d tokens of %d, expected output %d of %d", p.Index, len(got.TokenIDs), p.ISL, got.Expected, p.OutputTokens)
+		}
+		if h := radix.LocalHashes(nil, got.TokenIDs, bs, radix.Seed); !slices.Equal(h, p.Local) {
+			t.Fatalf("prompt %d: token_ids hash to %d blocks unlike the prompt's %d", p.Index, len(h), len(p.Local))
+		}
+		if !slices.Equal(got.TokenIDs[:len(p.Local)*bs], p.AppendTokens(nil, bs)) {
+			t.Fatalf("prompt %d: the body's full blocks are not the engine's tokens", p.Index)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.Synthetic = syn
+	cfg.PromptForm = PromptTokens
+	ps, desc, err := LoadWorkload(&cfg)
+	if err != nil || !strings.Contains(desc, "(tokens)") || !strings.HasPrefix(string(ps[0].Body), `{"token_ids":[`) {
+		t.Fatalf("%q, %v, %.40s", desc, err, ps[0].Body)
+	}
+}

@@ -67,6 +67,9 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "workers registered with POST /workers before the run (0: none)")
 	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "KV block size in tokens registered for the workers (--simulate: default 64)")
 	fs.IntVar(&cfg.TotalKVBlocks, "total-kv-blocks", 0, "total_kv_blocks registered per worker (0: omitted)")
+	fs.StringVar(&cfg.PromptForm, "prompt-form", cfg.PromptForm, "how selection bodies carry a prompt: hashes (block_hashes, sequence_hashes, isl_tokens) or tokens (token_ids, hashed by the selector)")
+	fs.IntVar(&cfg.EngineBlocks, "engine-blocks", defaultEngineBlocks, "KV pool in blocks of the simulated engine started per worker, whose endpoint is registered as its kv_events_endpoints (0: no engines); with --target only when given")
+	fs.BoolVar(&cfg.Fill, "fill", true, "before the load, route every prompt once through the selector and serve it on the chosen worker's engine, whose KV events fill the selector's index (needs engines); false leaves the index empty")
 	fs.StringVar(&cfg.Baseline, "baseline", "", "noop: also drive an in-process no-op fasthttp server in the same run and report ratios")
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "write cpu, heap, mutex and block profiles of the server's measured window (from /debug/pprof) into this directory")
 	fs.StringVar(&cfg.PprofURL, "pprof", "", "pprof base URL for --profile (default: TARGET/debug/pprof)")
@@ -100,9 +103,11 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *kvEvents != "" {
 		cfg.KVEventsEndpoints = strings.Split(*kvEvents, ",")
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *simulate {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		// The simulation brings its own engines, one set per policy.
+		cfg.EngineBlocks, cfg.Fill = 0, false
 		if !set["block-size"] {
 			cfg.BlockSize = simBlockSize
 		}
@@ -110,7 +115,6 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			simCfg.ArrivalRate, cfg.Rate = cfg.Rate, 0
 		}
 		if cfg.Target == "" {
-			// The simulation brings its own engines and registers them.
 			cfg.StartServer = inProcessServer(stderr)
 		}
 		cfg.Log = stderr
@@ -118,16 +122,15 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		defer stop()
 		return simulateMain(ctx, cfg, simCfg, *jsonPath, stdout, stderr)
 	}
+	if len(cfg.KVEventsEndpoints) > 0 || (cfg.Target != "" && !set["engine-blocks"]) {
+		// Engines of the caller's, or a remote selector that may not reach
+		// this machine's loopback: no engines of the harness's, no fill.
+		cfg.EngineBlocks = 0
+	}
+	cfg.Fill = cfg.Fill && cfg.EngineBlocks > 0
 	if cfg.Target == "" {
-		// The default: kvselect in this process, with one idle simulated
-		// engine per worker so every worker has a live KV-event listener,
-		// as in production (see inprocess.go).
-		engines, err := startBenchEngines(&cfg)
-		if err != nil {
-			fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
-			return 2
-		}
-		defer engines.Close()
+		// The default: kvselect in this process, with one simulated engine
+		// per worker publishing real KV events (see inprocess.go).
 		var extra []string
 		if cfg.ProfileDir != "" {
 			// Sample contention so the mutex and block profiles are not empty.
@@ -163,6 +166,13 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	return 0
 }
+
+// defaultEngineBlocks is --engine-blocks' default: 16,384 blocks of 16
+// tokens (262k tokens, the KV cache of a Llama-3-8B, 128 KiB per token, in
+// 32 GiB) per engine. The 8 engines of `make bench` hold 131k blocks
+// together, a large part of the default synthetic workload's distinct
+// content (the fill reports what it held and evicted).
+const defaultEngineBlocks = 16384
 
 // simBlockSize is --simulate's default block size: 64-token blocks keep a
 // Mooncake prompt (mean 9,792 tokens) at about 150 blocks, so the engines'

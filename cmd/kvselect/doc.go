@@ -64,9 +64,11 @@
 //
 // # kvselect bench and kvselect mocker
 //
-// bench runs, by default, a whole `serve` in this process (inprocess.go)
-// with one idle simulated engine per worker, its client goroutines, and the
-// no-op baseline server; bench/doc.go lists them. bench --simulate runs the
+// bench runs, by default, a whole `serve` in this process (inprocess.go),
+// one simulated engine per worker (bench.Run starts them; they publish
+// while the fill routes the workload, before the load), its client
+// goroutines, and the no-op baseline server; bench/doc.go lists them. bench --simulate (package
+// bench/sim) runs the
 // in-process serve without idle engines: the simulation creates its own,
 // one set per policy (each engine's publisher goroutines live until its
 // policy ends), and drives everything from the calling goroutine. mocker

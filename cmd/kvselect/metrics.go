@@ -8,9 +8,14 @@ import (
 )
 
 // writeIngressMetrics exports the ZMQ ingress's counters at scrape time
-// (perf.Registry.OnScrape): nothing is formatted on the event path.
+// (perf.Registry.OnScrape): nothing is formatted on the event path. Every
+// field of zmqin.Stats is exported (TestIngressMetricsExportEveryStat).
+// The running listeners are kvselect_kv_listeners_running: httpapi already
+// exports the service's kvselect_kv_listeners, and a scrape must not carry
+// one series twice.
 func writeIngressMetrics(w io.Writer, st zmqin.Stats) {
-	perf.WriteGauge(w, "kvselect_kv_listeners", float64(st.Ranks))
+	perf.WriteGauge(w, "kvselect_kv_listeners_running", float64(st.Ranks))
+	perf.WriteGauge(w, "kvselect_kv_listeners_connected", float64(st.Connected))
 	perf.WriteCounter(w, "kvselect_kv_batches_applied_total", st.BatchesApplied)
 	perf.WriteCounter(w, "kvselect_kv_events_received_total", st.EventsApplied)
 	perf.WriteCounter(w, `kvselect_kv_messages_dropped_total{reason="bad_frame"}`, st.BadFrames)
@@ -20,6 +25,10 @@ func writeIngressMetrics(w io.Writer, st zmqin.Stats) {
 	for r, n := range st.Events {
 		perf.WriteCounter(w, perf.Label("kvselect_kv_wire_events_dropped_total", "reason", zmqin.DropReason(r).String()), n)
 	}
+	// Connections (live or replay) dropped because the peer broke a limit.
+	perf.WriteCounter(w, `kvselect_kv_connections_dropped_total{reason="too_many_frames"}`, st.TooManyFrames)
+	perf.WriteCounter(w, `kvselect_kv_connections_dropped_total{reason="message_too_large"}`, st.MessageTooLarge)
+	perf.WriteCounter(w, `kvselect_kv_connections_dropped_total{reason="frame_too_large"}`, st.FrameTooLarge)
 	perf.WriteCounter(w, "kvselect_kv_sequence_gaps_total", st.Gaps)
 	perf.WriteCounter(w, "kvselect_kv_missed_batches_total", st.MissedBatches)
 	perf.WriteCounter(w, "kvselect_kv_replays_total", st.Replays)
@@ -32,6 +41,9 @@ func writeIngressMetrics(w io.Writer, st zmqin.Stats) {
 	perf.WriteCounter(w, "kvselect_kv_receive_errors_total", st.RecvErrors)
 	perf.WriteGauge(w, "kvselect_kv_queue_depth", float64(st.QueueDepth))
 	perf.WriteGauge(w, "kvselect_kv_queue_limit_per_listener", float64(st.QueueLimit))
+	perf.WriteGaugeUint(w, "kvselect_kv_queue_bytes", uint64(max(st.QueueBytes, 0)))
+	perf.WriteGaugeUint(w, "kvselect_kv_queue_bytes_limit_per_listener", uint64(max(st.QueueBytesLimit, 0)))
+	perf.WriteGaugeUint(w, "kvselect_kv_queue_bytes_limit", uint64(max(st.QueueBytesLimitTotal, 0)))
 }
 
 // writeMeshMetrics exports the replica mesh's counters at scrape time.

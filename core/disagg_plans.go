@@ -108,7 +108,11 @@ func (s *Service) newPlan(req *DisaggRequest) (*plan, error) {
 // registers only on success, which includes bypass_after_prefill_failure;
 // a failed plan holds nothing. On error the view is the failed plan's
 // final state, for audit. A live plan with the same id is a conflict.
+// After Close it fails as not ready, before any pool call.
 func (s *Service) PlanDisagg(req *DisaggRequest) (DisaggPlanView, error) {
+	if s.closed.Load() {
+		return DisaggPlanView{}, errShuttingDown
+	}
 	p, err := s.newPlan(req)
 	if err != nil {
 		return DisaggPlanView{}, err
@@ -160,8 +164,12 @@ func (s *Service) lockPlan(id string) (*plan, error) {
 // in the wrong state is a conflict and stays as it is. A failed booking
 // (or an anchor with incomplete KV-transfer metadata) leaves the plan
 // compensated, holding nothing: the plan is removed and the error returned
-// with its final view.
+// with its final view. After Close it fails as not ready and changes
+// nothing (the plan is still released by ReleaseDisagg or expiry).
 func (s *Service) PlanDecode(id string) (DisaggPlanView, error) {
+	if s.closed.Load() {
+		return DisaggPlanView{}, errShuttingDown
+	}
 	p, err := s.lockPlan(id)
 	if err != nil {
 		return DisaggPlanView{}, err

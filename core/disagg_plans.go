@@ -88,6 +88,19 @@ func (s *Service) newPlan(req *DisaggRequest) (*plan, error) {
 	if req.DeferDecode && order != PrefillAnchored {
 		return nil, errorf(ErrBadRequest, "defer_decode requires order prefill_anchored")
 	}
+	// Both overrides are checked before any pool call: a bad prefill
+	// override would otherwise surface only after decode was booked (and
+	// freed again) in the decode-anchored order.
+	for _, o := range [...]struct {
+		name string
+		ov   *Override
+	}{{"prefill_router_config_override", req.PrefillOverride}, {"decode_router_config_override", req.DecodeOverride}} {
+		if o.ov != nil {
+			if err := o.ov.Validate(); err != nil {
+				return nil, &Error{Class: ErrBadRequest, Msg: o.name + ": " + err.Error(), Cause: err}
+			}
+		}
+	}
 	p := &plan{id: strings.Clone(id), created: s.clock().UnixNano(), order: order, failure: failure, transitions: []PlanState{PlanIdle}}
 	p.legIDs = [numPools]string{p.id + legSuffix[PrefillPool], p.id + legSuffix[DecodePool]}
 	p.req = cloneDisaggRequest(req)

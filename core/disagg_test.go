@@ -140,3 +140,30 @@ func TestPlansRefusedAfterClose(t *testing.T) {
 		t.Fatalf("left after release: %d plans, %d reservations", st.Plans, st.Reservations)
 	}
 }
+
+// TestPlanOverridesValidatedFirst: an invalid prefill or decode override is
+// a bad request naming its field, raised before any pool call, so the
+// decode-anchored order never books (and frees) decode for it.
+func TestPlanOverridesValidatedFirst(t *testing.T) {
+	var now atomic.Int64
+	now.Store(time.Unix(1_700_000_000, 0).UnixNano())
+	s := disaggService(t, &now)
+	neg := -1.0
+	for _, tc := range []struct {
+		set  func(*DisaggRequest)
+		want string
+	}{
+		{func(r *DisaggRequest) { r.PrefillOverride = &Override{RouterTemperature: &neg} }, "prefill_router_config_override: invalid router config: router_temperature must be finite and >= 0, got -1"},
+		{func(r *DisaggRequest) { r.DecodeOverride = &Override{OverlapScoreCredit: &neg} }, "decode_router_config_override: invalid router config: overlap_score_credit must be finite and >= 0, got -1"},
+	} {
+		req := disaggReq("p", DecodeAnchored)
+		tc.set(req)
+		before := s.Stats().BookOK
+		if _, err := s.PlanDisagg(req); !errors.Is(err, ErrBadRequest) || err.Error() != tc.want {
+			t.Fatalf("got %v, want %q", err, tc.want)
+		}
+		if st := s.Stats(); st.BookOK != before || st.Plans != 0 {
+			t.Fatalf("a rejected plan booked: %+v", st)
+		}
+	}
+}

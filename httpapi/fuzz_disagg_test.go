@@ -199,7 +199,7 @@ func FuzzWorkersFile(f *testing.F) {
 // TestWorkersFileErrors: the messages an operator reads in the log.
 func TestWorkersFileErrors(t *testing.T) {
 	for body, want := range map[string]string{
-		`{"workers":[{"worker_id":7},{"worker_id":7}]}`:                "duplicate worker_id 7 in workers file",
+		`{"workers":[{"worker_id":7},{"worker_id":7}]}`:                "duplicate worker_id 7",
 		"{\"workers\":[\n {\"worker_id\":1},\n {\"endpoint\":\"x\"}]}": "workers[1]: missing field `worker_id` at line 3 column 17",
 		`{"workers":[{"worker_id":1,"block_size":"16"}]}`:              "workers[0].block_size: invalid type: string, expected u32 at line 1 column 44",
 		`{"workers":[{"worker_id":1,"endpoint":"a","endpoint":"b"}]}`:  "workers[0]: duplicate field `endpoint` at line 1 column 52",

@@ -60,7 +60,7 @@ func DecodeWorkersFile(b []byte) ([]core.WorkerSpec, error) {
 	ids := make(map[uint64]struct{}, len(specs))
 	for _, sp := range specs {
 		if _, dup := ids[sp.WorkerID]; dup {
-			return nil, errors.New("duplicate worker_id " + strconv.FormatUint(sp.WorkerID, 10) + " in workers file")
+			return nil, errors.New("duplicate worker_id " + strconv.FormatUint(sp.WorkerID, 10))
 		}
 		ids[sp.WorkerID] = struct{}{}
 	}

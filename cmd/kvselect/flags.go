@@ -38,6 +38,9 @@ type serveOptions struct {
 	// demo is the number of built-in simulated engines (--demo); 0 is none.
 	demo          int
 	demoBlockSize int
+	// workersFile is the --workers-file path: the catalog's only source
+	// while set; "" is none (workers come from POST /workers).
+	workersFile string
 }
 
 // parseServe parses the flags of `kvselect serve` (the reference's names
@@ -79,6 +82,7 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	fs.IntVar(&o.demoBlockSize, "demo-block-size", 16, "KV block size of the --demo engines")
 	disaggOrder := fs.String("disagg-order", "decode-anchored", "order of a /disagg/plan request that names none: decode-anchored (preview and book decode, then prefill in its KV-transfer domain) or prefill-anchored (book prefill, then decode in its domain)")
 	prefillFailure := fs.String("disagg-prefill-failure", "free-decode", "how a decode-anchored plan whose prefill booking fails ends, for a request that names none: free-decode (free decode, fail the plan) or bypass-on-decode (keep decode; prefill runs on the decode worker)")
+	fs.StringVar(&o.workersFile, "workers-file", "", "JSON file of the complete worker membership ({\"workers\": [POST /workers bodies]}), polled every second; it then owns the catalog (POST, PATCH and DELETE /workers answer 409)")
 	fs.IntVar(&o.pprofMutexFraction, "pprof-mutex-fraction", 0, "runtime.SetMutexProfileFraction for the mutex profile (0 = off)")
 	fs.IntVar(&o.pprofBlockRate, "pprof-block-rate", 0, "runtime.SetBlockProfileRate in ns for the block profile (0 = off)")
 	if err := fs.Parse(args); err != nil {
@@ -218,6 +222,12 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	}
 	if o.core.Disagg.PrefillFailure, ok = core.ParsePrefillFailurePolicy(*prefillFailure); !ok {
 		return nil, fmt.Errorf("--disagg-prefill-failure must be `free-decode` or `bypass-on-decode`, got `%s`", *prefillFailure)
+	}
+	if set["workers-file"] && o.workersFile == "" {
+		return nil, errors.New("--workers-file needs a path")
+	}
+	if o.workersFile != "" && o.demo > 0 {
+		return nil, errors.New("--demo registers its engines itself: it cannot run with --workers-file")
 	}
 	if o.pprofMutexFraction < 0 || o.pprofBlockRate < 0 {
 		return nil, errors.New("--pprof-mutex-fraction and --pprof-block-rate must be >= 0")

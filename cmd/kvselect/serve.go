@@ -80,11 +80,26 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 			return 1
 		}
 	}
+	// The workers file, when given, owns the catalog; its first version
+	// is applied before serving.
+	var members *membership
+	if opts.workersFile != "" {
+		members, err = openMembership(svc, opts.workersFile, logger.Printf)
+		if err != nil {
+			logger.Printf("serve: %v", err)
+			_ = ingress.Close()
+			return 2
+		}
+		srv.Registry().OnScrape(func(w io.Writer) { writeMembershipMetrics(w, members.file.stats(), members.rec.Stats()) })
+	}
 
-	// 3. Start: listener, HTTP server, periodic sweep.
+	// 3. Start: listener, HTTP server, periodic sweep, workers file.
 	ln, err := net.Listen("tcp", net.JoinHostPort(opts.host, strconv.Itoa(int(opts.port))))
 	if err != nil {
 		logger.Printf("serve: %v", err)
+		if members != nil {
+			members.stop()
+		}
 		_ = ingress.Close()
 		return 1
 	}
@@ -104,6 +119,11 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		defer close(sweepDone)
 		sweep(sweepCtx, svc, core.DefaultSweepInterval)
 	}()
+	var poll *time.Ticker
+	if members != nil {
+		poll = time.NewTicker(workersFilePoll)
+		members.start(poll.C)
+	}
 	var demo *demoEngines
 	if opts.demo > 0 {
 		demo, err = startDemo(svc, opts.demo, opts.demoBlockSize, logger.Printf)
@@ -134,8 +154,9 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 
 	// 5. Stop in reverse order: drain HTTP (requests already in the
 	// handler finish against a live service, new ones get 503), refuse
-	// work that does not come over HTTP, stop the sweep, close the
-	// listeners of the ingress, then the demo engines.
+	// work that does not come over HTTP, stop the workers file (the
+	// catalog stays as it is) and the sweep, close the listeners of the
+	// ingress, then the demo engines.
 	shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(shCtx); err != nil {
@@ -148,6 +169,10 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 			logger.Printf("serve: %v", err)
 			code = 1
 		}
+	}
+	if members != nil {
+		poll.Stop()
+		members.stop()
 	}
 	stopSweep()
 	<-sweepDone

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/httpapi"
@@ -243,4 +244,21 @@ func TestDisaggPlanIDsInPath(t *testing.T) {
 		t.Fatalf("generated id %q", id)
 	}
 	h.want(h.do("DELETE", "/disagg/"+id, ""), 200)
+}
+
+// TestDisaggPlanExpiry: a plan older than the reservation expiry (300 s)
+// is released and removed by the sweep, its legs with it.
+func TestDisaggPlanExpiry(t *testing.T) {
+	h := start(t)
+	h.poolWorker(1, "prefill", "")
+	h.poolWorker(2, "decode", "")
+	h.want(h.do("POST", "/disagg/plan", planBody+`}`), 200)
+	h.now = h.now.Add(300 * time.Second)
+	h.svc.Sweep(h.now)
+	h.want(h.do("GET", "/disagg/req-1", ""), 200)
+	h.now = h.now.Add(time.Second)
+	h.svc.Sweep(h.now)
+	h.want(h.do("GET", "/disagg/req-1", ""), 404, "plan req-1 not found")
+	h.wantLoads(0, 0)
+	h.want(h.do("GET", "/metrics", ""), 200, "kvselect_disagg_plans_expired_total 1", "kvselect_disagg_plans 0")
 }

@@ -88,6 +88,19 @@ func (s *Service) newPlan(req *DisaggRequest) (*plan, error) {
 	if req.DeferDecode && order != PrefillAnchored {
 		return nil, errorf(ErrBadRequest, "defer_decode requires order prefill_anchored")
 	}
+	// Both overrides are checked before any pool call: a bad prefill
+	// override would otherwise surface only after decode was booked (and
+	// freed again) in the decode-anchored order.
+	for _, o := range [...]struct {
+		name string
+		ov   *Override
+	}{{"prefill_router_config_override", req.PrefillOverride}, {"decode_router_config_override", req.DecodeOverride}} {
+		if o.ov != nil {
+			if err := o.ov.Validate(); err != nil {
+				return nil, &Error{Class: ErrBadRequest, Msg: o.name + ": " + err.Error(), Cause: err}
+			}
+		}
+	}
 	p := &plan{id: strings.Clone(id), created: s.clock().UnixNano(), order: order, failure: failure, transitions: []PlanState{PlanIdle}}
 	p.legIDs = [numPools]string{p.id + legSuffix[PrefillPool], p.id + legSuffix[DecodePool]}
 	p.req = cloneDisaggRequest(req)
@@ -108,7 +121,11 @@ func (s *Service) newPlan(req *DisaggRequest) (*plan, error) {
 // registers only on success, which includes bypass_after_prefill_failure;
 // a failed plan holds nothing. On error the view is the failed plan's
 // final state, for audit. A live plan with the same id is a conflict.
+// After Close it fails as not ready, before any pool call.
 func (s *Service) PlanDisagg(req *DisaggRequest) (DisaggPlanView, error) {
+	if s.closed.Load() {
+		return DisaggPlanView{}, errShuttingDown
+	}
 	p, err := s.newPlan(req)
 	if err != nil {
 		return DisaggPlanView{}, err
@@ -160,8 +177,12 @@ func (s *Service) lockPlan(id string) (*plan, error) {
 // in the wrong state is a conflict and stays as it is. A failed booking
 // (or an anchor with incomplete KV-transfer metadata) leaves the plan
 // compensated, holding nothing: the plan is removed and the error returned
-// with its final view.
+// with its final view. After Close it fails as not ready and changes
+// nothing (the plan is still released by ReleaseDisagg or expiry).
 func (s *Service) PlanDecode(id string) (DisaggPlanView, error) {
+	if s.closed.Load() {
+		return DisaggPlanView{}, errShuttingDown
+	}
 	p, err := s.lockPlan(id)
 	if err != nil {
 		return DisaggPlanView{}, err

@@ -3,7 +3,9 @@ package core
 import (
 	"encoding/json"
 	"errors"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestParseDisaggEnums(t *testing.T) {
@@ -101,6 +103,67 @@ func TestPromptTokens(t *testing.T) {
 	} {
 		if got := promptTokens(&tc.p); got != tc.want {
 			t.Errorf("%+v: %d, want %d", tc.p, got, tc.want)
+		}
+	}
+}
+
+// TestPlansRefusedAfterClose: after Close, planning and plan_decode fail as
+// not ready ("selection service is shutting down") before any pool call,
+// and change nothing; completing and releasing a plan keep working, as
+// every lifecycle call does.
+func TestPlansRefusedAfterClose(t *testing.T) {
+	var now atomic.Int64
+	now.Store(time.Unix(1_700_000_000, 0).UnixNano())
+	s := disaggService(t, &now)
+	req := disaggReq("p", PrefillAnchored)
+	req.DeferDecode = true
+	if _, err := s.PlanDisagg(req); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, err := s.PlanDisagg(disaggReq("q", DecodeAnchored)); !errors.Is(err, ErrNotReady) || err.Error() != "selection service is shutting down" {
+		t.Fatalf("plan after close: %v", err)
+	}
+	if _, err := s.PlanDecode("p"); !errors.Is(err, ErrNotReady) || err.Error() != "selection service is shutting down" {
+		t.Fatalf("plan_decode after close: %v", err)
+	}
+	if v, err := s.DisaggPlan("p"); err != nil || v.State != PlanPrefillCommitted || v.Prefill == nil {
+		t.Fatalf("plan changed by a refused plan_decode: %+v %v", v, err)
+	}
+	if err := s.DisaggPrefillComplete("p"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReleaseDisagg("p"); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Plans != 0 || st.Reservations != 0 {
+		t.Fatalf("left after release: %d plans, %d reservations", st.Plans, st.Reservations)
+	}
+}
+
+// TestPlanOverridesValidatedFirst: an invalid prefill or decode override is
+// a bad request naming its field, raised before any pool call, so the
+// decode-anchored order never books (and frees) decode for it.
+func TestPlanOverridesValidatedFirst(t *testing.T) {
+	var now atomic.Int64
+	now.Store(time.Unix(1_700_000_000, 0).UnixNano())
+	s := disaggService(t, &now)
+	neg := -1.0
+	for _, tc := range []struct {
+		set  func(*DisaggRequest)
+		want string
+	}{
+		{func(r *DisaggRequest) { r.PrefillOverride = &Override{RouterTemperature: &neg} }, "prefill_router_config_override: invalid router config: router_temperature must be finite and >= 0, got -1"},
+		{func(r *DisaggRequest) { r.DecodeOverride = &Override{OverlapScoreCredit: &neg} }, "decode_router_config_override: invalid router config: overlap_score_credit must be finite and >= 0, got -1"},
+	} {
+		req := disaggReq("p", DecodeAnchored)
+		tc.set(req)
+		before := s.Stats().BookOK
+		if _, err := s.PlanDisagg(req); !errors.Is(err, ErrBadRequest) || err.Error() != tc.want {
+			t.Fatalf("got %v, want %q", err, tc.want)
+		}
+		if st := s.Stats(); st.BookOK != before || st.Plans != 0 {
+			t.Fatalf("a rejected plan booked: %+v", st)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"reflect"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -59,6 +60,11 @@ type ReconcilerConfig struct {
 	// After is Run's timer; nil picks time.After. Run reads the time from
 	// the Service's clock.
 	After func(time.Duration) <-chan time.Time
+	// Logf, when set, receives the reference's warnings, from the driving
+	// goroutine: a record whose upsert failed or that is not schedulable,
+	// a stale worker whose delete failed, a failed pass and its retry,
+	// the source's end.
+	Logf func(format string, args ...any)
 }
 
 // CatalogReconciler applies a source's snapshots to a Service's catalog:
@@ -167,6 +173,7 @@ func (r *CatalogReconciler) apply(snapshot []WorkerSpec) error {
 	for i, res := range r.s.upsertWorkers(queue) {
 		id := queue[i].WorkerID
 		if res.err != nil {
+			r.logf("worker %d upsert failed; continuing the pass: %v", id, res.err)
 			first = cmp.Or(first, res.err)
 			continue
 		}
@@ -176,6 +183,8 @@ func (r *CatalogReconciler) apply(snapshot []WorkerSpec) error {
 		if res.rec.Lifecycle == Schedulable {
 			r.converged[id] = queue[i]
 		} else {
+			r.logf("worker %d upserted but not schedulable (%s: %s); retrying on the next membership snapshot",
+				id, res.rec.Lifecycle, strings.Join(res.rec.NotSchedulableReasons, "; "))
 			delete(r.converged, id)
 		}
 	}
@@ -195,6 +204,7 @@ func (r *CatalogReconciler) apply(snapshot []WorkerSpec) error {
 			}
 		case errors.Is(err, ErrNotFound):
 		default:
+			r.logf("stale worker %d delete failed; continuing the pass: %v", id, err)
 			first = cmp.Or(first, err)
 			continue
 		}
@@ -211,9 +221,16 @@ func (r *CatalogReconciler) Offer(snapshot []WorkerSpec, now time.Time) error {
 	err := r.Apply(snapshot)
 	r.pending, r.hasPending = nil, false
 	if err != nil {
+		r.logf("membership reconcile failed; retrying in %v: %v", r.cfg.RetryDelay, err)
 		r.pending, r.hasPending, r.retryAt = snapshot, true, now.Add(r.cfg.RetryDelay)
 	}
 	return err
+}
+
+func (r *CatalogReconciler) logf(format string, args ...any) {
+	if r.cfg.Logf != nil {
+		r.cfg.Logf(format, args...)
+	}
 }
 
 // RetryAt returns when the pending snapshot is due, if there is one.
@@ -258,6 +275,7 @@ func (r *CatalogReconciler) Run(ctx context.Context, src CatalogSource) error {
 			return nil
 		case snap, ok := <-snaps:
 			if !ok {
+				r.logf("worker membership source %s closed; deleting the workers it introduced", r.cfg.Name)
 				return r.Stop()
 			}
 			_ = r.Offer(snap, r.s.clock())

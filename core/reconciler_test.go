@@ -2,6 +2,8 @@ package core
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -143,4 +145,35 @@ func TestReconcilerRunCancel(t *testing.T) {
 			t.Fatalf("after cancel: %s, %+v", lifecycleOf(s, 1), r.Stats())
 		}
 	})
+}
+
+// TestReconcilerLogf: the reference's warnings reach Logf: a record not
+// schedulable, a failed upsert and the failed pass's retry.
+func TestReconcilerLogf(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.UseKVEvents = false
+	s, err := New(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.failUpsert = func(id uint64) error {
+		if id == 2 {
+			return errorf(ErrInternal, "test hook")
+		}
+		return nil
+	}
+	var logs []string
+	r, err := NewCatalogReconciler(s, ReconcilerConfig{Logf: func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = r.Offer([]WorkerSpec{{WorkerID: 1}, worker(2, "http://b")}, time.Unix(0, 0))
+	want := []string{
+		"worker 1 upserted but not schedulable (incomplete: endpoint is required; block_size must be greater than 0); retrying on the next membership snapshot",
+		"worker 2 upsert failed; continuing the pass: test hook",
+		"membership reconcile failed; retrying in 5s: test hook",
+	}
+	if strings.Join(logs, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("logs:\n%s\nwant:\n%s", strings.Join(logs, "\n"), strings.Join(want, "\n"))
+	}
 }

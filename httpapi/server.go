@@ -33,6 +33,7 @@ type Server struct {
 
 	selectPool  sync.Pool // *selectReq
 	reservePool sync.Pool // *reserveReq
+	disaggPool  sync.Pool // *disaggReq
 	bufPool     sync.Pool // *[]byte
 }
 
@@ -53,6 +54,7 @@ func New(svc *core.Service, cfg Config) (*Server, error) {
 	s.reg.OnScrape(s.writeStats)
 	s.selectPool.New = func() any { return new(selectReq) }
 	s.reservePool.New = func() any { return new(reserveReq) }
+	s.disaggPool.New = func() any { return new(disaggReq) }
 	s.bufPool.New = func() any { b := make([]byte, 0, 4096); return &b }
 	s.srv = &fasthttp.Server{
 		Handler:                       s.Handle,

@@ -16,7 +16,10 @@
 // --no-router-assume-kv-reuse) plus --host (0.0.0.0), --pprof,
 // --max-connections (default (soft RLIMIT_NOFILE - 128) * 3/4, see
 // defaultMaxConnections), --auth-token-file (bearer token on every route
-// but /health, /ready and /metrics) and --tls-cert/--tls-key (HTTPS). The
+// but /health, /ready and /metrics) and --tls-cert/--tls-key (HTTPS),
+// --disagg-order and --disagg-prefill-failure (the defaults of the /disagg
+// routes' plans) and --workers-file (the catalog's only source: a JSON file
+// of POST /workers bodies, polled every second; workersfile.go). The
 // router configuration comes from the DYN_ROUTER_* variables named by the
 // `env` tags of sched.Config, and DYN_USE_KV_EVENTS. Settings that belong to
 // features not built yet (peer recovery, replica sync, session affinity,
@@ -49,6 +52,15 @@
 //   - sweep (one): a 60 s ticker calling core.Service.Sweep (expiry of stale
 //     reservations, reservation-index cleanup, pending-cache TTL); owns
 //     nothing; stopped by cancelling its context after the HTTP drain.
+//   - --workers-file (two, when given): the poll loop (workersFile.watch),
+//     fed by a 1 s ticker, owns the file's last state and is the only
+//     sender on the source's channel (one snapshot slot, a newer snapshot
+//     replacing one not yet taken); the reconciler (core.CatalogReconciler.Run)
+//     receives the snapshots and applies them to the catalog, retrying a
+//     failed pass 5 s later. Both stop when serve cancels their context
+//     after the HTTP drain, keeping the catalog; if the poll loop stops on
+//     its own it sends an empty membership and closes the channel, and the
+//     reconciler deletes the file's workers and returns.
 //   - CPU profile / trace requests run net/http/pprof through fasthttp's
 //     adaptor on their own goroutine for the profile's duration.
 //   - KV-event ingress (zmqin.Ingress, unless DYN_USE_KV_EVENTS=false): per

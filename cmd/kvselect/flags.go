@@ -44,6 +44,9 @@ type serveOptions struct {
 	// demo is the number of built-in simulated engines (--demo); 0 is none.
 	demo          int
 	demoBlockSize int
+	// workersFile is the --workers-file path: the catalog's only source
+	// while set; "" is none (workers come from POST /workers).
+	workersFile string
 }
 
 // parseServe parses the flags of `kvselect serve` (the reference's names
@@ -84,6 +87,9 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	maxConns := fs.Int("max-connections", -1, "cap on open HTTP connections; more are answered 503 and closed (0 = no cap). Default: (soft RLIMIT_NOFILE - 128) * 3/4, at least 16, leaving descriptors for the ZMQ sockets and files")
 	fs.IntVar(&o.demo, "demo", 0, "start N built-in simulated vLLM engines on loopback, publishing real ZMQ KV events, registered as workers 1..N (a working default for trying kvselect)")
 	fs.IntVar(&o.demoBlockSize, "demo-block-size", 16, "KV block size of the --demo engines")
+	disaggOrder := fs.String("disagg-order", "decode-anchored", "order of a /disagg/plan request that names none: decode-anchored (preview and book decode, then prefill in its KV-transfer domain) or prefill-anchored (book prefill, then decode in its domain)")
+	prefillFailure := fs.String("disagg-prefill-failure", "free-decode", "how a decode-anchored plan whose prefill booking fails ends, for a request that names none: free-decode (free decode, fail the plan) or bypass-on-decode (keep decode; prefill runs on the decode worker)")
+	fs.StringVar(&o.workersFile, "workers-file", "", "JSON file of the complete worker membership ({\"workers\": [POST /workers bodies]}), polled every second; it then owns the catalog (POST, PATCH and DELETE /workers answer 409)")
 	fs.IntVar(&o.pprofMutexFraction, "pprof-mutex-fraction", 0, "runtime.SetMutexProfileFraction for the mutex profile (0 = off)")
 	fs.IntVar(&o.pprofBlockRate, "pprof-block-rate", 0, "runtime.SetBlockProfileRate in ns for the block profile (0 = off)")
 	if err := fs.Parse(args); err != nil {
@@ -213,6 +219,23 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 		}
 		o.inactive = append(o.inactive, "--remote-indexer-url")
 	}
+	// The coordinator's order and prefill-failure policy, named and
+	// parsed as Dynamo's EPP reads DYN_EPP_DISAGG_ORDER and
+	// DYN_EPP_DISAGG_PREFILL_FAILURE (ishandhanani/dynamo:deploy/
+	// inference-gateway/ext-proc/src/epp_standalone_config.rs).
+	var ok bool
+	if o.core.Disagg.Order, ok = core.ParseDisaggOrder(*disaggOrder); !ok {
+		return nil, fmt.Errorf("--disagg-order must be `decode-anchored` or `prefill-anchored`, got `%s`", *disaggOrder)
+	}
+	if o.core.Disagg.PrefillFailure, ok = core.ParsePrefillFailurePolicy(*prefillFailure); !ok {
+		return nil, fmt.Errorf("--disagg-prefill-failure must be `free-decode` or `bypass-on-decode`, got `%s`", *prefillFailure)
+	}
+	if set["workers-file"] && o.workersFile == "" {
+		return nil, errors.New("--workers-file needs a path")
+	}
+	if o.workersFile != "" && o.demo > 0 {
+		return nil, errors.New("--demo registers its engines itself: it cannot run with --workers-file")
+	}
 	if o.pprofMutexFraction < 0 || o.pprofBlockRate < 0 {
 		return nil, errors.New("--pprof-mutex-fraction and --pprof-block-rate must be >= 0")
 	}
@@ -267,14 +290,11 @@ func splitList(s string) []string {
 }
 
 // laterEnv are environment variables of features not built yet: reported as
-// not yet active when set. The DYN_ROUTER_CONDITIONAL_DISAGG* names are
-// already mapped (schedEnv) and validated; they act once the
-// disaggregation routes serve core's coordinator.
+// not yet active when set. (The DYN_ROUTER_CONDITIONAL_DISAGG* names are
+// mapped by schedEnv and act on the /disagg routes.)
 var laterEnv = []string{
 	"DYN_ROUTER_REPLICA_SYNC", "DYN_ROUTER_TRACKING_HASH", "DYN_ROUTER_TRACKING_KEY_FILE", "DYN_ROUTER_TRACKING_KEY_ID",
 	"DYN_ROUTER_POLICY_CONFIG", "DYN_ROUTER_PREFILL_POLICY", "DYN_ROUTER_DECODE_POLICY",
-	"DYN_ROUTER_CONDITIONAL_DISAGG", "DYN_ROUTER_CONDITIONAL_DISAGG_POLICY",
-	"DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_THRESHOLD", "DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_RATIO_THRESHOLD",
 	"DYN_ROUTER_PREDICTED_TTL_SECS",
 }
 

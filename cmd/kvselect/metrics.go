@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 
+	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/perf"
 	"github.com/kvselect/kvselect/zmqin"
 )
@@ -67,4 +68,29 @@ func writeMeshMetrics(w io.Writer, st zmqin.MeshStats) {
 	perf.WriteGauge(w, "kvselect_replica_outbound_queue_limit", float64(st.OutboundLimit))
 	perf.WriteGauge(w, "kvselect_replica_inbound_queue_depth", float64(st.InboundDepth))
 	perf.WriteGauge(w, "kvselect_replica_inbound_queue_limit", float64(st.InboundLimit))
+}
+
+// writeMembershipMetrics exports the --workers-file source and its
+// reconciler.
+func writeMembershipMetrics(w io.Writer, f workersFileStats, r core.ReconcilerStats) {
+	perf.WriteCounter(w, "kvselect_workers_file_polls_total", f.Polls)
+	perf.WriteCounter(w, "kvselect_workers_file_reads_total", f.Reads)
+	perf.WriteCounter(w, "kvselect_workers_file_snapshots_total", f.Snapshots)
+	perf.WriteCounter(w, "kvselect_workers_file_invalid_total", f.Invalid)
+	perf.WriteGaugeUint(w, "kvselect_workers_file_workers", uint64(max(f.Workers, 0)))
+	perf.WriteGaugeUint(w, "kvselect_workers_file_valid", b2u(f.Valid))
+	perf.WriteGaugeUint(w, "kvselect_workers_file_stopped", b2u(f.Stopped))
+	perf.WriteGaugeUint(w, "kvselect_workers_file_max_bytes", uint64(f.MaxBytes))
+	perf.WriteCounter(w, "kvselect_catalog_reconcile_passes_total", r.Passes)
+	perf.WriteCounter(w, "kvselect_catalog_reconcile_failures_total", r.Failures)
+	perf.WriteGaugeUint(w, "kvselect_catalog_reconciler_tracked_workers", uint64(max(r.Tracked, 0)))
+	perf.WriteGaugeUint(w, "kvselect_catalog_reconciler_converged_workers", uint64(max(r.Converged, 0)))
+	perf.WriteGaugeUint(w, "kvselect_catalog_reconciler_stopped", b2u(r.Stopped))
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -102,10 +102,27 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 			return 1
 		}
 	}
+	// The workers file, when given, owns the catalog; its first version
+	// is applied before serving (and before the mesh applies peers'
+	// events, which need the workers).
+	var members *membership
+	if opts.workersFile != "" {
+		members, err = openMembership(svc, opts.workersFile, logger.Printf)
+		if err != nil {
+			logger.Printf("serve: %v", err)
+			closeMesh()
+			_ = ingress.Close()
+			return 2
+		}
+		srv.Registry().OnScrape(func(w io.Writer) { writeMembershipMetrics(w, members.file.stats(), members.rec.Stats()) })
+	}
 	if mesh != nil {
 		srv.Registry().OnScrape(func(w io.Writer) { writeMeshMetrics(w, mesh.Stats()) })
 		if err := mesh.Start(svc); err != nil {
 			logger.Printf("serve: replica sync: %v", err)
+			if members != nil {
+				members.stop()
+			}
 			closeMesh()
 			_ = ingress.Close()
 			return 1
@@ -113,10 +130,13 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		logger.Printf("replica sync: publishing on %s as process %d; peers %v", mesh.Endpoint(), mesh.ProcessID(), opts.replicaPeers)
 	}
 
-	// 3. Start: listener, HTTP server, periodic sweep.
+	// 3. Start: listener, HTTP server, periodic sweep, workers file.
 	ln, err := net.Listen("tcp", net.JoinHostPort(opts.host, strconv.Itoa(int(opts.port))))
 	if err != nil {
 		logger.Printf("serve: %v", err)
+		if members != nil {
+			members.stop()
+		}
 		closeMesh()
 		_ = ingress.Close()
 		return 1
@@ -137,6 +157,11 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		defer close(sweepDone)
 		sweep(sweepCtx, svc, core.DefaultSweepInterval)
 	}()
+	var poll *time.Ticker
+	if members != nil {
+		poll = time.NewTicker(workersFilePoll)
+		members.start(poll.C)
+	}
 	var demo *demoEngines
 	if opts.demo > 0 {
 		demo, err = startDemo(svc, opts.demo, opts.demoBlockSize, logger.Printf)
@@ -168,8 +193,9 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 
 	// 5. Stop in reverse order: drain HTTP (requests already in the
 	// handler finish against a live service, new ones get 503), refuse
-	// work that does not come over HTTP, stop the sweep, close the
-	// listeners of the ingress, then the demo engines.
+	// work that does not come over HTTP, stop the workers file (the
+	// catalog stays as it is) and the sweep, close the listeners of the
+	// ingress, then the demo engines.
 	shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(shCtx); err != nil {
@@ -182,6 +208,10 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 			logger.Printf("serve: %v", err)
 			code = 1
 		}
+	}
+	if members != nil {
+		poll.Stop()
+		members.stop()
 	}
 	stopSweep()
 	<-sweepDone

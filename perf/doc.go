@@ -6,4 +6,11 @@
 // cost is one counter increment and one histogram update, with no string
 // formatting and no map lookup. Domain packages expose cheap Stats; the host
 // turns them into lines at scrape time with Registry.OnScrape.
+//
+// Every family is described once (Registry.Describe: name, type, help) by
+// the code that writes it. WritePrometheus groups each family's lines,
+// wherever they were written, under one # HELP and one # TYPE line, so a
+// labelled family filled by several scrape writers is still one family to
+// Prometheus. perf/promcheck checks an exposition the way a strict scraper
+// reads it (tests only).
 package perf

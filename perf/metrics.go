@@ -1,10 +1,12 @@
 package perf
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"runtime"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -21,13 +23,27 @@ var LatencyBuckets = metrics.ExponentialBuckets(1e-6, 2, 23)
 // status is counted under "other".
 var Codes = [...]int{200, 201, 400, 401, 404, 405, 409, 413, 415, 422, 429, 500, 503}
 
-// Registry is a metric set with pre-created handles.
+// Registry is a metric set with pre-created handles and the descriptions
+// (HELP, TYPE) of its families.
 type Registry struct {
-	set *metrics.Set
+	set   *metrics.Set
+	mu    sync.Mutex      // guards descs
+	descs map[string]Desc // by family name
 }
 
-// NewRegistry returns an empty registry.
-func NewRegistry() *Registry { return &Registry{set: metrics.NewSet()} }
+// NewRegistry returns an empty registry. It turns on the library's
+// metadata (metrics.ExposeMetadata, process-wide), so that the families it
+// writes itself (histograms, the Go runtime and process metrics) carry
+// their TYPE; WritePrometheus rewrites the metadata (expo.go).
+func NewRegistry() *Registry {
+	metrics.ExposeMetadata(true)
+	r := &Registry{set: metrics.NewSet(), descs: map[string]Desc{}}
+	r.Describe(
+		Desc{"kvselect_http_requests_total", Counter, "HTTP requests answered, by route and status code (\"other\" for a status without its own series)."},
+		Desc{"kvselect_http_request_duration_seconds", Histogram, "Time from a request's dispatch to its response, by route."},
+	)
+	return r
+}
 
 // Route holds the handles of one HTTP route: a request counter per status
 // and a latency histogram.
@@ -71,10 +87,13 @@ func (r *Registry) Counter(name string) *metrics.Counter { return r.set.NewCount
 func (r *Registry) OnScrape(f func(w io.Writer)) { r.set.RegisterMetricsWriter(f) }
 
 // WritePrometheus writes the registry, then the Go runtime and process
-// metrics, in the Prometheus text format.
+// metrics, in the Prometheus text format, every family once under its
+// # HELP and # TYPE (writeGrouped).
 func (r *Registry) WritePrometheus(w io.Writer) {
-	r.set.WritePrometheus(w)
-	metrics.WriteProcessMetrics(w)
+	var b bytes.Buffer
+	r.set.WritePrometheus(&b)
+	metrics.WriteProcessMetrics(&b)
+	r.writeGrouped(w, b.Bytes())
 }
 
 // WriteGauge writes one gauge line.

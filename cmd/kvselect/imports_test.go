@@ -30,8 +30,10 @@ var allowedInRepo = map[string][]string{
 	"zmqin/zmqpub": {"zmqin", "core", "radix"},
 	"httpapi":      {"core", "perf"},
 	"perf":         {},
-	"bench":        {"radix", "zmqin", "zmqin/zmqpub"},
-	"bench/sim":    {"bench"},
+	// perf/promcheck reads expositions for tests only (expfmt).
+	"perf/promcheck": {},
+	"bench":          {"radix", "zmqin", "zmqin/zmqpub"},
+	"bench/sim":      {"bench"},
 }
 
 // tableKey returns the key of allowedInRepo that governs package path pkg:
@@ -60,6 +62,8 @@ var externalOnly = []struct {
 	{"github.com/pebbe/zmq4", []string{"zmqin"}},
 	{"github.com/valyala/fasthttp", []string{"httpapi", "perf", "bench"}},
 	{"flag", []string{"cmd/kvselect"}},
+	// The Prometheus parser is a test tool: it stays out of the binary.
+	{"github.com/prometheus/", []string{"perf/promcheck"}},
 }
 
 // TestImportDirection enforces the import rules above on every non-test Go

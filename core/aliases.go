@@ -26,6 +26,13 @@ const NumTiers = radix.NumTiers
 // TierName returns the storage_tier name of Stats.IndexBlocks[t].
 func TierName(t int) string { return radix.Tier(t).String() }
 
+// NumDropReasons is the length of Stats.EventsDropped.
+const NumDropReasons = radix.NumDropReasons
+
+// DropReasonName returns the metric label of Stats.EventsDropped[r]
+// (hash_conflict, parent_not_found, ...).
+func DropReasonName(r int) string { return radix.DropReason(r).String() }
+
 // AppendEventJSON appends ev in the /dump RouterEvent JSON format (the
 // reference's RouterEvent, ai-dynamo/dynamo:lib/kv-router/src/protocols.rs).
 func AppendEventJSON(dst []byte, ev *Event) []byte { return radix.AppendEventJSON(dst, ev) }

@@ -200,8 +200,12 @@ type Stats struct {
 	Listeners, MaxListeners               int
 	Partitions                            int
 	IndexBlocks                           [radix.NumTiers]int64
-	EventsApplied                         uint64
-	EventsDropped                         uint64
+	// EventsApplied counts the KV events the partitions' indexes
+	// processed; EventsDropped what they did not apply, by
+	// radix.DropReason (events, or single hashes of a removal), summed
+	// over the partitions.
+	EventsApplied uint64
+	EventsDropped [radix.NumDropReasons]uint64
 	// CatalogPublishes counts the partition snapshots published by catalog
 	// changes (one per affected partition for a reconciler's batch).
 	CatalogPublishes uint64
@@ -267,8 +271,8 @@ func (s *Service) Stats() Stats {
 			st.IndexBlocks[t] += is.Blocks[t]
 		}
 		st.EventsApplied += is.EventsApplied
-		for _, d := range is.Dropped {
-			st.EventsDropped += d
+		for r, d := range is.Dropped {
+			st.EventsDropped[r] += d
 		}
 	}
 	return st

@@ -51,6 +51,7 @@ func New(svc *core.Service, cfg Config) (*Server, error) {
 	for i := range s.routes {
 		s.routes[i] = s.reg.Route(routeNames[i])
 	}
+	s.reg.Describe(statsDescs...)
 	s.reg.OnScrape(s.writeStats)
 	s.selectPool.New = func() any { return new(selectReq) }
 	s.reservePool.New = func() any { return new(reserveReq) }

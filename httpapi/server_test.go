@@ -468,8 +468,8 @@ func TestMetricsAndPprof(t *testing.T) {
 		`kvselect_pending_selections 1`,
 		`kvselect_pending_selection_bytes 17`,
 		`kvselect_index_blocks{tier="device"} 0`,
-		`kvselect_kv_events_applied_total 0`,
-		`kvselect_kv_events_dropped_total 0`,
+		`kvselect_index_events_applied_total 0`,
+		`kvselect_index_events_dropped_total{reason="hash_conflict"} 0`,
 	)
 	for _, p := range []string{"heap", "goroutine", "mutex", "block"} {
 		h.want(h.do("GET", "/debug/pprof/"+p+"?debug=1", ""), 200)

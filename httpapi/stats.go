@@ -7,7 +7,48 @@ import (
 	"github.com/kvselect/kvselect/perf"
 )
 
-// writeStats turns core.Stats into scrape-time lines.
+// statsDescs describe the families writeStats writes.
+var statsDescs = []perf.Desc{
+	{Name: "kvselect_selections_total", Kind: perf.Counter, Help: "Worker selections (select, select_and_reserve, plan legs) by outcome: ok or error."},
+	{Name: "kvselect_bookings_total", Kind: perf.Counter, Help: "Bookings by outcome: ok, conflict (the selection id is booked or being booked), failed (the worker rank left), refused (a reservation limit)."},
+	{Name: "kvselect_reservation_replays_total", Kind: perf.Counter, Help: "POST /reservations in the cached-selection form, by outcome: hit (a pending selection was found) or miss."},
+	{Name: "kvselect_lifecycle_calls_total", Kind: perf.Counter, Help: "prefill_complete, output_block and DELETE calls on reservations, by outcome: ok or not_found."},
+	{Name: "kvselect_reservations_released_total", Kind: perf.Counter, Help: "Reservations released, by cause: freed (DELETE), expired (the expiry guard), worker_removed, replica_freed (a peer's free), replica_replaced (a peer's admission of the id)."},
+	{Name: "kvselect_replica_events_applied_total", Kind: perf.Counter, Help: "Replica-mesh lifecycle events from peers applied to the local load accounting."},
+	{Name: "kvselect_replica_events_dropped_total", Kind: perf.Counter, Help: "Replica-mesh lifecycle events from peers not applied, by reason."},
+	{Name: "kvselect_recovered_partitions", Kind: perf.Gauge, Help: "Partitions restored from a peer's /dump at start-up."},
+	{Name: "kvselect_recovered_events", Kind: perf.Gauge, Help: "KV events restored from a peer's /dump at start-up."},
+	{Name: "kvselect_recovery_failed_peers", Kind: perf.Gauge, Help: "Peers whose /dump failed during start-up recovery."},
+	{Name: "kvselect_active_reservations", Kind: perf.Gauge, Help: "Live reservations in the ledger, bookings in flight included."},
+	{Name: "kvselect_active_reservations_limit", Kind: perf.Gauge, Help: "The live reservations kept at most (--max-reservations); a booking past it is refused."},
+	{Name: "kvselect_reservation_bytes", Kind: perf.Gauge, Help: "Bytes of tracking hashes and ids the live reservations hold."},
+	{Name: "kvselect_reservation_bytes_limit", Kind: perf.Gauge, Help: "The reservation bytes kept at most (--max-reservation-bytes)."},
+	{Name: "kvselect_kv_listeners", Kind: perf.Gauge, Help: "KV-event listener ranks the catalog's schedulable workers need (one per dp rank)."},
+	{Name: "kvselect_kv_listeners_limit", Kind: perf.Gauge, Help: "The KV-event listener ranks allowed at most (--max-kv-listeners)."},
+	{Name: "kvselect_disagg_plans", Kind: perf.Gauge, Help: "Live disaggregated plans (/disagg), in flight included."},
+	{Name: "kvselect_disagg_plans_limit", Kind: perf.Gauge, Help: "The live disaggregated plans kept at most (the reservation limit)."},
+	{Name: "kvselect_disagg_plans_total", Kind: perf.Counter, Help: "POST /disagg/plan outcomes: ok or failed."},
+	{Name: "kvselect_disagg_plans_expired_total", Kind: perf.Counter, Help: "Disaggregated plans removed by the sweep for being older than the expiry guard."},
+	{Name: "kvselect_disagg_prefill_busy_probe_failures_total", Kind: perf.Counter, Help: "Prefill-busy probes of plans that failed (the bypass signal was then unknown)."},
+	{Name: "kvselect_disagg_leg_free_failures_total", Kind: perf.Counter, Help: "Compensating or releasing frees of plan legs that found the booking already ended."},
+	{Name: "kvselect_pending_selections", Kind: perf.Gauge, Help: "Cached selections waiting for POST /reservations (the pending-selection cache)."},
+	{Name: "kvselect_pending_selection_bytes", Kind: perf.Gauge, Help: "Approximate bytes the pending-selection cache holds (its budget is --selection-cache-max-bytes)."},
+	{Name: "kvselect_schedulable_workers", Kind: perf.Gauge, Help: "Workers whose lifecycle is schedulable, over all partitions."},
+	{Name: "kvselect_partitions", Kind: perf.Gauge, Help: "Routing partitions (model_name, routing_group)."},
+	{Name: "kvselect_index_blocks", Kind: perf.Gauge, Help: "(worker rank, block) pairs in the KV index, by storage tier."},
+	{Name: "kvselect_index_events_applied_total", Kind: perf.Counter, Help: "KV events (stored, removed, cleared) the index processed, some possibly in part (see kvselect_index_events_dropped_total)."},
+	{Name: "kvselect_index_events_dropped_total", Kind: perf.Counter, Help: "KV events, or single block hashes of a removal, the index did not apply, by reason: parent_not_found, invalid_block_sequence, hash_conflict, block_not_found, unknown_event."},
+	{Name: "kvselect_http_connections_open", Kind: perf.Gauge, Help: "Open HTTP connections."},
+	{Name: "kvselect_http_connections_max", Kind: perf.Gauge, Help: "The open HTTP connections allowed at most (--max-connections; 0 is no cap)."},
+	{Name: "kvselect_http_connections_rejected_total", Kind: perf.Counter, Help: "HTTP connections over --max-connections, answered 503 and closed."},
+	{Name: "kvselect_http_accept_retries_total", Kind: perf.Counter, Help: "Temporary accept errors (e.g. EMFILE) retried with backoff."},
+	{Name: "kvselect_http_connection_rejecters", Kind: perf.Gauge, Help: "Goroutines answering connections over the cap."},
+	{Name: "kvselect_http_connection_rejecters_max", Kind: perf.Gauge, Help: "The goroutines answering connections over the cap at most."},
+	{Name: "kvselect_http_max_request_body_bytes", Kind: perf.Gauge, Help: "The request body limit; larger bodies get 413."},
+	{Name: "kvselect_http_draining", Kind: perf.Gauge, Help: "1 while the HTTP server drains at shutdown, else 0."},
+}
+
+// writeStats turns core.Stats into scrape-time lines (statsDescs).
 func (s *Server) writeStats(w io.Writer) {
 	st := s.svc.Stats()
 	perf.WriteCounter(w, `kvselect_selections_total{outcome="ok"}`, st.SelectOK)
@@ -55,8 +96,10 @@ func (s *Server) writeStats(w io.Writer) {
 	for t := range st.IndexBlocks {
 		perf.WriteGauge(w, tierNames[t], float64(st.IndexBlocks[t]))
 	}
-	perf.WriteCounter(w, `kvselect_kv_events_applied_total`, st.EventsApplied)
-	perf.WriteCounter(w, `kvselect_kv_events_dropped_total`, st.EventsDropped)
+	perf.WriteCounter(w, `kvselect_index_events_applied_total`, st.EventsApplied)
+	for r, n := range st.EventsDropped {
+		perf.WriteCounter(w, indexDropNames[r], n)
+	}
 	c := s.conns
 	perf.WriteGaugeUint(w, `kvselect_http_connections_open`, uint64(max(c.open.Load(), 0)))
 	perf.WriteGaugeUint(w, `kvselect_http_connections_max`, uint64(c.max))
@@ -75,6 +118,13 @@ func (s *Server) writeStats(w io.Writer) {
 var tierNames = func() (out [core.NumTiers]string) {
 	for t := range out {
 		out[t] = perf.Label("kvselect_index_blocks", "tier", core.TierName(t))
+	}
+	return out
+}()
+
+var indexDropNames = func() (out [core.NumDropReasons]string) {
+	for r := range out {
+		out[r] = perf.Label("kvselect_index_events_dropped_total", "reason", core.DropReasonName(r))
 	}
 	return out
 }()

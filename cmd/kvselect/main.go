@@ -1,16 +1,19 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 )
 
 // usage is printed for -h and for an unknown subcommand.
-const usage = `usage: kvselect [serve|bench|mocker] [flags]
+const usage = `usage: kvselect [serve|bench|mocker|health] [flags]
+       kvselect --version
 
   serve   the selection service (default)
   bench   the load and routing-quality harness
   mocker  simulated vLLM engines publishing real ZMQ KV events
+  health  GET a selector's /health (or --path); exit 0 on a 200 (container health checks)
 `
 
 func main() {
@@ -22,6 +25,8 @@ func run(args []string) int {
 	cmd := "serve"
 	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
+	} else if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		cmd = "version"
 	}
 	switch cmd {
 	case "serve":
@@ -30,6 +35,12 @@ func run(args []string) int {
 		return runMocker(args)
 	case "bench":
 		return runBench(args)
+	case "health":
+		return runHealth(context.Background(), args, os.Stdout, os.Stderr)
+	case "version", "-version", "--version":
+		b := readBuildInfo()
+		fmt.Printf("kvselect %s (%s)\n", b.version, b.goVersion)
+		return 0
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return 0

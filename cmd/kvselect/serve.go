@@ -89,7 +89,11 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		_ = ingress.Close()
 		return 2
 	}
+	build := readBuildInfo()
+	srv.Registry().Describe(buildDesc)
+	srv.Registry().OnScrape(func(w io.Writer) { writeBuildInfo(w, build) })
 	if zing != nil {
+		srv.Registry().Describe(ingressDescs...)
 		srv.Registry().OnScrape(func(w io.Writer) { writeIngressMetrics(w, zing.Stats()) })
 	}
 	if opts.http.Pprof {
@@ -114,9 +118,11 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 			_ = ingress.Close()
 			return 2
 		}
+		srv.Registry().Describe(membershipDescs...)
 		srv.Registry().OnScrape(func(w io.Writer) { writeMembershipMetrics(w, members.file.stats(), members.rec.Stats()) })
 	}
 	if mesh != nil {
+		srv.Registry().Describe(meshDescs...)
 		srv.Registry().OnScrape(func(w io.Writer) { writeMeshMetrics(w, mesh.Stats()) })
 		if err := mesh.Start(svc); err != nil {
 			logger.Printf("serve: replica sync: %v", err)

@@ -31,12 +31,14 @@ type Registry struct {
 	descs map[string]Desc // by family name
 }
 
-// NewRegistry returns an empty registry. It turns on the library's
-// metadata (metrics.ExposeMetadata, process-wide), so that the families it
-// writes itself (histograms, the Go runtime and process metrics) carry
-// their TYPE; WritePrometheus rewrites the metadata (expo.go).
+// The library's metadata is on (process-wide; perf is its only user), so
+// that the families it writes itself (histograms, the Go runtime and
+// process metrics) carry their TYPE; WritePrometheus rewrites every
+// family's metadata (expo.go). The Write* helpers below write bare lines.
+func init() { metrics.ExposeMetadata(true) }
+
+// NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	metrics.ExposeMetadata(true)
 	r := &Registry{set: metrics.NewSet(), descs: map[string]Desc{}}
 	r.Describe(
 		Desc{"kvselect_http_requests_total", Counter, "HTTP requests answered, by route and status code (\"other\" for a status without its own series)."},
@@ -96,15 +98,22 @@ func (r *Registry) WritePrometheus(w io.Writer) {
 	r.writeGrouped(w, b.Bytes())
 }
 
-// WriteGauge writes one gauge line.
-func WriteGauge(w io.Writer, name string, v float64) { metrics.WriteGaugeFloat64(w, name, v) }
+// WriteGauge writes one gauge line (its family's metadata comes from
+// Describe).
+func WriteGauge(w io.Writer, name string, v float64) {
+	writeLine(w, name, strconv.FormatFloat(v, 'g', -1, 64))
+}
 
 // WriteGaugeUint writes one gauge line of an integer value, printed exactly
 // (WriteGauge prints large values in exponent form).
-func WriteGaugeUint(w io.Writer, name string, v uint64) { metrics.WriteGaugeUint64(w, name, v) }
+func WriteGaugeUint(w io.Writer, name string, v uint64) {
+	writeLine(w, name, strconv.FormatUint(v, 10))
+}
 
 // WriteCounter writes one counter line.
-func WriteCounter(w io.Writer, name string, v uint64) { metrics.WriteCounterUint64(w, name, v) }
+func WriteCounter(w io.Writer, name string, v uint64) { writeLine(w, name, strconv.FormatUint(v, 10)) }
+
+func writeLine(w io.Writer, name, value string) { _, _ = io.WriteString(w, name+" "+value+"\n") }
 
 // Label returns name{key="value"} for a scrape-time line.
 func Label(name, key, value string) string {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/kvselect/kvselect/core"
@@ -188,6 +189,10 @@ func TestQueueBytesBound(t *testing.T) {
 	in := newIngress(t, cfg)
 	sink := newIndexSink(t)
 	sink.Gate = make(chan struct{})
+	// Cleanups run last-in first-out: the gate opens before the ingress
+	// closes, so a failure below ends the test instead of hanging Close.
+	openGate := sync.OnceFunc(func() { close(sink.Gate) })
+	t.Cleanup(openGate)
 	peers := []*rawPeer{newRawPeer(t), newRawPeer(t)}
 	for i, p := range peers {
 		in.Sync(uint64(i+1), testBlockSize, []core.RankSource{{Endpoint: p.endpoint()}}, sink)
@@ -217,7 +222,7 @@ func TestQueueBytesBound(t *testing.T) {
 	if s := check(); s.QueueDepth > 4 || s.QueueBytes > 3*(pad+kib) {
 		t.Fatalf("stats %+v", s)
 	}
-	close(sink.Gate)
+	openGate()
 	waitFor(t, "drained", func() bool {
 		s := check()
 		return s.BatchesApplied+s.Overflow == 2*n && s.QueueBytes == 0 && s.QueueDepth == 0

@@ -2,6 +2,7 @@ package zmqin
 
 import (
 	"fmt"
+	"log/slog"
 	"runtime"
 	"time"
 )
@@ -76,6 +77,13 @@ type Config struct {
 	// the dial backoff. Each listener holds at most one message it is
 	// reading. 0 means 64 MiB for both.
 	MaxFrameSize, MaxMessageSize int
+	// Logger receives the listeners' state changes (logging.go); nil
+	// discards them. Each rank listener logs at most LogBurst lines at
+	// once, then one per LogEvery (a line after suppressed ones says how
+	// many). 0 means 10 lines and 10s.
+	Logger   *slog.Logger
+	LogBurst int
+	LogEvery time.Duration
 }
 
 // Frames per message: a live KV event message is [topic, seq, payload]; a
@@ -120,7 +128,7 @@ func (c Config) Validate() error {
 	if c.Writers < 0 || c.Writers > 1024 || c.QueueLimit < 0 || c.WriterQueue < 0 || c.MaxApplyEvents < 0 || c.MaxFrameSize < 0 || c.MaxMessageSize < 0 {
 		return fmt.Errorf("zmqin: invalid config: negative or huge count in %+v", c)
 	}
-	if c.DialBackoffMin < 0 || c.DialBackoffMax < 0 || c.ReplayTimeout < 0 || c.DialRate < 0 {
+	if c.DialBackoffMin < 0 || c.DialBackoffMax < 0 || c.ReplayTimeout < 0 || c.DialRate < 0 || c.LogBurst < 0 || c.LogEvery < 0 {
 		return fmt.Errorf("zmqin: invalid config: negative duration in %+v", c)
 	}
 	if c.DialBackoffMax != 0 && c.DialBackoffMin > c.DialBackoffMax {
@@ -175,6 +183,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxTotalQueueBytes == 0 {
 		c.MaxTotalQueueBytes = 256 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = discard
+	}
+	if c.LogBurst == 0 {
+		c.LogBurst = 10
+	}
+	if c.LogEvery == 0 {
+		c.LogEvery = 10 * time.Second
 	}
 	return c
 }

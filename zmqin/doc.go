@@ -146,6 +146,19 @@
 // TestChaos (package bench) checks these rules end to end against engines
 // that restart, lose connections and clear, with the engines as the model.
 //
+// # Logging
+//
+// Config.Logger (and MeshConfig.Logger) receive state changes, never a
+// line per batch: a listener's first failed dial of a series, its
+// connects and disconnects, gaps (with the missing range), replays and
+// their outcome, a lost replay history, publisher restarts, malformed
+// messages and batches, queue overflow; a mesh peer's connects,
+// disconnects and first failed dial, and the peer set's changes. Each
+// rank listener and each peer has its own token bucket (logging.go:
+// LogBurst lines, then one per LogEvery; the next line says how many were
+// suppressed, and Stats().LogsSuppressed counts them), so a flapping or
+// hostile publisher cannot flood the log (TestFlappingListenerCannotFlood).
+//
 // # Goroutines
 //
 //   - Ingress: Config.Writers writers, fed by the listeners, Sync (clears)

@@ -61,6 +61,9 @@ type Stats struct {
 	MessageTooLarge uint64
 	FrameTooLarge   uint64
 
+	// LogsSuppressed counts log lines the listeners' rate limits dropped.
+	LogsSuppressed uint64
+
 	// QueueDepth is the messages queued over all ranks, those being
 	// handled included (gauge); one rank's is at most QueueLimit.
 	QueueDepth int
@@ -84,6 +87,7 @@ type stats struct {
 	restarts                                             atomic.Uint64
 	connects, dialErrors, recvErrors                     atomic.Uint64
 	tooManyFrames, messageTooLarge, frameTooLarge        atomic.Uint64
+	logsSuppressed                                       atomic.Uint64
 
 	// Gauges. ranks and connected count listeners and live connections.
 	// queuedMsgs and queuedBytes are the messages in every rank's queue,
@@ -277,6 +281,7 @@ func (in *Ingress) Stats() Stats {
 		TooManyFrames:   s.tooManyFrames.Load(),
 		MessageTooLarge: s.messageTooLarge.Load(),
 		FrameTooLarge:   s.frameTooLarge.Load(),
+		LogsSuppressed:  s.logsSuppressed.Load(),
 		QueueDepth:      int(s.queuedMsgs.Load()),
 		QueueLimit:      in.cfg.QueueLimit,
 

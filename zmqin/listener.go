@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -73,6 +74,14 @@ type rankListener struct {
 	// nextEventID numbers the events handed to the writer.
 	nextEventID uint64
 	seed        maphash.Seed
+	// failing is set after a failed dial and cleared by a connection, so
+	// that only the first failure of a series is a warning.
+	failing bool
+	// replayApplied counts the batches the current replay applied.
+	replayApplied int
+
+	// lg logs the rank's state changes, rate-limited (logging.go).
+	lg rateLogger
 }
 
 func (in *Ingress) startRank(workerID uint64, blockSize int, src core.RankSource, sink core.EventSink, w *writer) *rankListener {
@@ -87,6 +96,11 @@ func (in *Ingress) startRank(workerID uint64, blockSize int, src core.RankSource
 		seed: maphash.MakeSeed(),
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.lg = rateLogger{
+		log:   in.cfg.Logger.With("worker_id", workerID, "dp_rank", src.DPRank, "endpoint", src.Endpoint),
+		burst: in.cfg.LogBurst, every: in.cfg.LogEvery,
+		dropped: func() { in.st.logsSuppressed.Add(1) },
+	}
 	in.st.ranks.Add(1)
 	go l.run()
 	return l
@@ -104,6 +118,15 @@ func (l *rankListener) stop() {
 	l.mu.Unlock()
 	<-l.done
 	l.in.st.ranks.Add(-1)
+}
+
+// watermark returns the published watermark as a log value: the last seq
+// consumed, or "none".
+func (l *rankListener) watermark() any {
+	if w := l.wmPlus1.Load(); w != 0 {
+		return w - 1
+	}
+	return "none"
 }
 
 func (l *rankListener) setErr(err error) {
@@ -171,9 +194,16 @@ func (l *rankListener) run() {
 			}
 			l.in.st.dialErrors.Add(1)
 			l.setErr(fmt.Errorf("dial %s: %w", l.src.Endpoint, err))
+			if !l.failing {
+				l.failing = true
+				l.lg.logAt(slog.LevelWarn, "kv listener cannot connect; retrying with backoff", "err", err)
+			} else {
+				l.lg.logAt(slog.LevelDebug, "kv listener dial failed", "err", err)
+			}
 			backoff = l.in.nextBackoff(backoff)
 			continue
 		}
+		l.failing = false
 		delivered, err := l.serve(zc)
 		if l.ctx.Err() != nil {
 			return
@@ -181,6 +211,7 @@ func (l *rankListener) run() {
 		l.in.st.recvErrors.Add(1)
 		l.in.countLimit(err)
 		l.setErr(fmt.Errorf("receive from %s: %w", l.src.Endpoint, err))
+		l.lg.logAt(slog.LevelWarn, "kv listener disconnected; redialing", "err", err, "delivered", delivered)
 		if delivered {
 			backoff, paced = 0, false
 		}
@@ -231,6 +262,7 @@ func (l *rankListener) serve(zc *Conn) (delivered bool, err error) {
 	l.mu.Unlock()
 	l.in.st.connects.Add(1)
 	l.in.st.connected.Add(1)
+	l.lg.logAt(slog.LevelInfo, "kv listener connected", "watermark", l.watermark())
 	q := make(chan queued, l.in.cfg.QueueLimit)
 	go func() {
 		delivered, err = l.receive(zc, q)
@@ -269,11 +301,13 @@ func (l *rankListener) receive(zc *Conn, q chan<- queued) (delivered bool, err e
 		if err != nil {
 			l.in.st.badFrames.Add(1)
 			l.setErr(err)
+			l.lg.logAt(slog.LevelWarn, "kv message malformed; skipped", "err", err)
 			continue
 		}
 		delivered = true
 		if !l.admit(q, queued{seq: seq, payload: payload}) {
 			l.in.st.overflow.Add(1)
+			l.lg.logAt(slog.LevelWarn, "kv listener queue full; message dropped (a gap follows)", "seq", seq)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,10 @@ type MeshConfig struct {
 	// MaxMessage bounds one received envelope (16 MiB: a prompt of a
 	// million blocks).
 	MaxMessage int
+	// Logger receives the peers' connects, disconnects and dial failures
+	// and the peer set's changes, each peer's lines rate-limited as a
+	// listener's (Config.LogBurst); nil discards them.
+	Logger *slog.Logger
 }
 
 func (c MeshConfig) withDefaults() MeshConfig {
@@ -71,6 +76,9 @@ func (c MeshConfig) withDefaults() MeshConfig {
 	}
 	if c.BackoffMax == 0 {
 		c.BackoffMax = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = discard
 	}
 	return c
 }
@@ -118,6 +126,7 @@ type meshPeer struct {
 	done   chan struct{}
 	live   atomic.Bool
 	conn   atomic.Pointer[Conn]
+	lg     rateLogger
 }
 
 // MeshDrop is why the mesh skipped a received message.

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,7 +87,9 @@ func (m *Mesh) Register(ep string) (added bool, err error) {
 	}
 	ctx, cancel := context.WithCancel(m.ctx)
 	p := &meshPeer{cancel: cancel, done: make(chan struct{})}
+	p.lg = rateLogger{log: m.cfg.Logger.With("peer", ep), burst: 10, every: 10 * time.Second}
 	m.mu.peers[ep] = p
+	m.cfg.Logger.Info("replica peer added", "peer", ep)
 	m.wg.Add(1)
 	go m.receive(ctx, ep, p)
 	return true, nil
@@ -107,6 +110,7 @@ func (m *Mesh) Deregister(ep string) error {
 		_ = c.Close()
 	}
 	<-p.done
+	m.cfg.Logger.Info("replica peer removed", "peer", ep)
 	return nil
 }
 
@@ -131,6 +135,7 @@ func (m *Mesh) receive(ctx context.Context, ep string, p *meshPeer) {
 	lim := Limits{MaxFrames: 2, MaxFrameSize: m.cfg.MaxMessage, MaxMessageSize: m.cfg.MaxMessage + 64}
 	backoff := m.cfg.BackoffMin
 	var frames [][]byte
+	failing := false
 	for ctx.Err() == nil {
 		zc, err := Dial(ctx, ep, Sub, lim)
 		if err == nil {
@@ -144,6 +149,10 @@ func (m *Mesh) receive(ctx context.Context, ep string, p *meshPeer) {
 		}
 		if err != nil {
 			m.st.dialErrors.Add(1)
+			if !failing {
+				failing = true
+				p.lg.logAt(slog.LevelWarn, "replica peer cannot connect; retrying with backoff", "err", err)
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -159,6 +168,8 @@ func (m *Mesh) receive(ctx context.Context, ep string, p *meshPeer) {
 		}
 		m.st.connects.Add(1)
 		p.live.Store(true)
+		failing = false
+		p.lg.logAt(slog.LevelInfo, "replica peer connected")
 		backoff = m.cfg.BackoffMin
 		for {
 			frames, err = zc.Recv(frames)
@@ -172,6 +183,9 @@ func (m *Mesh) receive(ctx context.Context, ep string, p *meshPeer) {
 		p.conn.Store(nil)
 		_ = zc.Close()
 		m.st.disconnects.Add(1)
+		if ctx.Err() == nil {
+			p.lg.logAt(slog.LevelWarn, "replica peer disconnected; redialing", "err", err)
+		}
 	}
 }
 

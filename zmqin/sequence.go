@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"time"
 )
 
@@ -70,6 +71,7 @@ func (l *rankListener) restart(why string) {
 	l.in.st.restarts.Add(1)
 	l.restarts.Add(1)
 	l.setErr(fmt.Errorf("publisher restart detected (%s): rank cleared", why))
+	l.lg.logAt(slog.LevelWarn, "kv publisher restart detected; rank cleared", "why", why)
 	if !l.toWriter(wItem{op: opClear, sink: l.sink, key: l.key}) {
 		return
 	}
@@ -90,6 +92,7 @@ func (l *rankListener) countGap(from, to uint64) {
 	l.in.st.gaps.Add(1)
 	l.in.st.missed.Add(to - from)
 	l.gaps.Add(1)
+	l.lg.logAt(slog.LevelWarn, "kv event gap", "from_seq", from, "to_seq", to, "missed", to-from, "replay", l.src.ReplayEndpoint != "")
 }
 
 // replayMarked runs replay with the status showing "replaying", and counts
@@ -98,13 +101,18 @@ func (l *rankListener) replayMarked(start uint64, verify bool) (restarted bool, 
 	l.mu.Lock()
 	l.mu.replaying = true
 	l.mu.Unlock()
+	l.replayApplied = 0
 	restarted, err = l.replay(start, verify)
 	l.mu.Lock()
 	l.mu.replaying = false
 	l.mu.Unlock()
-	if err != nil && l.ctx.Err() == nil {
+	switch {
+	case err != nil && l.ctx.Err() == nil:
 		l.in.st.replayFailures.Add(1)
 		l.setErr(fmt.Errorf("replay from %s at seq %d: %w", l.src.ReplayEndpoint, start, err))
+		l.lg.logAt(slog.LevelWarn, "kv replay failed; the batches stay lost", "replay_endpoint", l.src.ReplayEndpoint, "from_seq", start, "applied", l.replayApplied, "err", err)
+	case err == nil && !restarted:
+		l.lg.logAt(slog.LevelInfo, "kv replay done", "replay_endpoint", l.src.ReplayEndpoint, "from_seq", start, "applied", l.replayApplied)
 	}
 	return restarted, err
 }
@@ -166,6 +174,7 @@ func (l *rankListener) replay(start uint64, verify bool) (restarted bool, err er
 			}
 			if seq > want {
 				l.in.st.replayLost.Add(1)
+				l.lg.logAt(slog.LevelWarn, "kv replay history gone: the publisher's answer starts later", "wanted_seq", want, "first_seq", seq)
 			}
 		}
 		if l.has && seq <= l.last {
@@ -173,6 +182,7 @@ func (l *rankListener) replay(start uint64, verify bool) (restarted bool, err er
 		}
 		if l.apply(seq, payload) {
 			l.in.st.replayedBatches.Add(1)
+			l.replayApplied++
 		}
 	}
 }
@@ -189,6 +199,7 @@ func (l *rankListener) apply(seq uint64, payload []byte) bool {
 		// only return the same bytes.
 		l.in.st.decodeErrors.Add(1)
 		l.setErr(fmt.Errorf("seq %d: %w", seq, err))
+		l.lg.logAt(slog.LevelWarn, "kv batch undecodable; skipped", "seq", seq, "err", err)
 		l.consumed(seq, payload)
 		return false
 	}

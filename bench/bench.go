@@ -99,7 +99,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.ProfileDir != "" {
 		pprofBase := cfg.PprofURL
 		if pprofBase == "" {
-			pprofBase = base + "/debug/pprof"
+			return nil, fmt.Errorf("%w: profiling needs the selector's pprof URL (its --debug-addr: --pprof http://HOST:6060/debug/pprof)", ErrConfig)
 		}
 		profDone = make(chan struct{})
 		pctx, cancel := context.WithCancel(ctx)
@@ -181,10 +181,13 @@ func ResolveTarget(cfg *Config, logw io.Writer) (base string, stop func(), err e
 	if cfg.StartServer == nil {
 		return "", nil, ErrNoServer
 	}
-	url, stop, err := cfg.StartServer()
+	srv, err := cfg.StartServer()
 	if err != nil {
 		return "", nil, fmt.Errorf("bench: starting the in-process server: %w", err)
 	}
-	fmt.Fprintf(logw, "in-process selector at %s\n", url)
-	return url, stop, nil
+	if cfg.PprofURL == "" {
+		cfg.PprofURL = srv.PprofURL
+	}
+	fmt.Fprintf(logw, "in-process selector at %s\n", srv.URL)
+	return srv.URL, srv.Stop, nil
 }

@@ -50,17 +50,27 @@ var ErrConfig = errors.New("bench: invalid config")
 // harness never pretends there is.
 var ErrNoServer = errors.New("bench: no target: --target URL is required because an in-process kvselect server is not wired into this binary yet")
 
+// Server is a selector StartServer started in-process.
+type Server struct {
+	// URL is its API's base URL ("http://127.0.0.1:port").
+	URL string
+	// PprofURL is its pprof base on the debug listener, "" when it serves
+	// no profiles.
+	PprofURL string
+	// Stop stops it.
+	Stop func()
+}
+
 // Config is a load run. Zero fields take the defaults of DefaultConfig only
 // through DefaultConfig; Validate rejects what is still invalid.
 type Config struct {
 	// Target is the base URL of a running selector ("http://127.0.0.1:8092").
 	// Empty means: start one in-process with StartServer.
 	Target string
-	// StartServer starts an in-process selector and returns its base URL and
-	// a stop function. It is the seam through which cmd wires the server;
-	// nil means none is available (Run then returns ErrNoServer when Target
-	// is empty).
-	StartServer func() (url string, stop func(), err error)
+	// StartServer starts an in-process selector. It is the seam through
+	// which cmd wires the server; nil means none is available (Run then
+	// returns ErrNoServer when Target is empty).
+	StartServer func() (Server, error)
 
 	// Concurrency is the number of client goroutines. In the closed loop each
 	// runs one operation after another; in the open loop it is the pool that
@@ -121,8 +131,10 @@ type Config struct {
 	// ProfileDir, when set, receives cpu, heap, mutex and block profiles
 	// fetched from PprofURL during the selector's measured window.
 	ProfileDir string
-	// PprofURL is the pprof base ("http://host:port/debug/pprof"); empty
-	// means Target + "/debug/pprof".
+	// PprofURL is the pprof base ("http://host:port/debug/pprof"): the
+	// selector's debug listener, not its API port. Empty means the
+	// in-process server's (Server.PprofURL); with a Target and a
+	// ProfileDir it is required.
 	PprofURL string
 
 	// Progress, when non-nil, receives a one-line progress bar redrawn with

@@ -173,7 +173,7 @@ func TestRunWithoutTarget(t *testing.T) {
 	}
 	srv := startCountingTestServer(t, nil)
 	stopped := false
-	cfg.StartServer = func() (string, func(), error) { return srv.url, func() { stopped = true }, nil }
+	cfg.StartServer = func() (Server, error) { return Server{URL: srv.url, Stop: func() { stopped = true }}, nil }
 	rep, err := Run(context.Background(), cfg)
 	if err != nil || rep.Target != srv.url || !stopped || rep.Requests == 0 {
 		t.Fatalf("StartServer seam: %v, stopped %v", err, stopped)

@@ -11,7 +11,7 @@ import (
 )
 
 // TestBearerAuth: with an auth token, every route but /health, /ready and
-// /metrics (unknown routes and pprof included) answers 401 with a JSON
+// /metrics (unknown routes included) answers 401 with a JSON
 // error and WWW-Authenticate: Bearer unless the request carries
 // Authorization: Bearer <token>; the scheme is case-insensitive, the token
 // is not.

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -15,10 +16,7 @@ type Config struct {
 	// MaxRequestBodySize is the body limit of every route; larger bodies
 	// get 413. > 0.
 	MaxRequestBodySize int
-	// Pprof mounts /debug/pprof/*.
-	Pprof bool
-	// ReadTimeout, WriteTimeout and IdleTimeout bound one connection;
-	// WriteTimeout must exceed the longest CPU profile requested.
+	// ReadTimeout, WriteTimeout and IdleTimeout bound one connection.
 	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 	// MaxConnections caps the open connections, so that idle clients cannot
 	// take every descriptor of the process; a connection over the cap is
@@ -38,16 +36,17 @@ type Config struct {
 	// Peers manages replica-sync peers; nil answers as a selector started
 	// without --replica-sync-port.
 	Peers Peers
-	// Logf logs server errors; nil discards them.
-	Logf func(format string, args ...any)
+	// Logger receives the server's errors (accept retries, fasthttp's
+	// connection errors) and one line per catalog change made over HTTP
+	// (LogCatalogChange); nil discards them.
+	Logger *slog.Logger
 }
 
-// DefaultConfig returns the defaults: 8 MiB bodies, pprof on, 60 s
+// DefaultConfig returns the defaults: 8 MiB bodies, 60 s
 // read/idle and 120 s write timeouts.
 func DefaultConfig() Config {
 	return Config{
 		MaxRequestBodySize: DefaultMaxRequestBodySize,
-		Pprof:              true,
 		ReadTimeout:        60 * time.Second,
 		WriteTimeout:       120 * time.Second,
 		IdleTimeout:        60 * time.Second,

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"strconv"
 	"sync"
@@ -165,16 +166,16 @@ func (c *trackedConn) Close() error {
 // listener wraps a net.Listener for a Server: admission, accept retries.
 type listener struct {
 	net.Listener
-	t    *connTracker
-	logf func(string, ...any)
+	t   *connTracker
+	log *slog.Logger
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close
 	closeErr  error
 }
 
-func newListener(ln net.Listener, t *connTracker, logf func(string, ...any)) *listener {
-	return &listener{Listener: ln, t: t, logf: logf, done: make(chan struct{})}
+func newListener(ln net.Listener, t *connTracker, log *slog.Logger) *listener {
+	return &listener{Listener: ln, t: t, log: log, done: make(chan struct{})}
 }
 
 // Accept returns the next admitted connection. Temporary errors are
@@ -189,9 +190,7 @@ func (l *listener) Accept() (net.Conn, error) {
 			}
 			delay = min(max(2*delay, acceptDelayMin), acceptDelayMax)
 			l.t.acceptRetries.Add(1)
-			if l.logf != nil {
-				l.logf("httpapi: accept: %v; retrying in %v", err, delay)
-			}
+			l.log.Warn("http: accept failed; retrying", "err", err, "delay", delay)
 			timer := time.NewTimer(delay)
 			select {
 			case <-timer.C:

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,10 +109,26 @@ func TestConnectionCap(t *testing.T) {
 func TestShutdownDeadline(t *testing.T) {
 	cfg := core.DefaultConfig()
 	cfg.UseKVEvents = false
-	svc, err := core.New(cfg, core.Options{})
+	// The slow request: a booking whose clock read blocks until the test
+	// ends (the service reads its clock when it books).
+	var block atomic.Bool
+	gate := make(chan struct{})
+	t.Cleanup(func() { close(gate) })
+	clock := func() time.Time {
+		if block.Load() {
+			<-gate
+		}
+		return time.Now()
+	}
+	svc, err := core.New(cfg, core.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
+	ep, bs := "http://w1", uint32(4)
+	if _, err := svc.UpsertWorker(&core.WorkerSpec{WorkerID: 1, WorkerFields: core.WorkerFields{Endpoint: &ep, BlockSize: &bs}}); err != nil {
+		t.Fatal(err)
+	}
+	block.Store(true)
 	srv, err := httpapi.New(svc, httpapi.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +141,8 @@ func TestShutdownDeadline(t *testing.T) {
 	go func() { served <- srv.Serve(ln) }()
 	base := "http://" + ln.Addr().String()
 	slow := dialRaw(t, base)
-	if _, err := io.WriteString(slow, "GET /debug/pprof/trace?seconds=60 HTTP/1.1\r\nHost: kvselect\r\n\r\n"); err != nil {
+	body := `{"selection_id":"slow","token_ids":[1,2,3,4]}`
+	if _, err := fmt.Fprintf(slow, "POST /select_and_reserve HTTP/1.1\r\nHost: kvselect\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
 		t.Fatal(err)
 	}
 	// Wait until the server holds both connections (the slow one and the

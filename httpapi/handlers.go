@@ -164,6 +164,9 @@ func (s *Server) handleUpsert(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	rec, err := s.svc.UpsertWorker(&spec)
+	if err == nil {
+		LogCatalogChange(s.cfg.Logger, "http", "upserted", rec)
+	}
 	s.writeRecord(ctx, 201, rec, err)
 }
 
@@ -178,6 +181,9 @@ func (s *Server) handlePatch(ctx *fasthttp.RequestCtx, id uint64) {
 		return
 	}
 	rec, err := s.svc.PatchWorker(id, &p)
+	if err == nil {
+		LogCatalogChange(s.cfg.Logger, "http", "patched", rec)
+	}
 	s.writeRecord(ctx, 200, rec, err)
 }
 

@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/kvselect/kvselect/perf"
 	"github.com/valyala/fasthttp"
 )
 
@@ -36,7 +35,6 @@ const (
 	rDisaggDelete
 	rDisaggGet
 	rMetrics
-	rPprof
 	rUnmatched
 	rDraining
 	rUnauthorized
@@ -50,7 +48,7 @@ var routeNames = [numRoutes]string{
 	"DELETE /reservations/{selection_id}", "GET /loads", "POST /potential_loads", "POST /overlap_scores",
 	"GET /dump", "POST /replica_sync/register_peer", "POST /replica_sync/deregister_peer",
 	"GET /replica_sync/peers", "POST /disagg/plan", "POST /disagg/{selection_id}/prefill_complete",
-	"POST /disagg/{selection_id}/plan_decode", "DELETE /disagg/{selection_id}", "GET /disagg/{selection_id}", "GET /metrics", "GET /debug/pprof/*", "unmatched", "shutting down", "unauthorized",
+	"POST /disagg/{selection_id}/plan_decode", "DELETE /disagg/{selection_id}", "GET /disagg/{selection_id}", "GET /metrics", "unmatched", "shutting down", "unauthorized",
 }
 
 var (
@@ -191,6 +189,9 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx) int {
 				s.writeErrMsg(ctx, 400, bad)
 			} else {
 				rec, err := s.svc.DeleteWorker(id)
+				if err == nil {
+					LogCatalogChange(s.cfg.Logger, "http", "removed", rec)
+				}
 				s.writeRecord(ctx, 200, rec, err)
 			}
 			return rWorkerDelete
@@ -206,10 +207,6 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx) int {
 		if r, ok := s.dispatchDisagg(ctx, id, string(action)); ok {
 			return r
 		}
-	}
-	if s.cfg.Pprof && perf.IsPprofPath(path) {
-		perf.Pprof(ctx)
-		return rPprof
 	}
 	s.writeRaw(ctx, 404, errRouteNotFound)
 	return rUnmatched

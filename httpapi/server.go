@@ -3,6 +3,7 @@ package httpapi
 import (
 	"crypto/sha256"
 	"errors"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,9 @@ func New(svc *core.Service, cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	s := &Server{svc: svc, cfg: cfg, reg: perf.NewRegistry(), conns: newConnTracker(cfg.MaxConnections, cfg.TLS != nil)}
 	if len(cfg.AuthToken) > 0 {
 		s.auth, s.authSum = true, sha256.Sum256(cfg.AuthToken)
@@ -71,7 +75,7 @@ func New(svc *core.Service, cfg Config) (*Server, error) {
 		NoDefaultContentType:          true,
 		DisablePreParseMultipartForm:  true,
 		DisableHeaderNamesNormalizing: false,
-		Logger:                        logger{cfg.Logf},
+		Logger:                        fasthttpLogger{cfg.Logger},
 		// Request headers (the Authorization token among them) stay out
 		// of fasthttp's error logs.
 		SecureErrorLogMessage: true,
@@ -82,21 +86,13 @@ func New(svc *core.Service, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-type logger struct{ f func(string, ...any) }
-
-func (l logger) Printf(format string, args ...any) {
-	if l.f != nil {
-		l.f(format, args...)
-	}
-}
-
 // Registry returns the server's metric registry.
 func (s *Server) Registry() *perf.Registry { return s.reg }
 
 // Serve serves HTTP on ln until Shutdown, through the connection cap and
 // accept retries of conns.go.
 func (s *Server) Serve(ln net.Listener) error {
-	l := newListener(ln, s.conns, s.cfg.Logf)
+	l := newListener(ln, s.conns, s.cfg.Logger)
 	s.lnMu.Lock()
 	s.lns = append(s.lns, l)
 	s.lnMu.Unlock()

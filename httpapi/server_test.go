@@ -453,7 +453,10 @@ func TestReplicaSyncRoutesDisabled(t *testing.T) {
 	}
 }
 
-func TestMetricsAndPprof(t *testing.T) {
+// TestMetricsNoPprof: /metrics counts the routes and the service; the
+// public port serves no /debug/pprof (perf.DebugServer does, on a
+// listener of its own).
+func TestMetricsNoPprof(t *testing.T) {
 	h := start(t)
 	h.worker(1, "")
 	h.do("POST", "/select_and_reserve", `{"model_name":"m","token_ids":[1,2,3,4]}`)
@@ -471,12 +474,9 @@ func TestMetricsAndPprof(t *testing.T) {
 		`kvselect_index_events_applied_total 0`,
 		`kvselect_index_events_dropped_total{reason="hash_conflict"} 0`,
 	)
-	for _, p := range []string{"heap", "goroutine", "mutex", "block"} {
-		h.want(h.do("GET", "/debug/pprof/"+p+"?debug=1", ""), 200)
+	for _, p := range []string{"/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/profile?seconds=1"} {
+		h.want(h.do("GET", p, ""), 404, "route not found")
 	}
-	h.want(h.do("GET", "/debug/pprof/profile?seconds=1", ""), 200)
-	off := start(t, func(_ *core.Config, hc *httpapi.Config) { hc.Pprof = false })
-	off.want(off.do("GET", "/debug/pprof/heap", ""), 404, "route not found")
 }
 
 // fakePeers is an in-memory peer manager.

@@ -72,7 +72,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.BoolVar(&cfg.Fill, "fill", true, "before the load, route every prompt once through the selector and serve it on the chosen worker's engine, whose KV events fill the selector's index (needs engines); false leaves the index empty")
 	fs.StringVar(&cfg.Baseline, "baseline", "", "noop: also drive an in-process no-op fasthttp server in the same run and report ratios")
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "write cpu, heap, mutex and block profiles of the server's measured window (from /debug/pprof) into this directory")
-	fs.StringVar(&cfg.PprofURL, "pprof", "", "pprof base URL for --profile (default: TARGET/debug/pprof)")
+	fs.StringVar(&cfg.PprofURL, "pprof", "", "pprof base URL for --profile: the selector's --debug-addr, e.g. http://127.0.0.1:6060/debug/pprof (default: the in-process server's; required with --target)")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-call read and write timeout")
 	fs.IntVar(&simCfg.CapacityBlocks, "capacity-blocks", simCfg.CapacityBlocks, "--simulate: KV pool of each engine in blocks")
 	fs.Float64Var(&simCfg.PrefillTPS, "prefill-tps", simCfg.PrefillTPS, "--simulate: an engine's prefill speed in tokens/s (prefills run one at a time per engine)")
@@ -115,7 +115,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			simCfg.ArrivalRate, cfg.Rate = cfg.Rate, 0
 		}
 		if cfg.Target == "" {
-			cfg.StartServer = inProcessServer(stderr)
+			cfg.StartServer = inProcessServer(stderr, false)
 		}
 		cfg.Log = stderr
 		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
@@ -136,7 +136,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			// Sample contention so the mutex and block profiles are not empty.
 			extra = []string{"--pprof-mutex-fraction", "100", "--pprof-block-rate", "1000000"}
 		}
-		cfg.StartServer = inProcessServer(stderr, extra...)
+		cfg.StartServer = inProcessServer(stderr, cfg.ProfileDir != "", extra...)
 	}
 	if f, ok := stdout.(*os.File); ok && !*noBar && bench.IsTerminal(f) {
 		cfg.Progress = f

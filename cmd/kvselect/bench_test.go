@@ -236,3 +236,28 @@ func TestBenchSimulateFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchProfileInProcess: `kvselect bench --profile DIR` (what `make
+// profile` runs) reads the in-process server's profiles from its debug
+// listener, since the API port serves none; against a --target it needs
+// --pprof (the selector's --debug-addr).
+func TestBenchProfileInProcess(t *testing.T) {
+	dir := t.TempDir()
+	var out, errw bytes.Buffer
+	args := []string{"--concurrency", "4", "--duration", "1s", "--warmup", "50ms", "--workers", "2", "--engine-blocks", "64",
+		"--prompts", "10", "--profile", dir, "--no-progress"}
+	if code := benchMain(context.Background(), args, &out, &errw); code != 0 {
+		t.Fatalf("exit %d: %s", code, errw.String())
+	}
+	for _, name := range []string{"cpu", "heap", "mutex", "block"} {
+		if st, err := os.Stat(filepath.Join(dir, name+".pprof")); err != nil || st.Size() == 0 {
+			t.Errorf("%s.pprof: %v", name, err)
+		}
+	}
+	r := startServe(t, nil, map[string]string{"DYN_USE_KV_EVENTS": "false"})
+	errw.Reset()
+	args = []string{"--target", r.base, "--duration", "100ms", "--warmup", "10ms", "--workers", "1", "--profile", t.TempDir(), "--no-progress"}
+	if code := benchMain(context.Background(), args, io.Discard, &errw); code != 2 || !strings.Contains(errw.String(), "--pprof") {
+		t.Fatalf("--profile against a target without --pprof: exit %d: %s", code, errw.String())
+	}
+}

@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/kvselect/kvselect/bench"
 	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/httpapi"
 )
 
 // demoEngines are the simulated engines of `kvselect serve --demo N`: real
@@ -38,7 +40,7 @@ func demoTokens(blocks, blockSize int) []uint32 {
 // one's listener is subscribed, serves the demo prompts and waits until the
 // index holds them, so /ready is 200 and a selection shows real overlap as
 // soon as it returns.
-func startDemo(svc *core.Service, n, blockSize int, logf func(string, ...any)) (*demoEngines, error) {
+func startDemo(svc *core.Service, n, blockSize int, log *slog.Logger) (*demoEngines, error) {
 	d := &demoEngines{}
 	for i := range n {
 		e, err := bench.NewEngine(bench.EngineConfig{
@@ -65,6 +67,7 @@ func startDemo(svc *core.Service, n, blockSize int, logf func(string, ...any)) (
 			d.Close()
 			return nil, fmt.Errorf("register worker %d: %w", i+1, err)
 		}
+		httpapi.LogCatalogChange(log, "--demo", "upserted", rec)
 		if rec.Lifecycle != core.Schedulable {
 			d.Close()
 			return nil, fmt.Errorf("worker %d is %s: %v", i+1, rec.Lifecycle, rec.NotSchedulableReasons)
@@ -96,8 +99,8 @@ func startDemo(svc *core.Service, n, blockSize int, logf func(string, ...any)) (
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	logf("demo: index holds %d blocks: worker 1 caches tokens 1..%d, every worker tokens 1..%d (block size %d)",
-		want, demoConversationBlocks*blockSize, demoSystemBlocks*blockSize, blockSize)
+	log.Info(fmt.Sprintf("demo: worker 1 caches tokens 1..%d, every worker tokens 1..%d", demoConversationBlocks*blockSize, demoSystemBlocks*blockSize),
+		"index_blocks", want, "block_size", blockSize)
 	return d, nil
 }
 

@@ -17,15 +17,16 @@ import (
 // connected ranks and the ingress's byte bounds, each series once.
 func TestServeDemo(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
+	ready := make(chan bound, 1)
 	var logs syncBuf
 	done := make(chan int, 1)
 	go func() {
-		done <- serve(ctx, []string{"--host", "127.0.0.1", "--port", "0", "--demo", "3"}, envOf(nil), &logs, ready)
+		done <- serve(ctx, []string{"--host", "127.0.0.1", "--port", "0", "--pprof=false", "--demo", "3"}, envOf(nil), &logs, ready)
 	}()
 	var addr string
 	select {
-	case addr = <-ready:
+	case b := <-ready:
+		addr = b.http
 	case code := <-done:
 		t.Fatalf("serve exited %d: %s", code, logs.String())
 	}

@@ -52,16 +52,17 @@ func TestServeWorkersFileAndDisagg(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "workers.json")
 	writeFile(t, path, workersJSON(workerEntry(1, "prefill"), workerEntry(2, "decode")))
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
+	ready := make(chan bound, 1)
 	var logs syncBuf
 	done := make(chan int, 1)
 	go func() {
-		done <- serve(ctx, []string{"--host", "127.0.0.1", "--port", "0", "--workers-file", path, "--disagg-order", "prefill-anchored"},
+		done <- serve(ctx, []string{"--host", "127.0.0.1", "--port", "0", "--pprof=false", "--workers-file", path, "--disagg-order", "prefill-anchored"},
 			envOf(map[string]string{"DYN_USE_KV_EVENTS": "false"}), &logs, ready)
 	}()
 	var base string
 	select {
-	case addr := <-ready:
+	case b := <-ready:
+		addr := b.http
 		base = "http://" + addr
 	case code := <-done:
 		t.Fatalf("serve exited %d: %s", code, logs.String())
@@ -111,7 +112,7 @@ func TestServeWorkersFileAndDisagg(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve did not stop")
 	}
-	if !strings.Contains(logs.String(), "workers file "+path+": 2 workers") {
+	if l := logs.String(); !strings.Contains(l, `msg="workers file owns the catalog`) || !strings.Contains(l, "path="+path+" workers=2") {
 		t.Fatalf("logs:\n%s", logs.String())
 	}
 }

@@ -1,5 +1,7 @@
 // Command kvselect is the KV-cache-aware worker selector: one binary with the
-// subcommands serve (default), bench and mocker.
+// subcommands serve (default), bench, mocker and health (one GET of
+// /health or /ready, exit 0 on a 200: the container's HEALTHCHECK), and
+// --version.
 //
 // Only this package reads flags and the environment; every other package
 // takes a Config with defaults and a Validate method. main reads top to
@@ -13,7 +15,9 @@
 // --replica-sync-peers, --selection-cache-ttl-secs 120,
 // --selection-cache-max-entries 4096, --selection-cache-max-bytes 268435456,
 // --session-affinity-ttl-secs, --router-assume-kv-reuse /
-// --no-router-assume-kv-reuse) plus --host (0.0.0.0), --pprof,
+// --no-router-assume-kv-reuse) plus --host (0.0.0.0), --debug-addr
+// (127.0.0.1:6060: /debug/pprof on a listener of its own, never on the
+// API's port; --pprof=false serves none),
 // --max-connections (default (soft RLIMIT_NOFILE - 128) * 3/4, see
 // defaultMaxConnections), --auth-token-file (bearer token on every route
 // but /health, /ready and /metrics) and --tls-cert/--tls-key (HTTPS),
@@ -26,13 +30,22 @@
 // keyed tracking hashes, remote indexer, queue policies) are validated and
 // logged as "accepted but not yet active", never silently ignored.
 //
+// Logs (logging.go) are log/slog lines on stderr, readable text by
+// default and JSON lines with DYN_LOGGING_JSONL=1, filtered by DYN_LOG
+// (Dynamo's variables and syntax); each component logs under its target
+// (kvselect, kvselect::httpapi, kvselect::zmqin, kvselect::mesh,
+// kvselect::workers_file, kvselect::recovery, kvselect::demo). Start-up
+// logs one line with the effective configuration (no secret: only whether
+// a bearer token is required); every catalog change is one line, from
+// HTTP (httpapi), the workers file (its reconciler's observer) or --demo.
+//
 // SIGINT or SIGTERM: the HTTP server drains (httpapi.Server.Shutdown): it
 // stops accepting, requests already in the handler finish against the live
 // service, requests that start later get 503 "selection service is
 // shutting down", every response carries Connection: close, and idle
 // connections are closed once nothing is waiting in them; after 30 s the
 // rest are cut (exit 1). Then the service turns not-ready, the sweep
-// stops, the ingress closes, exit 0.
+// stops, the ingress closes, the debug listener stops, exit 0.
 //
 // # Goroutine inventory (serve)
 //
@@ -61,8 +74,12 @@
 //     after the HTTP drain, keeping the catalog; if the poll loop stops on
 //     its own it sends an empty membership and closes the channel, and the
 //     reconciler deletes the file's workers and returns.
-//   - CPU profile / trace requests run net/http/pprof through fasthttp's
-//     adaptor on their own goroutine for the profile's duration.
+//   - debug listener (one, with --debug-addr unless --pprof=false):
+//     fasthttp's accept loop serving only /debug/pprof (perf.DebugServer),
+//     and a goroutine per open connection; a CPU profile or trace runs
+//     net/http/pprof through fasthttp's adaptor on its own goroutine for
+//     the profile's duration. Stopped last, after up to 5 s for a profile
+//     in flight.
 //   - KV-event ingress (zmqin.Ingress, unless DYN_USE_KV_EVENTS=false): per
 //     worker rank one goroutine (dial with backoff; decode, sequence
 //     checks, replay) and, while connected, a reader (frames into a

@@ -41,13 +41,13 @@ func TestServeDrainsKeepAliveClients(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ready := make(chan string, 1)
+	ready := make(chan bound, 1)
 	done := make(chan int, 1)
 	var logs syncBuf
 	go func() {
-		done <- serve(ctx, []string{"--host", "127.0.0.1", "--port", "0"}, envOf(map[string]string{"DYN_USE_KV_EVENTS": "false"}), &logs, ready)
+		done <- serve(ctx, []string{"--host", "127.0.0.1", "--port", "0", "--pprof=false"}, envOf(map[string]string{"DYN_USE_KV_EVENTS": "false"}), &logs, ready)
 	}()
-	addr := <-ready
+	addr := (<-ready).http
 	res, err := http.Post("http://"+addr+"/workers", "application/json", strings.NewReader(`{"worker_id":1,"model_name":"m","endpoint":"http://w","block_size":4}`))
 	if err != nil || res.StatusCode != 201 {
 		t.Fatalf("%v %v", err, res)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/netip"
 	"net/url"
 	"os"
@@ -47,6 +48,11 @@ type serveOptions struct {
 	// workersFile is the --workers-file path: the catalog's only source
 	// while set; "" is none (workers come from POST /workers).
 	workersFile string
+	// debugAddr is where /debug/pprof is served (--debug-addr), "" when
+	// --pprof=false.
+	debugAddr string
+	// remoteIndexer is --remote-indexer-url, for the start-up line.
+	remoteIndexer string
 }
 
 // parseServe parses the flags of `kvselect serve` (the reference's names
@@ -80,7 +86,8 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	fs.Int64Var(&o.core.MaxReservationBytes, "max-reservation-bytes", o.core.MaxReservationBytes, "bytes of tracking hashes and ids the live reservations hold at most (8 per block); a booking past it is refused with a 503")
 	fs.IntVar(&o.core.MaxListeners, "max-kv-listeners", o.core.MaxListeners, "KV-event listener ranks (one per dp rank of each schedulable worker) at most; a registration past it is refused with a 409")
 	networks := fs.String("kv-endpoint-networks", "", "comma-separated CIDRs (e.g. 10.0.0.0/8,127.0.0.1/32): worker kv_events and replay endpoints must be IP addresses inside them, or registration is refused with a 400; empty allows any endpoint, as the reference")
-	fs.BoolVar(&o.http.Pprof, "pprof", true, "serve /debug/pprof/*")
+	pprofOn := fs.Bool("pprof", true, "serve /debug/pprof/* on --debug-addr (false: no debug listener)")
+	fs.StringVar(&o.debugAddr, "debug-addr", "127.0.0.1:6060", "host:port of the debug listener serving /debug/pprof/*, apart from the API's port; loopback by default, as it has no authentication (port 0 picks a free one)")
 	authFile := fs.String("auth-token-file", "", "file holding a bearer token (one trailing newline is trimmed): every route but /health, /ready and /metrics then requires Authorization: Bearer <token>, else 401")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate (chain) file: serve HTTPS; requires --tls-key")
 	tlsKey := fs.String("tls-key", "", "PEM private key file of --tls-cert")
@@ -236,6 +243,12 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	if o.workersFile != "" && o.demo > 0 {
 		return nil, errors.New("--demo registers its engines itself: it cannot run with --workers-file")
 	}
+	if !*pprofOn {
+		o.debugAddr = ""
+	} else if _, _, err := net.SplitHostPort(o.debugAddr); err != nil {
+		return nil, fmt.Errorf("--debug-addr %q: want host:port (e.g. 127.0.0.1:6060): %v", o.debugAddr, err)
+	}
+	o.remoteIndexer = *remoteIndexer
 	if o.pprofMutexFraction < 0 || o.pprofBlockRate < 0 {
 		return nil, errors.New("--pprof-mutex-fraction and --pprof-block-rate must be >= 0")
 	}

@@ -7,34 +7,44 @@ import (
 	"io"
 	"os"
 	"sync"
+
+	"github.com/kvselect/kvselect/bench"
 )
 
 // inProcessServer returns the bench.Config.StartServer hook: it runs
 // `kvselect serve` in this process on a free loopback port, with this
 // process's DYN_* environment and extraArgs, and stops it (exit code
-// checked) on stop.
-func inProcessServer(stderr io.Writer, extraArgs ...string) func() (string, func(), error) {
-	return func() (string, func(), error) {
+// checked) on stop. With profile, its debug listener serves pprof on
+// another free loopback port (bench.Server.PprofURL, where --profile
+// reads); without, it serves none.
+func inProcessServer(stderr io.Writer, profile bool, extraArgs ...string) func() (bench.Server, error) {
+	return func() (bench.Server, error) {
 		ctx, cancel := context.WithCancel(context.Background())
-		ready := make(chan string, 1)
+		ready := make(chan bound, 1)
 		done := make(chan int, 1)
 		var logs syncBuf
-		go func() {
-			args := append([]string{"--host", "127.0.0.1", "--port", "0"}, extraArgs...)
-			done <- serve(ctx, args, os.LookupEnv, &logs, ready)
-		}()
+		args := []string{"--host", "127.0.0.1", "--port", "0", "--pprof=false"}
+		if profile {
+			args = []string{"--host", "127.0.0.1", "--port", "0", "--debug-addr", "127.0.0.1:0"}
+		}
+		args = append(args, extraArgs...)
+		go func() { done <- serve(ctx, args, os.LookupEnv, &logs, ready) }()
 		select {
-		case addr := <-ready:
+		case b := <-ready:
 			stop := func() {
 				cancel()
 				if code := <-done; code != 0 {
 					fmt.Fprintf(stderr, "kvselect bench: in-process server exited %d:\n%s", code, logs.String())
 				}
 			}
-			return "http://" + addr, stop, nil
+			srv := bench.Server{URL: "http://" + b.http, Stop: stop}
+			if b.debug != "" {
+				srv.PprofURL = "http://" + b.debug + "/debug/pprof"
+			}
+			return srv, nil
 		case code := <-done:
 			cancel()
-			return "", nil, fmt.Errorf("in-process server exited %d:\n%s", code, logs.String())
+			return bench.Server{}, fmt.Errorf("in-process server exited %d:\n%s", code, logs.String())
 		}
 	}
 }

@@ -33,6 +33,7 @@ var ingressDescs = []perf.Desc{
 	{Name: "kvselect_kv_queue_bytes", Kind: perf.Gauge, Help: "Payload bytes queued in the listeners."},
 	{Name: "kvselect_kv_queue_bytes_limit_per_listener", Kind: perf.Gauge, Help: "Payload bytes one listener may hold queued."},
 	{Name: "kvselect_kv_queue_bytes_limit", Kind: perf.Gauge, Help: "Payload bytes all listeners together may hold queued."},
+	{Name: "kvselect_kv_log_lines_suppressed_total", Kind: perf.Counter, Help: "Log lines of the KV-event listeners dropped by their per-rank rate limit."},
 }
 
 // writeIngressMetrics exports the ZMQ ingress's counters at scrape time
@@ -72,6 +73,7 @@ func writeIngressMetrics(w io.Writer, st zmqin.Stats) {
 	perf.WriteGaugeUint(w, "kvselect_kv_queue_bytes", uint64(max(st.QueueBytes, 0)))
 	perf.WriteGaugeUint(w, "kvselect_kv_queue_bytes_limit_per_listener", uint64(max(st.QueueBytesLimit, 0)))
 	perf.WriteGaugeUint(w, "kvselect_kv_queue_bytes_limit", uint64(max(st.QueueBytesLimitTotal, 0)))
+	perf.WriteCounter(w, "kvselect_kv_log_lines_suppressed_total", st.LogsSuppressed)
 }
 
 // meshDescs describe the families writeMeshMetrics writes.

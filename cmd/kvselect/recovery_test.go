@@ -55,16 +55,17 @@ func TestServeRecoversIndexFromPeer(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ready := make(chan string, 1)
+	ready := make(chan bound, 1)
 	var logs syncBuf
 	done := make(chan int, 1)
 	go func() {
-		done <- serve(ctx, []string{"--host", "127.0.0.1", "--port", "0", "--indexer-peers", downURL + ",http://" + ln.Addr().String()},
+		done <- serve(ctx, []string{"--host", "127.0.0.1", "--port", "0", "--pprof=false", "--indexer-peers", downURL + ",http://" + ln.Addr().String()},
 			envOf(map[string]string{"DYN_USE_KV_EVENTS": "false"}), &logs, ready)
 	}()
 	var addr string
 	select {
-	case addr = <-ready:
+	case b := <-ready:
+		addr = b.http
 	case code := <-done:
 		t.Fatalf("serve exited %d: %s", code, logs.String())
 	}
@@ -96,7 +97,7 @@ func TestServeRecoversIndexFromPeer(t *testing.T) {
 	if got := get("/dump"); got != string(want) {
 		t.Fatalf("dump %s, want the peer's %s", got, want)
 	}
-	if !strings.Contains(logs.String(), "recovery: 1 partitions, 1 events from") {
+	if l := logs.String(); !strings.Contains(l, `msg="recovery: index restored"`) || !strings.Contains(l, "partitions=1 events=1 peer=") {
 		t.Fatalf("log: %s", logs.String())
 	}
 	cancel()

@@ -77,16 +77,17 @@ func TestServeTLSAndBearerToken(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ready := make(chan string, 1)
+	ready := make(chan bound, 1)
 	done := make(chan int, 1)
 	var logs syncBuf
 	go func() {
-		done <- serve(ctx, []string{"--host", "127.0.0.1", "--port", "0", "--tls-cert", certFile, "--tls-key", keyFile, "--auth-token-file", tokenFile},
+		done <- serve(ctx, []string{"--host", "127.0.0.1", "--port", "0", "--pprof=false", "--tls-cert", certFile, "--tls-key", keyFile, "--auth-token-file", tokenFile},
 			envOf(map[string]string{"DYN_USE_KV_EVENTS": "false"}), &logs, ready)
 	}()
 	var addr string
 	select {
-	case addr = <-ready:
+	case b := <-ready:
+		addr = b.http
 	case code := <-done:
 		t.Fatalf("serve exited %d: %s", code, logs.String())
 	}
@@ -156,7 +157,7 @@ func TestServeTLSAndBearerToken(t *testing.T) {
 	if strings.Contains(logs.String(), token) {
 		t.Fatalf("the token is in the log: %s", logs.String())
 	}
-	if !strings.Contains(logs.String(), "listening on https://") {
+	if !strings.Contains(logs.String(), "url=https://") {
 		t.Fatalf("log: %s", logs.String())
 	}
 }

@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"io"
-	"log"
+	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -20,6 +20,12 @@ import (
 // shutdownGrace bounds how long in-flight requests may take after a signal.
 const shutdownGrace = 30 * time.Second
 
+// bound is where a serve listens, sent on its ready channel: the API's
+// address and the debug listener's ("" without one).
+type bound struct {
+	http, debug string
+}
+
 // serveMain runs `kvselect serve` until SIGINT or SIGTERM.
 func serveMain(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -29,38 +35,49 @@ func serveMain(args []string) int {
 
 // serve is the whole life of the service: parse, build configs, construct,
 // start, wait for ctx, stop in reverse order. It returns the exit code.
-// ready, when non-nil, receives the bound HTTP address once serving.
-func serve(ctx context.Context, args []string, env func(string) (string, bool), stderr io.Writer, ready chan<- string) int {
-	logger := log.New(stderr, "kvselect: ", log.LstdFlags|log.Lmsgprefix)
-
-	// 1. Flags and environment.
+// Logs go to stderr (logging.go). ready, when non-nil, receives the bound
+// addresses once serving.
+func serve(ctx context.Context, args []string, env func(string) (string, bool), stderr io.Writer, ready chan<- bound) int {
+	// 1. Logging, flags and environment.
+	lcfg := parseLogEnv(env)
+	logs := newLogs(stderr, lcfg)
+	log := logs.logger("kvselect")
 	opts, err := parseServe(args, env, stderr)
 	if err != nil {
-		logger.Printf("serve: %v", err)
+		log.Error("serve: invalid configuration", "err", err)
 		return 2
 	}
-	for _, s := range opts.inactive {
-		logger.Printf("accepted but not yet active: %s", s)
+	build := readBuildInfo()
+	log.Info("starting", startAttrs(opts, build)...)
+	for _, d := range lcfg.invalid {
+		log.Warn("DYN_LOG: invalid directive ignored", "directive", d)
 	}
+	for _, s := range opts.inactive {
+		log.Warn("accepted but not yet active", "setting", s)
+	}
+	opts.http.Logger = logs.logger("kvselect::httpapi")
 	// 2. Construct: the KV-event ingress, the service, the HTTP front end.
 	var ingress core.Ingress = core.NopIngress{}
 	var zing *zmqin.Ingress
 	if opts.core.UseKVEvents {
-		zing, err = zmqin.New(zmqin.Config{})
+		zing, err = zmqin.New(zmqin.Config{Logger: logs.logger("kvselect::zmqin")})
 		if err != nil {
-			logger.Printf("serve: %v", err)
+			log.Error("serve: KV-event ingress", "err", err)
 			return 2
 		}
 		ingress = zing
 	} else {
-		logger.Printf("DYN_USE_KV_EVENTS=false: approximate mode is not built yet; workers need no kv_events endpoint and the index stays empty")
+		log.Warn("DYN_USE_KV_EVENTS=false: approximate mode is not built yet; workers need no kv_events endpoint and the index stays empty")
 	}
 	var mesh *zmqin.Mesh
 	var replica core.ReplicaSink = core.NopReplicaSink{}
 	if opts.replicaPort > 0 {
-		mesh, err = zmqin.NewMesh(zmqin.MeshConfig{Bind: "tcp://*:" + strconv.Itoa(opts.replicaPort), Peers: opts.replicaPeers, NoSnapshot: opts.noReplicaSnapshot})
+		mesh, err = zmqin.NewMesh(zmqin.MeshConfig{
+			Bind: "tcp://*:" + strconv.Itoa(opts.replicaPort), Peers: opts.replicaPeers, NoSnapshot: opts.noReplicaSnapshot,
+			Logger: logs.logger("kvselect::mesh"),
+		})
 		if err != nil {
-			logger.Printf("serve: replica sync: %v", err)
+			log.Error("serve: replica sync", "err", err)
 			_ = ingress.Close()
 			return 1
 		}
@@ -73,34 +90,29 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	}
 	svc, err := core.New(opts.core, core.Options{Ingress: ingress, Replica: replica})
 	if err != nil {
-		logger.Printf("serve: %v", err)
+		log.Error("serve: invalid configuration", "err", err)
 		closeMesh()
 		_ = ingress.Close()
 		return 2
 	}
-	opts.http.Logf = logger.Printf
 	if mesh != nil {
 		opts.http.Peers = mesh
 	}
 	srv, err := httpapi.New(svc, opts.http)
 	if err != nil {
-		logger.Printf("serve: %v", err)
+		log.Error("serve: invalid configuration", "err", err)
 		closeMesh()
 		_ = ingress.Close()
 		return 2
 	}
-	build := readBuildInfo()
 	srv.Registry().Describe(buildDesc)
 	srv.Registry().OnScrape(func(w io.Writer) { writeBuildInfo(w, build) })
 	if zing != nil {
 		srv.Registry().Describe(ingressDescs...)
 		srv.Registry().OnScrape(func(w io.Writer) { writeIngressMetrics(w, zing.Stats()) })
 	}
-	if opts.http.Pprof {
-		perf.SetContentionProfiling(opts.pprofMutexFraction, opts.pprofBlockRate)
-	}
 	if len(opts.indexerPeers) > 0 {
-		if !recoverIndex(ctx, svc, opts.indexerPeers, logger.Printf) {
+		if !recoverIndex(ctx, svc, opts.indexerPeers, logs.logger("kvselect::recovery")) {
 			closeMesh()
 			_ = ingress.Close()
 			return 1
@@ -111,9 +123,9 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	// events, which need the workers).
 	var members *membership
 	if opts.workersFile != "" {
-		members, err = openMembership(svc, opts.workersFile, logger.Printf)
+		members, err = openMembership(svc, opts.workersFile, logs.logger("kvselect::workers_file"))
 		if err != nil {
-			logger.Printf("serve: %v", err)
+			log.Error("serve: --workers-file", "err", err)
 			closeMesh()
 			_ = ingress.Close()
 			return 2
@@ -125,7 +137,7 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		srv.Registry().Describe(meshDescs...)
 		srv.Registry().OnScrape(func(w io.Writer) { writeMeshMetrics(w, mesh.Stats()) })
 		if err := mesh.Start(svc); err != nil {
-			logger.Printf("serve: replica sync: %v", err)
+			log.Error("serve: replica sync", "err", err)
 			if members != nil {
 				members.stop()
 			}
@@ -133,13 +145,28 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 			_ = ingress.Close()
 			return 1
 		}
-		logger.Printf("replica sync: publishing on %s as process %d; peers %v", mesh.Endpoint(), mesh.ProcessID(), opts.replicaPeers)
+		log.Info("replica sync publishing", "endpoint", mesh.Endpoint(), "process_id", mesh.ProcessID(), "peers", opts.replicaPeers)
 	}
 
-	// 3. Start: listener, HTTP server, periodic sweep, workers file.
+	// 3. Start: the debug listener, the API listener and server, the
+	// periodic sweep, the workers file.
+	var debug *debugListener
+	if opts.debugAddr != "" {
+		if debug, err = startDebug(opts.debugAddr, log); err != nil {
+			log.Error("serve: --debug-addr (use --pprof=false to serve no profiles)", "err", err)
+			if members != nil {
+				members.stop()
+			}
+			closeMesh()
+			_ = ingress.Close()
+			return 1
+		}
+		perf.SetContentionProfiling(opts.pprofMutexFraction, opts.pprofBlockRate)
+	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(opts.host, strconv.Itoa(int(opts.port))))
 	if err != nil {
-		logger.Printf("serve: %v", err)
+		log.Error("serve: listen", "err", err)
+		debug.stop(log)
 		if members != nil {
 			members.stop()
 		}
@@ -147,14 +174,11 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		_ = ingress.Close()
 		return 1
 	}
-	scheme, auth := "http", ""
+	scheme := "http"
 	if opts.http.TLS != nil {
 		scheme = "https"
 	}
-	if len(opts.http.AuthToken) > 0 {
-		auth = "; bearer token required"
-	}
-	logger.Printf("listening on %s://%s (at most %d connections; RLIMIT_NOFILE %d%s)", scheme, ln.Addr(), opts.http.MaxConnections, openFileLimit(), auth)
+	log.Info("listening", "url", scheme+"://"+ln.Addr().String(), "max_connections", opts.http.MaxConnections, "rlimit_nofile", openFileLimit())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	sweepDone := make(chan struct{})
@@ -170,30 +194,31 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	}
 	var demo *demoEngines
 	if opts.demo > 0 {
-		demo, err = startDemo(svc, opts.demo, opts.demoBlockSize, logger.Printf)
+		demo, err = startDemo(svc, opts.demo, opts.demoBlockSize, logs.logger("kvselect::demo"))
 		if err != nil {
-			logger.Printf("demo: %v", err)
+			log.Error("serve: --demo", "err", err)
 			svc.Close()
 			_ = srv.Shutdown(context.Background())
+			debug.stop(log)
 			stopSweep()
 			<-sweepDone
 			closeMesh()
 			_ = ingress.Close()
 			return 1
 		}
-		logger.Printf("demo: %d simulated engines registered as workers 1..%d; try: curl -s localhost:%d/ready", opts.demo, opts.demo, opts.port)
+		log.Info("demo: simulated engines registered as workers 1..N; try: curl -s localhost:"+strconv.Itoa(int(opts.port))+"/ready", "engines", opts.demo)
 	}
 	if ready != nil {
-		ready <- ln.Addr().String()
+		ready <- bound{http: ln.Addr().String(), debug: debug.addr()}
 	}
 
 	// 4. Wait for a signal (or the server failing).
 	code := 0
 	select {
 	case <-ctx.Done():
-		logger.Printf("shutting down")
+		log.Info("shutting down")
 	case err := <-served:
-		logger.Printf("serve: %v", err)
+		log.Error("serve: the HTTP server stopped", "err", err)
 		code = 1
 	}
 
@@ -201,17 +226,17 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	// handler finish against a live service, new ones get 503), refuse
 	// work that does not come over HTTP, stop the workers file (the
 	// catalog stays as it is) and the sweep, close the listeners of the
-	// ingress, then the demo engines.
+	// ingress, then the demo engines and the debug listener.
 	shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(shCtx); err != nil {
-		logger.Printf("shutdown: %v", err)
+		log.Error("shutdown: the HTTP drain did not finish", "err", err)
 		code = 1
 	}
 	svc.Close()
 	if code == 0 {
 		if err := <-served; err != nil {
-			logger.Printf("serve: %v", err)
+			log.Error("serve: the HTTP server stopped", "err", err)
 			code = 1
 		}
 	}
@@ -223,14 +248,87 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	<-sweepDone
 	closeMesh()
 	if err := ingress.Close(); err != nil {
-		logger.Printf("ingress: %v", err)
+		log.Error("shutdown: KV-event ingress", "err", err)
 		code = 1
 	}
 	if demo != nil {
 		demo.Close()
 	}
-	logger.Printf("stopped")
+	debug.stop(log)
+	log.Info("stopped", "exit_code", code)
 	return code
+}
+
+// startAttrs is the start-up line's effective configuration: every
+// setting that decides behaviour, never a secret (with --auth-token-file
+// only the fact that a token is required).
+func startAttrs(o *serveOptions, b buildInfo) []any {
+	c := o.core
+	attrs := []any{
+		"version", b.version, "go_version", b.goVersion,
+		"host", o.host, "port", o.port, "tls", o.http.TLS != nil, "bearer_token_required", len(o.http.AuthToken) > 0,
+		"debug_addr", o.debugAddr, "max_connections", o.http.MaxConnections, "max_request_body_bytes", o.http.MaxRequestBodySize,
+		"kv_events", c.UseKVEvents, "index_shards", c.IndexShards, "max_kv_listeners", c.MaxListeners,
+		"selection_cache_ttl", c.SelectionCacheTTL.String(), "selection_cache_max_entries", c.SelectionCacheMaxEntries,
+		"selection_cache_max_bytes", c.SelectionCacheMaxBytes,
+		"max_reservations", c.MaxReservations, "max_reservation_bytes", c.MaxReservationBytes,
+		"replica_sync_port", o.replicaPort, "replica_sync_peers", o.replicaPeers, "replica_snapshot", !o.noReplicaSnapshot,
+		"indexer_peers", o.indexerPeers, "workers_file", o.workersFile, "demo_engines", o.demo,
+		"disagg_order", c.Disagg.Order.String(), "disagg_prefill_failure", c.Disagg.PrefillFailure.String(),
+		slog.Any("router", c.Sched),
+	}
+	if len(c.KVEndpointNetworks) > 0 {
+		attrs = append(attrs, "kv_endpoint_networks", c.KVEndpointNetworks)
+	}
+	if o.remoteIndexer != "" {
+		attrs = append(attrs, "remote_indexer_url", o.remoteIndexer)
+	}
+	return attrs
+}
+
+// debugListener is the --debug-addr listener and its server.
+type debugListener struct {
+	ln   net.Listener
+	srv  *perf.DebugServer
+	done chan error
+}
+
+// startDebug serves /debug/pprof on addr; a non-loopback address is
+// logged as a warning.
+func startDebug(addr string, log *slog.Logger) (*debugListener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	d := &debugListener{ln: ln, srv: perf.NewDebugServer(printf(log, slog.LevelWarn)), done: make(chan error, 1)}
+	go func() { d.done <- d.srv.Serve(ln) }()
+	if ip := ln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+		log.Warn("the debug listener is not on loopback: whoever reaches it can profile this process", "addr", ln.Addr().String())
+	}
+	log.Info("serving /debug/pprof", "url", "http://"+ln.Addr().String()+perf.PprofPrefix)
+	return d, nil
+}
+
+// addr is the bound address, "" for none.
+func (d *debugListener) addr() string {
+	if d == nil {
+		return ""
+	}
+	return d.ln.Addr().String()
+}
+
+// stop shuts the debug server down, waiting a few seconds at most for a
+// profile in progress.
+func (d *debugListener) stop(log *slog.Logger) {
+	if d == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.srv.Shutdown(ctx); err != nil {
+		log.Warn("shutdown: debug listener", "err", err)
+	}
+	<-d.done
 }
 
 // recoveryDelay is the reference's slow-joiner bias: a selector started with
@@ -241,7 +339,7 @@ var recoveryDelay = time.Second
 // answers, before the service registers workers or serves; every peer
 // failing starts empty with a warning (as the reference). It reports false
 // only when ctx ended meanwhile.
-func recoverIndex(ctx context.Context, svc *core.Service, peers []string, logf func(string, ...any)) bool {
+func recoverIndex(ctx context.Context, svc *core.Service, peers []string, log *slog.Logger) bool {
 	select {
 	case <-ctx.Done():
 		return false
@@ -249,14 +347,14 @@ func recoverIndex(ctx context.Context, svc *core.Service, peers []string, logf f
 	}
 	rec, err := httpapi.Recover(ctx, svc, peers, httpapi.DefaultRecoveryConfig())
 	for _, f := range rec.Failures {
-		logf("recovery: peer failed: %s", f)
+		log.Warn("recovery: peer failed", "failure", f)
 	}
 	svc.SetRecovery(core.Recovery{Peer: rec.Peer, Partitions: rec.Partitions, Events: rec.Events, FailedPeers: len(rec.Failures)})
 	if err != nil {
-		logf("recovery: every peer failed; starting with an empty index")
+		log.Warn("recovery: every peer failed; starting with an empty index")
 		return ctx.Err() == nil
 	}
-	logf("recovery: %d partitions, %d events from %s", rec.Partitions, rec.Events, rec.Peer)
+	log.Info("recovery: index restored", "partitions", rec.Partitions, "events", rec.Events, "peer", rec.Peer)
 	return true
 }
 

@@ -11,25 +11,28 @@ import (
 
 // running is a `kvselect serve` started by startServe.
 type running struct {
-	t    *testing.T
-	base string // http://host:port
-	logs *syncBuf
+	t     *testing.T
+	base  string // http://host:port
+	debug string // the debug listener's host:port, "" without one
+	logs  *syncBuf
 }
 
 // startServe runs serve(args, env) in this process until the test ends,
-// then checks it exited 0.
+// then checks it exited 0. It serves no pprof unless args ask for it
+// (--pprof=true --debug-addr 127.0.0.1:0).
 func startServe(t *testing.T, args []string, env map[string]string) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
+	ready := make(chan bound, 1)
 	logs := &syncBuf{}
 	done := make(chan int, 1)
 	go func() {
-		done <- serve(ctx, append([]string{"--host", "127.0.0.1", "--port", "0"}, args...), envOf(env), logs, ready)
+		done <- serve(ctx, append([]string{"--host", "127.0.0.1", "--port", "0", "--pprof=false"}, args...), envOf(env), logs, ready)
 	}()
 	r := &running{t: t, logs: logs}
 	select {
-	case addr := <-ready:
+	case b := <-ready:
+		addr := b.http
 		r.base = "http://" + addr
 	case code := <-done:
 		cancel()

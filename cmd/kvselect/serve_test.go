@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ func TestParseServeDefaults(t *testing.T) {
 	if o.core.MaxReservations != 1<<20 || o.core.MaxReservationBytes != 512<<20 || o.core.MaxListeners != 4096 {
 		t.Fatalf("limit defaults: %+v", o.core)
 	}
-	if !o.core.Sched.AssumeKVReuse || !o.core.UseKVEvents || !o.http.Pprof || len(o.inactive) != 0 {
+	if !o.core.Sched.AssumeKVReuse || !o.core.UseKVEvents || o.debugAddr != "127.0.0.1:6060" || len(o.inactive) != 0 {
 		t.Fatalf("defaults: %+v", o)
 	}
 }
@@ -188,15 +189,16 @@ func TestKVEndpointNetworksFlag(t *testing.T) {
 // clean exit 0 with no listener left.
 func TestServeLifecycle(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
+	ready := make(chan bound, 1)
 	var logs syncBuf
 	done := make(chan int, 1)
 	go func() {
-		done <- serve(ctx, []string{"--host", "127.0.0.1", "--port", "0", "--session-affinity-ttl-secs", "60"}, envOf(map[string]string{"DYN_USE_KV_EVENTS": "false"}), &logs, ready)
+		done <- serve(ctx, []string{"--host", "127.0.0.1", "--port", "0", "--pprof=false", "--session-affinity-ttl-secs", "60"}, envOf(map[string]string{"DYN_USE_KV_EVENTS": "false"}), &logs, ready)
 	}()
 	var addr string
 	select {
-	case addr = <-ready:
+	case b := <-ready:
+		addr = b.http
 	case code := <-done:
 		t.Fatalf("serve exited %d: %s", code, logs.String())
 	}
@@ -219,7 +221,7 @@ func TestServeLifecycle(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve did not stop")
 	}
-	if !strings.Contains(logs.String(), "accepted but not yet active: --session-affinity-ttl-secs") {
+	if l := logs.String(); !strings.Contains(l, `msg="accepted but not yet active"`) || !strings.Contains(l, `setting="--session-affinity-ttl-secs`) {
 		t.Fatalf("inactive flag not logged: %s", logs.String())
 	}
 	if _, err := http.Get("http://" + addr + "/health"); err == nil {
@@ -227,20 +229,27 @@ func TestServeLifecycle(t *testing.T) {
 	}
 }
 
-// TestServeFinishesInFlight cancels while a 1 s CPU profile request is in
-// flight: the request still completes with 200 and serve exits 0.
-func TestServeFinishesInFlight(t *testing.T) {
+// TestServeFinishesInFlightProfile cancels while a 1 s CPU profile is in
+// flight on the debug listener (--debug-addr): the profile still
+// completes with 200 and serve exits 0. The API port serves no pprof.
+func TestServeFinishesInFlightProfile(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
+	ready := make(chan bound, 1)
 	var logs syncBuf
 	done := make(chan int, 1)
 	go func() {
-		done <- serve(ctx, []string{"--host", "127.0.0.1", "--port", "0"}, envOf(nil), &logs, ready)
+		done <- serve(ctx, []string{"--host", "127.0.0.1", "--port", "0", "--debug-addr", "127.0.0.1:0"}, envOf(nil), &logs, ready)
 	}()
-	addr := <-ready
+	b := <-ready
+	if b.debug == "" {
+		t.Fatal("no debug listener")
+	}
+	if res, err := http.Get("http://" + b.http + "/debug/pprof/heap"); err != nil || res.StatusCode != 404 {
+		t.Fatalf("pprof on the API port: %v %v", err, res)
+	}
 	got := make(chan int, 1)
 	go func() {
-		res, err := http.Get("http://" + addr + "/debug/pprof/profile?seconds=1")
+		res, err := http.Get("http://" + b.debug + "/debug/pprof/profile?seconds=1")
 		if err != nil {
 			got <- -1
 			return
@@ -249,10 +258,22 @@ func TestServeFinishesInFlight(t *testing.T) {
 		res.Body.Close()
 		got <- res.StatusCode
 	}()
-	time.Sleep(200 * time.Millisecond) // let the request start: the only way to be in flight
+	// In flight once the runtime's CPU profile writer runs.
+	for {
+		res, err := http.Get("http://" + b.debug + "/debug/pprof/goroutine?debug=2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dump, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if strings.Contains(string(dump), "runtime/pprof.profileWriter") {
+			break
+		}
+		runtime.Gosched()
+	}
 	cancel()
 	if code := <-got; code != 200 {
-		t.Fatalf("in-flight request: %d; logs: %s", code, logs.String())
+		t.Fatalf("in-flight profile: %d; logs: %s", code, logs.String())
 	}
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d: %s", code, logs.String())

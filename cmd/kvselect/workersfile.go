@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sync/atomic"
 	"time"
@@ -50,7 +51,7 @@ const (
 type workersFile struct {
 	path     string
 	maxBytes int64
-	logf     func(string, ...any)
+	log      *slog.Logger
 	// wall is the time of a read, compared with the file's modification
 	// time (the file system's clock, not a schedule): time.Now.
 	wall func() time.Time
@@ -79,8 +80,8 @@ type workersFile struct {
 // openWorkersFile reads and parses the file now (a missing, unreadable or
 // invalid file is an error) and queues its membership as the first
 // snapshot, so the host can apply it before serving.
-func openWorkersFile(path string, maxBytes int64, logf func(string, ...any)) (*workersFile, error) {
-	f := &workersFile{path: path, maxBytes: maxBytes, logf: logf, wall: time.Now, snaps: make(chan []core.WorkerSpec, 1)}
+func openWorkersFile(path string, maxBytes int64, log *slog.Logger) (*workersFile, error) {
+	f := &workersFile{path: path, maxBytes: maxBytes, log: log, wall: time.Now, snaps: make(chan []core.WorkerSpec, 1)}
 	specs, changed, err := f.read()
 	if err != nil {
 		return nil, err
@@ -106,14 +107,14 @@ func (f *workersFile) poll() {
 		if msg := err.Error(); msg != f.lastErr {
 			f.lastErr = msg
 			f.st.invalid.Add(1)
-			f.logf("warning: %v; keeping the last valid membership (%d workers)", err, f.st.workers.Load())
+			f.log.Warn("workers file invalid; keeping the last valid membership", "path", f.path, "err", err, "workers", f.st.workers.Load())
 		}
 	case changed:
 		f.emit(specs)
 		fallthrough
 	default:
 		if f.lastErr != "" {
-			f.logf("workers file %s is valid again", f.path)
+			f.log.Info("workers file valid again", "path", f.path)
 		}
 		f.lastErr = ""
 		f.st.valid.Store(true)
@@ -205,7 +206,7 @@ func (f *workersFile) watch(ctx context.Context, ticks <-chan time.Time) {
 
 // failClosed sends an empty membership and closes the source.
 func (f *workersFile) failClosed() {
-	f.logf("warning: workers file %s is no longer watched; clearing the workers it listed", f.path)
+	f.log.Warn("workers file no longer watched; clearing the workers it listed", "path", f.path)
 	f.st.stopped.Store(true)
 	f.emit([]core.WorkerSpec{})
 	close(f.snaps)
@@ -233,7 +234,7 @@ func (f *workersFile) stats() workersFileStats {
 type membership struct {
 	file   *workersFile
 	rec    *core.CatalogReconciler
-	logf   func(string, ...any)
+	log    *slog.Logger
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -241,22 +242,35 @@ type membership struct {
 // openMembership reads the file, takes the catalog's ownership and applies
 // the first version before returning (a pass that fails is retried 5 s
 // after Run starts; its reason is logged). An invalid file is an error.
-func openMembership(svc *core.Service, path string, logf func(string, ...any)) (*membership, error) {
-	f, err := openWorkersFile(path, maxWorkersFileBytes, logf)
+func openMembership(svc *core.Service, path string, log *slog.Logger) (*membership, error) {
+	f, err := openWorkersFile(path, maxWorkersFileBytes, log)
 	if err != nil {
 		return nil, err
 	}
 	rec, err := core.NewCatalogReconciler(svc, core.ReconcilerConfig{
 		Name: "--workers-file", Exclusive: true,
-		Logf: func(format string, args ...any) { logf("workers file: "+format, args...) },
+		Observer: catalogLog{log},
+		Logf:     printf(log, slog.LevelWarn),
 	})
 	if err != nil {
 		return nil, err
 	}
 	first := <-f.Snapshots()
 	_ = rec.Offer(first, time.Now())
-	logf("workers file %s: %d workers; it owns the catalog (POST, PATCH and DELETE /workers answer 409)", path, len(first))
-	return &membership{file: f, rec: rec, logf: logf}, nil
+	log.Info("workers file owns the catalog (POST, PATCH and DELETE /workers answer 409)", "path", path, "workers", len(first))
+	return &membership{file: f, rec: rec, log: log}, nil
+}
+
+// catalogLog logs every change a reconciler makes to the catalog, one
+// line each, as httpapi logs the changes made over HTTP.
+type catalogLog struct{ log *slog.Logger }
+
+func (c catalogLog) Upserted(rec core.WorkerRecord) {
+	httpapi.LogCatalogChange(c.log, "--workers-file", "upserted", rec)
+}
+
+func (c catalogLog) Removed(rec core.WorkerRecord) {
+	httpapi.LogCatalogChange(c.log, "--workers-file", "removed", rec)
 }
 
 // start runs the poll loop on ticks and the reconciler.
@@ -271,7 +285,7 @@ func (m *membership) start(ticks <-chan time.Time) {
 	go func() {
 		defer close(m.done)
 		if err := m.rec.Run(ctx, m.file); err != nil {
-			m.logf("workers file: clearing the catalog: %v", err)
+			m.log.Warn("workers file: clearing the catalog failed", "err", err)
 		}
 		<-watched
 	}()

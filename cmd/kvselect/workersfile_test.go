@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -55,7 +56,7 @@ func newFileEnv(t *testing.T, content string) *fileEnv {
 	if e.svc, err = core.New(cfg, core.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if e.f, err = openWorkersFile(e.path, maxWorkersFileBytes, e.logf); err != nil {
+	if e.f, err = openWorkersFile(e.path, maxWorkersFileBytes, slog.New(slog.NewTextHandler(&e.logs, nil))); err != nil {
 		t.Fatal(err)
 	}
 	if e.rec, err = core.NewCatalogReconciler(e.svc, core.ReconcilerConfig{Name: "--workers-file", Exclusive: true}); err != nil {
@@ -64,8 +65,6 @@ func newFileEnv(t *testing.T, content string) *fileEnv {
 	e.apply()
 	return e
 }
-
-func (e *fileEnv) logf(format string, args ...any) { fmt.Fprintf(&e.logs, format+"\n", args...) }
 
 // apply takes the pending snapshot and applies it; it fails the test when
 // there is none.
@@ -128,14 +127,14 @@ func TestWorkersFileStartupErrors(t *testing.T) {
 		if tc.content != "" {
 			writeFile(t, path, tc.content)
 		}
-		_, err := openWorkersFile(path, 16<<10, func(string, ...any) {})
+		_, err := openWorkersFile(path, 16<<10, slog.New(slog.DiscardHandler))
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), path) {
 			t.Errorf("%s: %v, want the path and %q", name, err, tc.want)
 		}
 	}
 	var logs syncBuf
-	ready := make(chan string, 1)
-	code := serve(context.Background(), []string{"--host", "127.0.0.1", "--port", "0", "--workers-file", filepath.Join(dir, "duplicate.json")},
+	ready := make(chan bound, 1)
+	code := serve(context.Background(), []string{"--host", "127.0.0.1", "--port", "0", "--pprof=false", "--workers-file", filepath.Join(dir, "duplicate.json")},
 		envOf(map[string]string{"DYN_USE_KV_EVENTS": "false"}), &logs, ready)
 	if code != 2 || len(ready) != 0 || !strings.Contains(logs.String(), "duplicate worker_id 7") {
 		t.Fatalf("serve with an invalid workers file: exit %d, ready %d; logs:\n%s", code, len(ready), logs.String())
@@ -175,7 +174,7 @@ func TestWorkersFileEdits(t *testing.T) {
 
 	for i, bad := range []struct{ content, log string }{
 		{`{"workers":[` + workerEntry(4, "decode"), "invalid JSON: EOF while parsing a list"},
-		{workersJSON(workerEntry(7, "decode"), workerEntry(7, "prefill")), "duplicate worker_id 7; keeping the last valid membership (2 workers)"},
+		{workersJSON(workerEntry(7, "decode"), workerEntry(7, "prefill")), "duplicate worker_id 7"},
 		{"", "no such file or directory"},
 	} {
 		if bad.content == "" {
@@ -198,7 +197,7 @@ func TestWorkersFileEdits(t *testing.T) {
 	writeFile(t, e.path, good)
 	e.f.poll()
 	e.noSnapshot()
-	if !e.f.stats().Valid || !strings.Contains(e.logs.String(), "is valid again") {
+	if !e.f.stats().Valid || !strings.Contains(e.logs.String(), "workers file valid again") {
 		t.Fatalf("%+v; logs:\n%s", e.f.stats(), e.logs.String())
 	}
 	// An empty membership clears every worker the file introduced.

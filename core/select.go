@@ -13,6 +13,7 @@ import (
 type scratch struct {
 	local, seq []uint64
 	res        radix.Result
+	side       radix.Result // the side index's matches, merged into res
 	cands      []sched.Candidate
 	costs      []float64
 	loads      []sched.PotentialLoad
@@ -137,7 +138,9 @@ func (s *Service) prepare(p *partition, sn *snapshot, pr *Prompt, ov *sched.Over
 	if err != nil {
 		return scored{}, fromSched(err)
 	}
-	p.index.Match(local, &sc.res)
+	if err := s.match(p, local, sc); err != nil {
+		return scored{}, err
+	}
 	fillOverlap(cands, sc.res.Matches)
 	for i := range cands {
 		if _, wl := sn.load(cands[i].Worker); wl != nil {
@@ -244,6 +247,11 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool) er
 				assumeKVReuse: params.AssumeKVReuse,
 				lora:          cloneString(req.LoraName),
 			}
+			if p.records() {
+				// A replay records what the select would have: keep the
+				// prompt's local hashes.
+				e.local = slices.Clone(q.local)
+			}
 			if req.HasExpectedOutputTokens {
 				eo := req.ExpectedOutputTokens
 				e.expectedOutputTokens = &eo
@@ -258,7 +266,7 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool) er
 	}
 	out.SelectionID, out.HasSelectionID = id, true
 	bk := booking{
-		p: p, id: id, worker: c.Worker, load: wl, seq: seq, effective: out.EffectivePrefillTokens,
+		p: p, id: id, worker: c.Worker, load: wl, seq: seq, local: q.local, effective: out.EffectivePrefillTokens,
 		track: params.TrackPrefillTokens, reuse: params.AssumeKVReuse, lora: req.LoraName,
 		expected: req.ExpectedOutputTokens, hasExpected: req.HasExpectedOutputTokens,
 	}

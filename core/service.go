@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +19,12 @@ type Options struct {
 	Clock func() time.Time
 	// Rand breaks ties and samples the softmax picker.
 	Rand sched.Rand
+	// Primary, when set, is the primary index of every partition, served
+	// by another process (a standalone indexer): the service then listens
+	// to no KV events (Ingress is not called; workers need no kv_events
+	// endpoint) and its own primary indexes stay empty, so Dump has no
+	// primary events. Requires Config.UseKVEvents.
+	Primary PrimaryIndex
 }
 
 // Service is the selection service. All methods are safe for concurrent
@@ -29,8 +36,13 @@ type Service struct {
 	replica ReplicaSink
 	// publishing is false when replica is NopReplicaSink.
 	publishing bool
-	clock      func() time.Time
-	rng        sched.Rand
+	// remote is Options.Primary; listening is UseKVEvents without it: the
+	// service attaches KV-event listeners and requires kv_events
+	// endpoints.
+	remote    PrimaryIndex
+	listening bool
+	clock     func() time.Time
+	rng       sched.Rand
 
 	// parts is a copy-on-write map (written under mu, read lock-free).
 	parts atomic.Pointer[map[partKey]*partition]
@@ -80,18 +92,20 @@ func New(cfg Config, opts Options) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if _, err := radix.New(radix.Config{Shards: cfg.IndexShards}); err != nil {
-		return nil, err
+	if opts.Primary != nil && !cfg.UseKVEvents {
+		return nil, fmt.Errorf("%w: a remote indexer requires use_kv_events=true; the standalone indexer does not record routing decisions", ErrConfig)
 	}
 	s := &Service{
-		cfg:     cfg,
-		ingress: opts.Ingress,
-		replica: opts.Replica,
-		clock:   opts.Clock,
-		rng:     opts.Rand,
-		catalog: map[uint64]*catalogEntry{},
-		ledger:  newLedger(cfg.MaxReservations, cfg.MaxReservationBytes),
-		pending: newPendingCache(cfg.SelectionCacheTTL, cfg.SelectionCacheMaxEntries, cfg.SelectionCacheMaxBytes),
+		cfg:       cfg,
+		ingress:   opts.Ingress,
+		replica:   opts.Replica,
+		clock:     opts.Clock,
+		rng:       opts.Rand,
+		remote:    opts.Primary,
+		listening: cfg.UseKVEvents && opts.Primary == nil,
+		catalog:   map[uint64]*catalogEntry{},
+		ledger:    newLedger(cfg.MaxReservations, cfg.MaxReservationBytes),
+		pending:   newPendingCache(cfg.SelectionCacheTTL, cfg.SelectionCacheMaxEntries, cfg.SelectionCacheMaxBytes),
 	}
 	if s.ingress == nil {
 		s.ingress = NopIngress{}
@@ -166,6 +180,9 @@ type Stats struct {
 	IndexBlocks                           [radix.NumTiers]int64
 	EventsApplied                         uint64
 	EventsDropped                         uint64
+	// Approx and Predicted sum the approximate primary indexes and the
+	// predicted-TTL side indexes over the partitions (zero when absent).
+	Approx, Predicted radix.ApproxStats
 }
 
 // Stats sums the partitions' index stats and the service's counters. It
@@ -207,6 +224,21 @@ func (s *Service) Stats() Stats {
 		for _, d := range is.Dropped {
 			st.EventsDropped += d
 		}
+		addApprox(&st.Approx, p.approx)
+		addApprox(&st.Predicted, p.side)
 	}
 	return st
+}
+
+func addApprox(sum *radix.ApproxStats, a *radix.Approx) {
+	if a == nil {
+		return
+	}
+	st := a.Stats()
+	sum.Blocks += st.Blocks
+	sum.MaxBlocks += st.MaxBlocks
+	sum.Recorded += st.Recorded
+	sum.Expired += st.Expired
+	sum.Pruned += st.Pruned
+	sum.Prunes += st.Prunes
 }

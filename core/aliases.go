@@ -18,6 +18,8 @@ type (
 	PreferredTaint = sched.PreferredTaint
 	// Event is one KV event (a /dump RouterEvent).
 	Event = radix.Event
+	// ApproxStats are an approximate index's counters (Stats.Approx).
+	ApproxStats = radix.ApproxStats
 )
 
 // NumTiers is the length of Stats.IndexBlocks.

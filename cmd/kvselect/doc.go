@@ -18,7 +18,12 @@
 // defaultMaxConnections), --auth-token-file (bearer token on every route
 // but /health, /ready and /metrics) and --tls-cert/--tls-key (HTTPS). The
 // router configuration comes from the DYN_ROUTER_* variables named by the
-// `env` tags of sched.Config, and DYN_USE_KV_EVENTS. Settings that belong to
+// `env` tags of sched.Config. The index shape (indexflags.go) comes from
+// DYN_ROUTER_USE_KV_EVENTS (or DYN_USE_KV_EVENTS), DYN_ROUTER_TTL_SECS,
+// DYN_ROUTER_PREDICTED_TTL_SECS and DYN_ROUTER_APPROXIMATE_CACHE_POLICY,
+// which the frontend's flags (--router-kv-events/--no-router-kv-events,
+// --router-ttl-secs, --router-predicted-ttl-secs,
+// --router-approximate-cache-policy) override. Settings that belong to
 // features not built yet (peer recovery, replica sync, session affinity,
 // keyed tracking hashes, remote indexer, queue policies) are validated and
 // logged as "accepted but not yet active", never silently ignored.
@@ -47,8 +52,10 @@
 //     connection over --max-connections with a 503, reads what the client
 //     sent for up to 1 s, and closes it.
 //   - sweep (one): a 60 s ticker calling core.Service.Sweep (expiry of stale
-//     reservations, reservation-index cleanup, pending-cache TTL); owns
-//     nothing; stopped by cancelling its context after the HTTP drain.
+//     reservations, reservation-index cleanup, pending-cache TTL) and, with
+//     an approximate or predicted-TTL index, a 100 ms ticker calling
+//     core.Service.ExpireIndex; owns nothing; stopped by cancelling its
+//     context after the HTTP drain.
 //   - CPU profile / trace requests run net/http/pprof through fasthttp's
 //     adaptor on their own goroutine for the profile's duration.
 //   - KV-event ingress (zmqin.Ingress, unless DYN_USE_KV_EVENTS=false): per

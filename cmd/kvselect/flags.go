@@ -28,8 +28,11 @@ type serveOptions struct {
 	core core.Config
 	http httpapi.Config
 	// inactive lists accepted, validated settings whose feature is not built
-	// yet; serve logs each at start-up.
-	inactive []string
+	// yet; serve logs each at start-up. warnings are logged likewise.
+	inactive, warnings []string
+	// index holds the index-shape settings read from the environment
+	// until the flags are resolved (indexflags.go).
+	index indexFlags
 	// pprofMutexFraction and pprofBlockRate are the contention-profile rates.
 	pprofMutexFraction, pprofBlockRate int
 	// demo is the number of built-in simulated engines (--demo); 0 is none.
@@ -74,6 +77,7 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	maxConns := fs.Int("max-connections", -1, "cap on open HTTP connections; more are answered 503 and closed (0 = no cap). Default: (soft RLIMIT_NOFILE - 128) * 3/4, at least 16, leaving descriptors for the ZMQ sockets and files")
 	fs.IntVar(&o.demo, "demo", 0, "start N built-in simulated vLLM engines on loopback, publishing real ZMQ KV events, registered as workers 1..N (a working default for trying kvselect)")
 	fs.IntVar(&o.demoBlockSize, "demo-block-size", 16, "KV block size of the --demo engines")
+	ixf := addIndexFlags(fs)
 	fs.IntVar(&o.pprofMutexFraction, "pprof-mutex-fraction", 0, "runtime.SetMutexProfileFraction for the mutex profile (0 = off)")
 	fs.IntVar(&o.pprofBlockRate, "pprof-block-rate", 0, "runtime.SetBlockProfileRate in ns for the block profile (0 = off)")
 	if err := fs.Parse(args); err != nil {
@@ -139,6 +143,12 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 		}
 	}
 	o.core.SelectionCacheMaxBytes = *maxBytes
+	ixf.envTTL, ixf.envPredicted, ixf.envPolicy = o.index.envTTL, o.index.envPredicted, o.index.envPolicy
+	warnings, err := ixf.resolve(o, set)
+	if err != nil {
+		return nil, err
+	}
+	o.warnings = append(o.warnings, warnings...)
 	if set["router-assume-kv-reuse"] && set["no-router-assume-kv-reuse"] {
 		return nil, errors.New("--router-assume-kv-reuse and --no-router-assume-kv-reuse are mutually exclusive")
 	}
@@ -263,7 +273,6 @@ var laterEnv = []string{
 	"DYN_ROUTER_POLICY_CONFIG", "DYN_ROUTER_PREFILL_POLICY", "DYN_ROUTER_DECODE_POLICY",
 	"DYN_ROUTER_CONDITIONAL_DISAGG", "DYN_ROUTER_CONDITIONAL_DISAGG_POLICY",
 	"DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_THRESHOLD", "DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_RATIO_THRESHOLD",
-	"DYN_ROUTER_PREDICTED_TTL_SECS",
 }
 
 // schedEnv maps Dynamo's environment variables onto sched.Config, the names
@@ -336,8 +345,8 @@ func boolEnv(field func(*sched.Config) *bool) func(*sched.Config, string, string
 	}
 }
 
-// applyEnv maps the environment onto the configs: schedEnv and
-// DYN_USE_KV_EVENTS.
+// applyEnv maps the environment onto the configs: schedEnv and the index
+// shape (readIndexEnv).
 func applyEnv(o *serveOptions, env func(string) (string, bool)) error {
 	for _, row := range schedEnv {
 		for _, name := range row.names {
@@ -351,12 +360,8 @@ func applyEnv(o *serveOptions, env func(string) (string, bool)) error {
 			break
 		}
 	}
-	if s, ok := env("DYN_USE_KV_EVENTS"); ok {
-		b, err := parseBool(s)
-		if err != nil {
-			return fmt.Errorf("DYN_USE_KV_EVENTS: %w", err)
-		}
-		o.core.UseKVEvents = b
+	if err := readIndexEnv(o, env); err != nil {
+		return err
 	}
 	for _, name := range laterEnv {
 		if _, ok := env(name); ok {

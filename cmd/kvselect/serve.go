@@ -42,6 +42,9 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	for _, s := range opts.inactive {
 		logger.Printf("accepted but not yet active: %s", s)
 	}
+	for _, s := range opts.warnings {
+		logger.Printf("warning: %s", s)
+	}
 	// 2. Construct: the KV-event ingress, the service, the HTTP front end.
 	var ingress core.Ingress = core.NopIngress{}
 	var zing *zmqin.Ingress
@@ -53,7 +56,7 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		}
 		ingress = zing
 	} else {
-		logger.Printf("DYN_USE_KV_EVENTS=false: approximate mode is not built yet; workers need no kv_events endpoint and the index stays empty")
+		logger.Printf("KV events off: approximate index (bookings predict each worker's cache for %v); workers need no kv_events endpoint", opts.core.ApproxTTL)
 	}
 	svc, err := core.New(opts.core, core.Options{Ingress: ingress})
 	if err != nil {
@@ -156,16 +159,26 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	return code
 }
 
-// sweep calls svc.Sweep every interval until ctx ends.
+// sweep calls svc.Sweep every interval, and svc.ExpireIndex every
+// core.ApproxExpiryInterval when the service has expiring index entries,
+// until ctx ends.
 func sweep(ctx context.Context, svc *core.Service, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var expire <-chan time.Time
+	if svc.ExpiresIndex() {
+		et := time.NewTicker(core.ApproxExpiryInterval)
+		defer et.Stop()
+		expire = et.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
 			svc.Sweep(now)
+		case now := <-expire:
+			svc.ExpireIndex(now)
 		}
 	}
 }

@@ -78,6 +78,8 @@ type Config struct {
 	// schedulable workers, with UseKVEvents): a registration past it is a
 	// conflict and changes nothing. > 0.
 	MaxListeners int
+	// Tracking selects public or keyed tracking hashes (tracking.go).
+	Tracking TrackingHash
 	// IndexShards is radix.Config.Shards of every partition's index; 0 picks
 	// radix.DefaultShards.
 	IndexShards int
@@ -117,6 +119,9 @@ func (c *Config) Validate() error {
 	}
 	if c.IndexShards < 0 || c.IndexShards > 1024 {
 		return fmt.Errorf("%w: index shards %d outside [0, 1024]", ErrConfig, c.IndexShards)
+	}
+	if err := c.Tracking.Validate(); err != nil {
+		return err
 	}
 	if c.PredictedTTL < 0 {
 		return fmt.Errorf("%w: router_predicted_ttl_secs must be > 0, got %v", ErrConfig, c.PredictedTTL)

@@ -182,7 +182,7 @@ func (s *Service) reserveExplicit(req *ReservationRequest, model, group string) 
 	}
 	sc := s.getScratch()
 	defer s.putScratch(sc)
-	local, seq, isl, err := normalize(&req.Prompt, sn, sc, false)
+	local, seq, isl, err := normalize(&req.Prompt, p, sn, sc, false)
 	if err != nil {
 		return Reservation{}, err
 	}

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,6 +96,7 @@ func New(cfg Config, opts Options) (*Service, error) {
 	if opts.Primary != nil && !cfg.UseKVEvents {
 		return nil, fmt.Errorf("%w: a remote indexer requires use_kv_events=true; the standalone indexer does not record routing decisions", ErrConfig)
 	}
+	cfg.Tracking.Key = slices.Clone(cfg.Tracking.Key) // the caller may reuse it
 	s := &Service{
 		cfg:       cfg,
 		ingress:   opts.Ingress,
@@ -123,7 +125,13 @@ func New(cfg Config, opts Options) (*Service, error) {
 	}
 	m := map[partKey]*partition{}
 	s.parts.Store(&m)
-	s.scratch.New = func() any { return new(scratch) }
+	s.scratch.New = func() any {
+		sc := new(scratch)
+		if cfg.Tracking.Keyed {
+			sc.kh = newKeyedHasher(&cfg.Tracking)
+		}
+		return sc
+	}
 	return s, nil
 }
 

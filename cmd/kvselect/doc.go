@@ -23,9 +23,12 @@
 // DYN_ROUTER_PREDICTED_TTL_SECS and DYN_ROUTER_APPROXIMATE_CACHE_POLICY,
 // which the frontend's flags (--router-kv-events/--no-router-kv-events,
 // --router-ttl-secs, --router-predicted-ttl-secs,
-// --router-approximate-cache-policy) override. Settings that belong to
+// --router-approximate-cache-policy) override. Keyed tracking hashes:
+// --router-tracking-hash keyed-xxh3-v1, --router-tracking-key-file (exactly
+// 32 raw bytes) and --router-tracking-key-id, over DYN_ROUTER_TRACKING_*.
+// Settings that belong to
 // features not built yet (peer recovery, replica sync, session affinity,
-// keyed tracking hashes, remote indexer, queue policies) are validated and
+// remote indexer, queue policies) are validated and
 // logged as "accepted but not yet active", never silently ignored.
 //
 // SIGINT or SIGTERM: the HTTP server drains (httpapi.Server.Shutdown): it

@@ -197,15 +197,8 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	if set["session-affinity-mode"] {
 		o.inactive = append(o.inactive, "--session-affinity-mode")
 	}
-	switch *trackingHash {
-	case "public-xxh3-v1":
-	case "keyed-xxh3-v1":
-		o.inactive = append(o.inactive, "--router-tracking-hash keyed-xxh3-v1 (tracking hashes stay public-xxh3-v1)")
-	default:
-		return nil, fmt.Errorf("--router-tracking-hash must be public-xxh3-v1 or keyed-xxh3-v1, got %q", *trackingHash)
-	}
-	if *keyFile != "" || *keyID != "" {
-		o.inactive = append(o.inactive, "--router-tracking-key-file/--router-tracking-key-id")
+	if err := resolveTracking(o, env, set, *trackingHash, *keyFile, *keyID); err != nil {
+		return nil, err
 	}
 	if *remoteIndexer != "" {
 		if u, err := url.Parse(*remoteIndexer); err != nil || u.Host == "" {
@@ -269,7 +262,7 @@ func splitList(s string) []string {
 // laterEnv are environment variables of features not built yet: reported as
 // not yet active when set.
 var laterEnv = []string{
-	"DYN_ROUTER_REPLICA_SYNC", "DYN_ROUTER_TRACKING_HASH", "DYN_ROUTER_TRACKING_KEY_FILE", "DYN_ROUTER_TRACKING_KEY_ID",
+	"DYN_ROUTER_REPLICA_SYNC",
 	"DYN_ROUTER_POLICY_CONFIG", "DYN_ROUTER_PREFILL_POLICY", "DYN_ROUTER_DECODE_POLICY",
 	"DYN_ROUTER_CONDITIONAL_DISAGG", "DYN_ROUTER_CONDITIONAL_DISAGG_POLICY",
 	"DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_THRESHOLD", "DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_RATIO_THRESHOLD",

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -132,4 +133,43 @@ func seconds(name string, s float64, zeroOK bool) (time.Duration, error) {
 		return 0, fmt.Errorf("%s must be %s, got %v", name, map[bool]string{true: ">= 0", false: "> 0"}[zeroOK], s)
 	}
 	return time.Duration(s * float64(time.Second)), nil
+}
+
+// resolveTracking sets o.core.Tracking from --router-tracking-hash,
+// --router-tracking-key-file and --router-tracking-key-id over
+// DYN_ROUTER_TRACKING_HASH, _KEY_FILE and _KEY_ID, reading the key file
+// (ai-dynamo/dynamo:lib/kv-router/src/tracking_hash.rs,
+// TrackingHashContext::from_config). Errors never name the key file's
+// path or content.
+func resolveTracking(o *serveOptions, env func(string) (string, bool), set map[string]bool, algo, keyFile, keyID string) error {
+	pick := func(flagName, envName, flagValue string) (string, bool) {
+		if set[flagName] {
+			return flagValue, true
+		}
+		return env(envName)
+	}
+	if v, ok := pick("router-tracking-hash", "DYN_ROUTER_TRACKING_HASH", algo); ok {
+		switch v {
+		case "public-xxh3-v1":
+			o.core.Tracking.Keyed = false
+		case "keyed-xxh3-v1":
+			o.core.Tracking.Keyed = true
+		default:
+			return fmt.Errorf("--router-tracking-hash: router_tracking_hash must be public-xxh3-v1 or keyed-xxh3-v1, got %q", v)
+		}
+	}
+	if v, ok := pick("router-tracking-key-id", "DYN_ROUTER_TRACKING_KEY_ID", keyID); ok {
+		o.core.Tracking.KeyID = v
+	}
+	path, hasFile := pick("router-tracking-key-file", "DYN_ROUTER_TRACKING_KEY_FILE", keyFile)
+	if hasFile && o.core.Tracking.Keyed {
+		key, err := os.ReadFile(path)
+		if err != nil {
+			return errors.New("failed to read router tracking key file")
+		}
+		o.core.Tracking.Key = key
+	} else if hasFile {
+		o.core.Tracking.Key = []byte{} // present: rejected by Validate
+	}
+	return o.core.Tracking.Validate()
 }

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -123,5 +126,51 @@ func TestServeApproximateMode(t *testing.T) {
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d: %s", code, logs.String())
+	}
+}
+
+// TestTrackingHashSettings: keyed tracking needs exactly 32 raw bytes of
+// key file and a key id; a key without keyed mode, keyed mode without a
+// key, a missing or wrong-size file are start-up errors that never show
+// the file's path.
+func TestTrackingHashSettings(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name string, n int) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, bytes.Repeat([]byte{0x5a}, n), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good, short := file("good", 32), file("short", 31)
+	o, err := parseServe([]string{"--router-tracking-hash", "keyed-xxh3-v1", "--router-tracking-key-file", good, "--router-tracking-key-id", "2026-01"}, envOf(nil), io.Discard)
+	if err != nil || !o.core.Tracking.Keyed || len(o.core.Tracking.Key) != 32 || o.core.Tracking.KeyID != "2026-01" {
+		t.Fatalf("%+v %v", o.core.Tracking, err)
+	}
+	o, err = parseServe(nil, envOf(map[string]string{"DYN_ROUTER_TRACKING_HASH": "keyed-xxh3-v1", "DYN_ROUTER_TRACKING_KEY_FILE": good, "DYN_ROUTER_TRACKING_KEY_ID": "e1"}), io.Discard)
+	if err != nil || !o.core.Tracking.Keyed || o.core.Tracking.KeyID != "e1" {
+		t.Fatalf("from the environment: %+v %v", o.core.Tracking, err)
+	}
+	missing := filepath.Join(dir, "missing-key")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--router-tracking-hash", "keyed-xxh3-v1", "--router-tracking-key-id", "e"}, "keyed-xxh3-v1 requires router_tracking_key_file"},
+		{[]string{"--router-tracking-hash", "keyed-xxh3-v1", "--router-tracking-key-file", good}, "keyed-xxh3-v1 requires a nonempty router_tracking_key_id"},
+		{[]string{"--router-tracking-hash", "keyed-xxh3-v1", "--router-tracking-key-file", short, "--router-tracking-key-id", "e"}, "router tracking key file must contain exactly 32 raw bytes; found 31"},
+		{[]string{"--router-tracking-hash", "keyed-xxh3-v1", "--router-tracking-key-file", missing, "--router-tracking-key-id", "e"}, "failed to read router tracking key file"},
+		{[]string{"--router-tracking-key-file", good}, "router tracking key options require router_tracking_hash=keyed-xxh3-v1"},
+		{[]string{"--router-tracking-key-id", "e"}, "router tracking key options require router_tracking_hash=keyed-xxh3-v1"},
+		{[]string{"--router-tracking-hash", "md5"}, `router_tracking_hash must be public-xxh3-v1 or keyed-xxh3-v1, got "md5"`},
+	} {
+		_, err := parseServe(tc.args, envOf(nil), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got %v, want %q", tc.args, err, tc.want)
+			continue
+		}
+		if strings.Contains(err.Error(), dir) {
+			t.Errorf("%v: the error shows the key file's path: %v", tc.args, err)
+		}
 	}
 }

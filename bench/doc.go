@@ -126,7 +126,7 @@
 //
 // The package also holds the simulated engine used by `kvselect mocker`,
 // the end-to-end tests and the benchmarks: Engine, a vLLM-like engine with one KV block pool of fixed
-// capacity (LRU eviction) and one zmqin.Publisher per data-parallel rank,
+// capacity (LRU eviction) and one zmqpub.Publisher per data-parallel rank,
 // publishing real BlockStored / BlockRemoved / AllBlocksCleared batches
 // with the vLLM encoder (zmqin.Encoder), with a replay socket; and
 // Workload (engine_workload.go), a synthetic token-prompt generator for
@@ -151,6 +151,6 @@
 //
 // # Goroutines
 //
-// An Engine starts none of its own; each rank's zmqin.Publisher runs its
-// accept loops and per-peer goroutines (see zmqin.Publisher) until Close.
+// An Engine starts none of its own; each rank's zmqpub.Publisher runs its
+// accept loops and per-peer goroutines (see zmqpub.Publisher) until Close.
 package bench

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvselect/kvselect/radix"
 	"github.com/kvselect/kvselect/zmqin"
+	"github.com/kvselect/kvselect/zmqin/zmqpub"
 )
 
 // EngineConfig configures a simulated engine: Ranks data-parallel ranks,
@@ -102,7 +103,7 @@ type EngineStats struct {
 }
 
 // Engine is a simulated inference engine: per data-parallel rank, a KV
-// block pool of fixed capacity with LRU eviction, and a zmqin.Publisher
+// block pool of fixed capacity with LRU eviction, and a zmqpub.Publisher
 // that publishes what the pool does as vLLM would (BlockStored for newly
 // cached blocks, one BlockRemoved per evicted block, AllBlocksCleared on
 // reset), one batch per served prompt. Safe for concurrent use; each rank
@@ -115,7 +116,7 @@ type Engine struct {
 // rankPool is one rank's block pool. mu guards everything below it and is
 // held while publishing, so that seqs follow the pool's history.
 type rankPool struct {
-	pub *zmqin.Publisher
+	pub *zmqpub.Publisher
 	mu  sync.Mutex
 	// blocks maps an engine block hash to its element in lru, whose
 	// Value is the hash. Invariant: len(blocks) == lru.Len() <= capacity.
@@ -151,7 +152,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 				return nil, errors.Join(err, e.Close())
 			}
 		}
-		pub, err := zmqin.NewPublisher(zmqin.PublisherConfig{
+		pub, err := zmqpub.New(zmqpub.Config{
 			Endpoint: ep, ReplayEndpoint: rep, Topic: cfg.Topic,
 			ReplayBuffer: cfg.ReplayBuffer, HWM: cfg.HWM, Encoder: cfg.Encoder,
 		})

@@ -31,3 +31,6 @@ func TierName(t int) string { return radix.Tier(t).String() }
 // AppendEventJSON appends ev in the /dump RouterEvent JSON format (the
 // reference's RouterEvent, ai-dynamo/dynamo:lib/kv-router/src/protocols.rs).
 func AppendEventJSON(dst []byte, ev *Event) []byte { return radix.AppendEventJSON(dst, ev) }
+
+// ParseEventJSON decodes one RouterEvent of the /dump format.
+func ParseEventJSON(data []byte) (Event, error) { return radix.ParseEventJSON(data) }

@@ -149,11 +149,14 @@ func (s *Service) OverlapScores(req *QueryRequest) (OverlapScores, error) {
 	return out, nil
 }
 
-// PartitionDump is one partition of GET /dump: key "model:group".
+// PartitionDump is one partition of GET /dump: key "model:group", the
+// model and group it joins (for recovery: a model name may contain ':'),
+// its block size and the Stored events that rebuild its index.
 type PartitionDump struct {
-	Key       string
-	BlockSize uint32
-	Events    []radix.Event
+	Key                     string
+	ModelName, RoutingGroup string
+	BlockSize               uint32
+	Events                  []radix.Event
 }
 
 // Dump returns every partition with a fixed block size as Stored events
@@ -165,7 +168,7 @@ func (s *Service) Dump() []PartitionDump {
 		if bs == 0 {
 			continue
 		}
-		out = append(out, PartitionDump{Key: p.model + ":" + p.group, BlockSize: bs, Events: p.index.Dump()})
+		out = append(out, PartitionDump{Key: p.model + ":" + p.group, ModelName: p.model, RoutingGroup: p.group, BlockSize: bs, Events: p.index.Dump()})
 	}
 	slices.SortFunc(out, func(a, b PartitionDump) int { return cmp.Compare(a.Key, b.Key) })
 	return out
@@ -175,4 +178,33 @@ func (s *Service) partitionBlockSize(p *partition) uint32 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return p.blockSize
+}
+
+// Restore rebuilds a partition's index from a peer's dump (startup
+// recovery, as the reference's lib/kv-router/src/services/indexer/
+// recovery.rs): it creates partition (model, group) with blockSize when the
+// partition has none yet, then applies events in order. It returns the
+// number of events the index applied; a block size that differs from the
+// partition's is a conflict and applies nothing.
+//
+// Precondition: no ingress feeds the partition yet (the host restores
+// before it registers workers or serves), since an index takes one writer
+// per worker at a time.
+func (s *Service) Restore(model, group string, blockSize uint32, events []radix.Event) (int, error) {
+	if blockSize == 0 {
+		return 0, errorf(ErrBadRequest, "block_size must be greater than 0 for model=%s routing_group=%s", model, group)
+	}
+	s.mu.Lock()
+	p := s.partitionLocked(model, group)
+	if p.blockSize != 0 && p.blockSize != blockSize {
+		bs := p.blockSize
+		s.mu.Unlock()
+		return 0, errorf(ErrConflict, "block_size mismatch for model=%s routing_group=%s: existing=%d requested=%d", model, group, bs, blockSize)
+	}
+	p.blockSize = blockSize
+	p.publishLocked()
+	s.mu.Unlock()
+	before := p.index.Stats().EventsApplied
+	p.index.ApplyBatch(events)
+	return int(p.index.Stats().EventsApplied - before), nil
 }

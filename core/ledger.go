@@ -55,7 +55,16 @@ type reservation struct {
 	origin Origin
 	// lease, when non-nil, is released when the record is.
 	lease Lease
-	state atomic.Uint32
+	// The booking facts a replica snapshot re-announces (immutable): the
+	// LoRA, the expected output tokens, whether prefill was tracked and KV
+	// reuse assumed, and the number of tracking hashes.
+	lora        string
+	expected    uint32
+	hasExpected bool
+	track       bool
+	reuse       bool
+	blocks      int32
+	state       atomic.Uint32
 	// slot is written by Book before the record turns live, and read by
 	// lifecycle calls only after they see it live.
 	slot sched.Slot
@@ -142,9 +151,11 @@ func (l *ledger) live(id string) *reservation {
 type releaseReason uint8
 
 const (
-	releasedFree releaseReason = iota
-	releasedExpired
-	releasedWorkerGone
+	releasedFree       releaseReason = iota // DELETE
+	releasedExpired                         // the expiry guard
+	releasedWorkerGone                      // its worker rank left
+	releasedReplica                         // a peer's Free
+	releasedReplaced                        // a peer's admission of the same id
 	numReleaseReasons
 )
 

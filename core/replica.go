@@ -15,10 +15,11 @@ const (
 	ReplicaFree
 )
 
-// ReplicaEvent is one lifecycle event a booking path emits for replica
-// peers. Every field is valid only during the Publish call: a sink that
-// keeps the event must copy it (strings included, they may alias request
-// buffers).
+// ReplicaEvent is one lifecycle event exchanged with replica peers: emitted
+// by the booking and lifecycle paths (Publish), applied from peers
+// (ApplyReplica). Every field is valid only during the call that receives
+// it: a sink that keeps the event must copy it (strings included, they may
+// alias request buffers).
 type ReplicaEvent struct {
 	Kind         ReplicaEventKind
 	ModelName    string
@@ -27,7 +28,12 @@ type ReplicaEvent struct {
 	RequestID    string
 	Worker       radix.WorkerKey
 	LoraName     string
-	// ReplicaAdd only.
+	// Origin is the sending process's id (the envelope's router_id) on an
+	// applied event; the sink stamps its own on a published one.
+	Origin Origin
+	// ReplicaAdd only. SequenceHashes are the request's tracking hashes;
+	// for a booking that assumes no KV reuse they are hashes private to the
+	// request (as Dynamo sends random ones), so no peer shares its blocks.
 	SequenceHashes       []uint64
 	TrackPrefillTokens   bool
 	ExpectedOutputTokens *uint32

@@ -2,12 +2,14 @@ package core
 
 import (
 	"cmp"
+	"encoding/binary"
 	"math"
 	"strings"
 	"time"
 
 	"github.com/kvselect/kvselect/radix"
 	"github.com/kvselect/kvselect/sched"
+	"github.com/zeebo/xxh3"
 )
 
 // booking is what book needs to claim, book and announce one reservation.
@@ -42,7 +44,10 @@ type booking struct {
 func (s *Service) book(b *booking) error {
 	now := s.clock().UnixNano()
 	s.maybeExpire(now)
-	r := &reservation{id: strings.Clone(b.id), p: b.p, admitted: now, bytes: recordBytes(b.id, b.seq)}
+	r := &reservation{
+		id: strings.Clone(b.id), p: b.p, admitted: now, bytes: recordBytes(b.id, b.seq),
+		lora: strings.Clone(b.lora), expected: b.expected, hasExpected: b.hasExpected, track: b.track, reuse: b.reuse, blocks: int32(min(len(b.seq), math.MaxInt32)),
+	}
 	if err := s.ledger.claim(r); err != nil {
 		if err == errClaimed {
 			s.stats.bookConflict.Add(1)
@@ -63,12 +68,19 @@ func (s *Service) book(b *booking) error {
 	if e := b.replayed; e != nil {
 		s.pending.removeGen(e.key, e.gen)
 	}
+	// The admission is published before the record turns live, so it is
+	// queued before any completion or free of it: peers see them in order.
+	if s.publishing {
+		s.publishAdd(r, b.worker, b.seq, b.effective)
+	}
 	r.state.Store(stateLive)
 	if b.load.Retired() {
 		// The rank left after the pick and its removal's release may have
 		// ranged the ledger before this record turned live: release it
 		// here (one of the two releases wins).
-		s.release(r, releasedWorkerGone)
+		if s.release(r, releasedWorkerGone) {
+			s.publish(ReplicaFree, r)
+		}
 		s.stats.bookFailed.Add(1)
 		return errorf(ErrNotFound, "Worker %s not found", b.worker)
 	}
@@ -76,22 +88,47 @@ func (s *Service) book(b *booking) error {
 	if p := b.p; p.records() {
 		p.record(b.worker, b.local, time.Unix(0, now))
 	}
-	if !s.publishing {
-		return nil
-	}
-	// Built only when a sink listens: the event escapes through the
-	// interface call, so building it unconditionally costs an allocation
-	// per booking.
+	return nil
+}
+
+// publishAdd announces r's admission. Built only when a sink listens: the
+// event escapes through the interface call, so building it
+// unconditionally costs an allocation per booking.
+func (s *Service) publishAdd(r *reservation, w WorkerKey, seq []uint64, effective int64) {
 	ev := ReplicaEvent{
-		Kind: ReplicaAdd, ModelName: b.p.model, RoutingGroup: b.p.group, BlockSize: b.p.snap.Load().blockSize,
-		RequestID: r.id, Worker: b.worker, LoraName: b.lora, SequenceHashes: b.seq,
-		TrackPrefillTokens: b.track, EffectivePrefillTokens: b.effective,
+		Kind: ReplicaAdd, ModelName: r.p.model, RoutingGroup: r.p.group, BlockSize: r.p.snap.Load().blockSize,
+		RequestID: r.id, Worker: w, LoraName: r.lora, SequenceHashes: seq,
+		TrackPrefillTokens: r.track, EffectivePrefillTokens: effective,
 	}
-	if b.hasExpected {
-		ev.ExpectedOutputTokens = &b.expected
+	if !r.reuse {
+		ev.SequenceHashes = privateHashes(nil, r.id, len(seq))
+	}
+	if r.hasExpected {
+		ev.ExpectedOutputTokens = &r.expected
 	}
 	s.replica.Publish(&ev)
-	return nil
+}
+
+// publish announces a lifecycle event of r (prefill completion, free).
+func (s *Service) publish(kind ReplicaEventKind, r *reservation) {
+	if !s.publishing {
+		return
+	}
+	s.replica.Publish(&ReplicaEvent{Kind: kind, ModelName: r.p.model, RoutingGroup: r.p.group, BlockSize: r.p.snap.Load().blockSize, RequestID: r.id, Worker: r.worker()})
+}
+
+// privateHashes appends n tracking hashes that belong to request id alone,
+// for a booking that assumes no KV reuse: a peer that books them shares no
+// block with another request, as Dynamo's random tracking hashes ensure.
+// They are derived from the id, so a snapshot repeats them.
+func privateHashes(dst []uint64, id string, n int) []uint64 {
+	seed := xxh3.HashString(id)
+	var b [8]byte
+	for i := range n {
+		binary.LittleEndian.PutUint64(b[:], uint64(i))
+		dst = append(dst, xxh3.HashSeed(b[:], seed))
+	}
+	return dst
 }
 
 // ReservationRequest is the input of Reserve (POST /reservations).
@@ -253,9 +290,7 @@ func (s *Service) PrefillComplete(id string) error {
 	}
 	r.slot.CompletePrefill()
 	s.stats.lifecycleOK.Add(1)
-	if s.publishing {
-		s.replica.Publish(&ReplicaEvent{Kind: ReplicaPrefillCompleted, ModelName: r.p.model, RoutingGroup: r.p.group, BlockSize: r.p.snap.Load().blockSize, RequestID: r.id, Worker: r.worker()})
-	}
+	s.publish(ReplicaPrefillCompleted, r)
 	return nil
 }
 
@@ -297,8 +332,6 @@ func (s *Service) Free(id string) error {
 		return errorf(ErrNotFound, "reservation %s not found", id)
 	}
 	s.stats.lifecycleOK.Add(1)
-	if s.publishing {
-		s.replica.Publish(&ReplicaEvent{Kind: ReplicaFree, ModelName: r.p.model, RoutingGroup: r.p.group, BlockSize: r.p.snap.Load().blockSize, RequestID: r.id, Worker: r.worker()})
-	}
+	s.publish(ReplicaFree, r)
 	return nil
 }

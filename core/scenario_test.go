@@ -2,6 +2,7 @@ package core
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -539,6 +540,50 @@ func (e *env) run(line string) string {
 	case "limits":
 		st := s.Stats()
 		return fmt.Sprintf("reservations=%d/%d bytes=%d/%d listeners=%d/%d refused=%d", st.Reservations, st.MaxReservations, st.ReservationBytes, st.MaxReservationBytes, st.Listeners, st.MaxListeners, st.BookRefused)
+	case "apply":
+		// apply <add|prefill_completed|free> id=.. [model= group= bs= worker=w/r seq=.. eff=.. track= expected= origin=]
+		kind, argv, _ := strings.Cut(rest, " ")
+		a := args(argv)
+		ev := ReplicaEvent{ModelName: orDefault(a["model"]), RoutingGroup: orDefault(a["group"]), RequestID: a["id"]}
+		ev.Kind = map[string]ReplicaEventKind{"add": ReplicaAdd, "prefill_completed": ReplicaPrefillCompleted, "free": ReplicaFree}[kind]
+		bs, _ := strconv.ParseUint(cmp.Or(a["bs"], "4"), 10, 32)
+		ev.BlockSize = uint32(bs)
+		if v, ok := a["worker"]; ok {
+			w, r, _ := strings.Cut(v, "/")
+			ev.Worker.WorkerID, _ = strconv.ParseUint(w, 10, 64)
+			rk, _ := strconv.ParseUint(r, 10, 32)
+			ev.Worker.DPRank = uint32(rk)
+		}
+		ev.SequenceHashes = u64s(a["seq"])
+		ev.EffectivePrefillTokens, _ = strconv.ParseInt(a["eff"], 10, 64)
+		ev.TrackPrefillTokens = a["track"] != "false"
+		if v, ok := a["expected"]; ok {
+			n, _ := strconv.ParseUint(v, 10, 32)
+			e := uint32(n)
+			ev.ExpectedOutputTokens = &e
+		}
+		o, _ := strconv.ParseUint(cmp.Or(a["origin"], "7"), 10, 64)
+		ev.Origin = Origin(o)
+		before := s.Stats()
+		s.ApplyReplica([]ReplicaEvent{ev})
+		after := s.Stats()
+		if after.ReplicaApplied > before.ReplicaApplied {
+			return "applied"
+		}
+		for d := range after.ReplicaDropped {
+			if after.ReplicaDropped[d] > before.ReplicaDropped[d] {
+				return "dropped " + ReplicaDrop(d).String()
+			}
+		}
+		return "?"
+	case "snapshot":
+		evs := s.AppendLocalBookings(nil)
+		slices.SortFunc(evs, func(a, b ReplicaEvent) int { return cmp.Compare(a.RequestID, b.RequestID) })
+		rec := &recReplica{}
+		for i := range evs {
+			rec.Publish(&evs[i])
+		}
+		return rec.take()
 	case "listeners":
 		var b strings.Builder
 		for _, r := range s.ListWorkers("", "") {

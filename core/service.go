@@ -64,6 +64,8 @@ type Service struct {
 	// schedulable counts schedulable workers over all partitions.
 	schedulable atomic.Int64
 	closed      atomic.Bool
+	// recovery is what the host's startup recovery restored (SetRecovery).
+	recovery atomic.Pointer[Recovery]
 
 	// ledger is the one table of live requests (ledger.go).
 	ledger  *ledger
@@ -86,6 +88,8 @@ type counters struct {
 	replayHit, replayMiss     atomic.Uint64
 	lifecycleOK, lifecycle404 atomic.Uint64
 	released                  [numReleaseReasons]atomic.Uint64
+	replicaApplied            atomic.Uint64
+	replicaDropped            [NumReplicaDrops]atomic.Uint64
 }
 
 // New returns an empty service.
@@ -172,9 +176,17 @@ type Stats struct {
 	BookRefused                    uint64
 	ReplayHit, ReplayMiss          uint64
 	LifecycleOK, LifecycleNotFound uint64
-	// Freed, Expired and WorkerGone count released reservations by cause:
-	// DELETE, the expiry guard, their worker rank leaving.
-	Freed, Expired, WorkerGone uint64
+	// Freed, Expired, WorkerGone, ReplicaFreed and ReplicaReplaced count
+	// released reservations by cause: DELETE, the expiry guard, their
+	// worker rank leaving, a peer's free, a peer's admission of the id.
+	Freed, Expired, WorkerGone    uint64
+	ReplicaFreed, ReplicaReplaced uint64
+	// ReplicaApplied counts peer events applied; ReplicaDropped those
+	// skipped, by ReplicaDrop.
+	ReplicaApplied uint64
+	ReplicaDropped [NumReplicaDrops]uint64
+	// Recovery is what startup recovery restored (nil: none ran).
+	Recovery *Recovery
 	// Reservations are the live requests in the ledger (in-flight claims
 	// included) and ReservationBytes what they count against the byte
 	// limit; MaxReservations and MaxReservationBytes are the limits.
@@ -210,12 +222,19 @@ func (s *Service) Stats() Stats {
 		Freed:               s.stats.released[releasedFree].Load(),
 		Expired:             s.stats.released[releasedExpired].Load(),
 		WorkerGone:          s.stats.released[releasedWorkerGone].Load(),
+		ReplicaFreed:        s.stats.released[releasedReplica].Load(),
+		ReplicaReplaced:     s.stats.released[releasedReplaced].Load(),
+		ReplicaApplied:      s.stats.replicaApplied.Load(),
 		Reservations:        s.ledger.count.Load(),
 		MaxReservations:     s.ledger.maxCount,
 		ReservationBytes:    s.ledger.bytes.Load(),
 		MaxReservationBytes: s.ledger.maxBytes,
 		SchedulableWorkers:  s.schedulable.Load(),
 		MaxListeners:        s.cfg.MaxListeners,
+	}
+	st.Recovery = s.recovery.Load()
+	for d := range st.ReplicaDropped {
+		st.ReplicaDropped[d] = s.stats.replicaDropped[d].Load()
 	}
 	s.mu.Lock()
 	st.Listeners = s.listeners
@@ -228,9 +247,13 @@ func (s *Service) Stats() Stats {
 		for t := range is.Blocks {
 			st.IndexBlocks[t] += is.Blocks[t]
 		}
-		st.EventsApplied += is.EventsApplied
-		for _, d := range is.Dropped {
-			st.EventsDropped += d
+		if p.approx == nil {
+			// An approximate primary's events are the service's own
+			// recordings, not KV events.
+			st.EventsApplied += is.EventsApplied
+			for _, d := range is.Dropped {
+				st.EventsDropped += d
+			}
 		}
 		addApprox(&st.Approx, p.approx)
 		addApprox(&st.Predicted, p.side)

@@ -336,7 +336,25 @@ type Readiness struct {
 	Ready              bool           `json:"ready"`
 	SchedulableWorkers int            `json:"schedulable_workers"`
 	Workers            []WorkerRecord `json:"workers"`
+	// Recovery is what startup recovery restored (kvselect's addition),
+	// nil when the host ran none.
+	Recovery *Recovery `json:"recovery,omitempty"`
 }
+
+// Recovery is what the host's startup index recovery restored, as it
+// reported it with SetRecovery.
+type Recovery struct {
+	// Peer is the base URL whose dump was applied; empty when every peer
+	// failed and the service started empty.
+	Peer       string `json:"peer"`
+	Partitions int    `json:"partitions"`
+	Events     int    `json:"events"`
+	// FailedPeers is how many peers were tried and failed.
+	FailedPeers int `json:"failed_peers"`
+}
+
+// SetRecovery records what startup recovery restored, for Ready and Stats.
+func (s *Service) SetRecovery(r Recovery) { s.recovery.Store(&r) }
 
 // Ready reports whether the service is ready: not shutting down and at
 // least one worker schedulable anywhere.
@@ -348,7 +366,7 @@ func (s *Service) Ready() Readiness {
 			n++
 		}
 	}
-	return Readiness{Ready: !s.closed.Load() && n > 0, SchedulableWorkers: n, Workers: ws}
+	return Readiness{Ready: !s.closed.Load() && n > 0, SchedulableWorkers: n, Workers: ws, Recovery: s.recovery.Load()}
 }
 
 // schedWorker builds the eligibility row of a schedulable record.

@@ -221,7 +221,10 @@ func (s *Server) handlePeer(ctx *fasthttp.RequestCtx, register bool) {
 	s.writeRaw(ctx, status, statusOK)
 }
 
-// handleDump writes {"<model>:<group>": {"block_size": N, "events": [...]}}.
+// handleDump writes {"<model>:<group>": {"block_size": N, "events": [...],
+// "model_name": m, "routing_group": g}}. The last two are kvselect's: the
+// reference's readers ignore unknown fields, and with them a model name
+// containing ':' is recovered whole.
 func (s *Server) handleDump(ctx *fasthttp.RequestCtx) {
 	dst := []byte{'{'}
 	for i, d := range s.svc.Dump() {
@@ -238,7 +241,11 @@ func (s *Server) handleDump(ctx *fasthttp.RequestCtx) {
 			}
 			dst = core.AppendEventJSON(dst, &d.Events[j])
 		}
-		dst = append(dst, "]}"...)
+		dst = append(dst, `],"model_name":`...)
+		dst = appendString(dst, d.ModelName)
+		dst = append(dst, `,"routing_group":`...)
+		dst = appendString(dst, d.RoutingGroup)
+		dst = append(dst, '}')
 	}
 	dst = append(dst, '}')
 	s.writeRaw(ctx, 200, dst)

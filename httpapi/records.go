@@ -34,13 +34,14 @@ func toWorkerJSON(r core.WorkerRecord) workerJSON {
 }
 
 type readinessBody struct {
-	Ready              bool         `json:"ready"`
-	SchedulableWorkers int          `json:"schedulable_workers"`
-	Workers            []workerJSON `json:"workers"`
+	Ready              bool           `json:"ready"`
+	SchedulableWorkers int            `json:"schedulable_workers"`
+	Workers            []workerJSON   `json:"workers"`
+	Recovery           *core.Recovery `json:"recovery,omitempty"`
 }
 
 func readinessJSON(r core.Readiness) readinessBody {
-	b := readinessBody{Ready: r.Ready, SchedulableWorkers: r.SchedulableWorkers, Workers: make([]workerJSON, len(r.Workers))}
+	b := readinessBody{Ready: r.Ready, SchedulableWorkers: r.SchedulableWorkers, Workers: make([]workerJSON, len(r.Workers)), Recovery: r.Recovery}
 	for i := range r.Workers {
 		b.Workers[i] = toWorkerJSON(r.Workers[i])
 	}

@@ -23,6 +23,17 @@ func (s *Server) writeStats(w io.Writer) {
 	perf.WriteCounter(w, `kvselect_reservations_released_total{cause="freed"}`, st.Freed)
 	perf.WriteCounter(w, `kvselect_reservations_released_total{cause="expired"}`, st.Expired)
 	perf.WriteCounter(w, `kvselect_reservations_released_total{cause="worker_removed"}`, st.WorkerGone)
+	perf.WriteCounter(w, `kvselect_reservations_released_total{cause="replica_freed"}`, st.ReplicaFreed)
+	perf.WriteCounter(w, `kvselect_reservations_released_total{cause="replica_replaced"}`, st.ReplicaReplaced)
+	perf.WriteCounter(w, `kvselect_replica_events_applied_total`, st.ReplicaApplied)
+	for d, n := range st.ReplicaDropped {
+		perf.WriteCounter(w, replicaDropNames[d], n)
+	}
+	if r := st.Recovery; r != nil {
+		perf.WriteGauge(w, `kvselect_recovered_partitions`, float64(r.Partitions))
+		perf.WriteGauge(w, `kvselect_recovered_events`, float64(r.Events))
+		perf.WriteGauge(w, `kvselect_recovery_failed_peers`, float64(r.FailedPeers))
+	}
 	perf.WriteGauge(w, `kvselect_active_reservations`, float64(st.Reservations))
 	perf.WriteGauge(w, `kvselect_active_reservations_limit`, float64(st.MaxReservations))
 	perf.WriteGauge(w, `kvselect_reservation_bytes`, float64(st.ReservationBytes))
@@ -83,6 +94,13 @@ var approxNames = func() (out [2][6]string) {
 			"kvselect_approx_index_pruned_blocks_total", "kvselect_approx_index_prunes_total"} {
 			out[i][j] = perf.Label(m, "index", index)
 		}
+	}
+	return out
+}()
+
+var replicaDropNames = func() (out [core.NumReplicaDrops]string) {
+	for d := range out {
+		out[d] = perf.Label("kvselect_replica_events_dropped_total", "reason", core.ReplicaDrop(d).String())
 	}
 	return out
 }()

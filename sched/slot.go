@@ -115,6 +115,20 @@ func (s *Slot) Worker() radix.WorkerKey {
 	return s.w.key
 }
 
+// Prefill returns the prefill the slot still counts in A_p: 0 once
+// completed or released.
+func (s *Slot) Prefill() int64 { return s.prefill.Load() }
+
+// AppendHashes appends the slot's tracking hashes to dst: the copy Book
+// kept when it joined the worker's prompt trie, none without KV reuse or
+// once released.
+func (s *Slot) AppendHashes(dst []uint64) []uint64 {
+	s.mustBeBooked()
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	return append(dst, s.hashes...)
+}
+
 // Retired reports whether the slot's worker rank was retired (false before
 // Book).
 func (s *Slot) Retired() bool { return s.w != nil && s.w.Retired() }

@@ -1,4 +1,4 @@
-package zmqin
+package zmqin_test
 
 import (
 	"fmt"
@@ -8,17 +8,19 @@ import (
 
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/radix"
+	"github.com/kvselect/kvselect/zmqin"
+	"github.com/kvselect/kvselect/zmqin/zmqpub"
 )
 
 // e2eBatch fills b with batch i of a steady stream: one BlockStored of
 // blocks new blocks (block size bs) and, once the stream is warm, one
 // BlockRemoved of the blocks stored window batches earlier, so the index
 // stays the same size.
-func e2eBatch(b *WireBatch, i uint64, blocks, bs int, toks []uint32) {
+func e2eBatch(b *zmqin.WireBatch, i uint64, blocks, bs int, toks []uint32) {
 	const window = 1024
 	b.Timestamp = float64(i)
 	b.Events = b.Events[:0]
-	st := WireEvent{Kind: radix.Stored, BlockSize: bs, Medium: "GPU", SpecKind: "full_attention", TokenIDs: toks[:blocks*bs]}
+	st := zmqin.WireEvent{Kind: radix.Stored, BlockSize: bs, Medium: "GPU", SpecKind: "full_attention", TokenIDs: toks[:blocks*bs]}
 	for k := range blocks {
 		st.BlockHashes = append(st.BlockHashes, i<<8|uint64(k)+1)
 	}
@@ -27,7 +29,7 @@ func e2eBatch(b *WireBatch, i uint64, blocks, bs int, toks []uint32) {
 	}
 	b.Events = append(b.Events, st)
 	if i >= window {
-		rm := WireEvent{Kind: radix.Removed, Medium: "GPU"}
+		rm := zmqin.WireEvent{Kind: radix.Removed, Medium: "GPU"}
 		for k := range blocks {
 			rm.BlockHashes = append(rm.BlockHashes, (i-window)<<8|uint64(k)+1)
 		}
@@ -50,14 +52,14 @@ func BenchmarkEndToEnd(b *testing.B) {
 	for _, blocks := range []int{1, 4, 16} {
 		b.Run(fmt.Sprintf("blocks=%d", blocks), func(b *testing.B) {
 			const bs = 16
-			p := newPublisher(b, PublisherConfig{})
-			in := newIngress(b, Config{DialBackoffMin: time.Millisecond})
+			p := newPublisher(b, zmqpub.Config{})
+			in := newIngress(b, zmqin.Config{DialBackoffMin: time.Millisecond})
 			ix, _ := radix.New(radix.Config{})
 			in.Sync(1, bs, []core.RankSource{{Endpoint: p.Endpoint()}}, benchSink{ix})
 			waitSubscribed(b, p, 1)
-			var wb WireBatch
+			var wb zmqin.WireBatch
 			toks := make([]uint32, blocks*bs)
-			var enc Encoder
+			var enc zmqin.Encoder
 			n := uint64(b.N)
 			done := func() uint64 {
 				s := in.Stats()
@@ -104,14 +106,14 @@ func BenchmarkEndToEndPaced(b *testing.B) {
 	for _, rate := range []int{10000, 50000, 100000, 200000} {
 		b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) {
 			const bs, blocks = 16, 4
-			p := newPublisher(b, PublisherConfig{HWM: 1 << 22})
-			in := newIngress(b, Config{DialBackoffMin: time.Millisecond})
+			p := newPublisher(b, zmqpub.Config{HWM: 1 << 22})
+			in := newIngress(b, zmqin.Config{DialBackoffMin: time.Millisecond})
 			ix, _ := radix.New(radix.Config{})
 			in.Sync(1, bs, []core.RankSource{{Endpoint: p.Endpoint()}}, benchSink{ix})
 			waitSubscribed(b, p, 1)
-			var wb WireBatch
+			var wb zmqin.WireBatch
 			toks := make([]uint32, blocks*bs)
-			var enc Encoder
+			var enc zmqin.Encoder
 			perStep := max(1, rate/1000)
 			tick := time.NewTicker(time.Millisecond)
 			defer tick.Stop()

@@ -1,9 +1,12 @@
 // Package zmqin is kvselect's ZeroMQ ingress for the KV-cache events that
-// vLLM and SGLang workers publish (spec/kv-events-wire.md): the wire codec,
-// the per-rank listeners behind core.Ingress (Ingress), and the publishing
-// side (Publisher) that simulated engines and tests use. It is the only
-// package that imports a ZMQ library (go-zeromq/zmq4, connection layer only:
-// see transport.go for why its Socket types are not used).
+// vLLM and SGLang workers publish (vllm-project/vllm:
+// vllm/distributed/kv_events.py, sgl-project/sglang:
+// python/sglang/srt/disaggregation/kv_events.py): the wire codec, the
+// per-rank listeners behind core.Ingress (Ingress) and the ZMTP connection
+// they use (Conn). It is the only package that imports a ZMQ library
+// (go-zeromq/zmq4, for the handshake only: see transport.go for why its
+// Socket types and framing are not used). The publishing side that the
+// simulated engines and tests use is package zmqpub.
 //
 // # Using an Ingress (the host's duties)
 //
@@ -27,48 +30,77 @@
 //
 // # Listeners
 //
-// Each (worker, rank) has a listener with two goroutines. The reader owns
-// the SUB connection: it dials the endpoint (retrying forever, backoff
-// doubling from DialBackoffMin to DialBackoffMax, so a worker may start
-// after the selector), subscribes to every topic, and receives. After any
-// receive error (the publisher closed, a frame over MaxFrameSize) the
-// connection is dropped and a new one dialed; zmq4's automatic reconnect is
-// never used. Messages that are not [topic, seq (8 bytes BE), payload] are
-// counted (BadFrames) and skipped. The rest go into the rank's queue,
-// bounded by QueueLimit: a message arriving at a full queue is dropped and
-// counted (Overflow), and shows later as a sequence gap.
+// Each (worker, rank) has a listener whose goroutine dials the endpoint
+// (retrying forever, so a worker may start after the selector), subscribes
+// to every topic and, once connected, starts a reader goroutine for that
+// connection and processes what it reads; when the connection ends it
+// consumes what is still queued, releases the connection's buffers (read
+// buffer, queue, decoder scratch) and dials again. A listener that is not
+// connected is one goroutine (a 4 KiB stack) and about 2 KiB of heap; a
+// connected one about 105 KiB and two goroutines (BenchmarkRegisterRanks;
+// TestUnconnectedRankCost holds the first to 1 goroutine and 16 KiB of
+// heap). Capping the number of listeners is the host's business; Stats
+// reports Ranks and Connected.
 //
-// The processor owns the rank's sequence watermark and Decoder. It applies
-// the rules below, decodes, copies the events out of the Decoder and hands
-// them to the worker's writer. Writers (Config.Writers, a worker always maps
-// to the same one) call the sink's ApplyBatch in queue order, coalescing
-// consecutive batches of one sink into one call of at most MaxApplyEvents
-// events; they also run ClearRank and Detach's barrier, so everything a
-// sink sees about one worker comes from one goroutine, in order.
+// Dialing: the wait before a redial (after a failed dial, or a lost
+// connection) doubles from DialBackoffMin to DialBackoffMax, less up to
+// half of it (jitter), and restarts from DialBackoffMin only after a
+// connection that delivered a well-formed message. Redials after a
+// failure are then paced to DialRate a second over all listeners, so
+// thousands of unreachable endpoints cost a bounded share of a core (each
+// is retried less often than DialBackoffMax once they are more than
+// DialRate x DialBackoffMax). zmq4's automatic reconnect is never used.
+//
+// Receiving: messages are read within limits checked at each frame
+// header, before the frame's body is read: at most 3 frames, MaxFrameSize
+// bytes per frame and MaxMessageSize per message, so a reader holds at
+// most one message of at most MaxMessageSize (a large frame's memory is
+// allocated as its bytes arrive, not as announced). A peer that breaks a limit
+// loses its connection (counted in RecvErrors and by reason:
+// TooManyFrames, MessageTooLarge, FrameTooLarge; the reason becomes the
+// rank's LastError), as does any other receive error (the publisher
+// closed). Messages that are not [topic, seq (8 bytes BE), payload] are
+// counted (BadFrames) and skipped. The rest go into the connection's
+// queue, bounded by QueueLimit messages and MaxQueueBytes payload bytes,
+// while all queues together hold at most MaxTotalQueueBytes: a message
+// that does not fit is dropped and counted (Overflow), and shows later as
+// a sequence gap. Stats reports the queued messages and bytes and the
+// limits.
+//
+// Processing: the listener's goroutine owns the rank's sequence watermark
+// and Decoder. It applies the rules below, decodes, copies the events out
+// of the Decoder and hands them to the worker's writer. Writers
+// (Config.Writers, a worker always maps to the same one) call the sink's
+// ApplyBatch in queue order, coalescing consecutive batches of one sink
+// into one call of at most MaxApplyEvents events; they also run ClearRank
+// and Detach's barrier, so everything a sink sees about one worker comes
+// from one goroutine, in order. Since the goroutine that processes also
+// dials, it dials again only after consuming everything the old
+// connection queued: batches published while it does are missed (a gap,
+// replayed where possible), as they would be during any reconnection.
 //
 // # Sequence numbers, replay and restarts
 //
-// The watermark of a (worker, rank) is the seq of the last batch applied,
-// or none (before the first batch and after a restart). For each live
+// The watermark of a (worker, rank) is the seq of the last batch consumed
+// (applied, or rejected as undecodable: rule 5), or none (before the first
+// batch and after a restart); Status reports it as LastSeq. For each live
 // message with sequence number seq, in order:
 //
-//  1. Restart, rule 1. If the message is the first one processed from a new
-//     connection, and seq <= W, where W is the watermark as the reader read
-//     it just before dialing that connection, and no restart has been
-//     handled since W was read, the publisher is a new incarnation: the
-//     rank's blocks are cleared (sink.ClearRank, through the writer), the
-//     Decoder reset, the watermark set to none, and Restarts counted.
-//     Why this is sound: a PUB socket sends a new subscriber only batches
-//     published after the subscription; every seq in W was published
-//     before the dial, so the same incarnation's first batch on the new
-//     connection has a seq above W. (Read after subscribing, W could
-//     include batches a concurrent replay fetched after the subscription;
-//     read across a restart the processor handled meanwhile, W would be an
-//     older incarnation's.) A publisher restarted at the same address
-//     starts again from 0, so the first seq the listener sees from it is
-//     the number of batches it published before the new subscription took
-//     effect: rule 1 detects it when that number is at most W (the
-//     reconnect backoff is at most DialBackoffMax).
+//  1. Restart, rule 1. If the message is the first one of a new
+//     connection and seq <= the watermark, the publisher is a new
+//     incarnation: the rank's blocks are cleared (sink.ClearRank, through
+//     the writer), the Decoder reset, the watermark set to none, and
+//     Restarts counted. Why this is sound: a PUB socket sends a new
+//     subscriber only batches published after the subscription, and the
+//     watermark then holds only seqs of earlier connections (the listener
+//     consumes every message of a connection before dialing the next),
+//     all published before it; so the same incarnation's first batch on
+//     the new connection has a seq above the watermark. A publisher
+//     restarted at the same address starts again from 0, so the first seq
+//     the listener sees from it is the number of batches it published
+//     before the new subscription took effect: rule 1 detects it when that
+//     number is at most the watermark (the reconnect wait is at most
+//     DialBackoffMax, unless the dial pacer stretches it).
 //  2. Restart, rule 2 (with a replay endpoint). Otherwise, if the first
 //     message of a new connection has seq > L (the watermark), the
 //     listener replays from L itself: the same incarnation answers first
@@ -80,49 +112,65 @@
 //     as a gap replay. This also heals any gap of the reconnection.
 //  3. Gap. With no watermark and seq > 0, the range [0, seq) is missing;
 //     with watermark L and seq > L+1, the range [L+1, seq). The gap is
-//     counted (Gaps, MissedBatches) and, with a replay endpoint, replayed:
+//     counted (Gaps, MissedBatches; each missing seq once, including one
+//     rule 2's replay counted but could not fill) and, with a replay
+//     endpoint, replayed:
 //     a fresh DEALER connection sends ["", from (8 bytes BE)], every reply
 //     (["", seq, payload] or ["", topic, seq, payload]) whose seq is above
 //     the watermark is decoded and applied in order, and the end marker
 //     (seq 0xff..ff with an empty payload) ends the replay. A first reply
 //     after the requested seq means the publisher no longer has that
-//     history (ReplayLost). A failed replay (dial, ReplayTimeout per reply,
-//     bad reply) is counted (ReplayFailures) and live processing resumes;
-//     the batches stay lost. Live messages keep queueing meanwhile.
+//     history (ReplayLost). A failed replay (dial, ReplayTimeout per
+//     reply, a bad reply, a reply over the limits: 4 frames, MaxFrameSize,
+//     MaxMessageSize) is counted (ReplayFailures) and live processing
+//     resumes; the batches stay lost. Live messages keep queueing
+//     meanwhile.
 //  4. Stale. With watermark L and seq <= L (also after a replay that
 //     covered seq), the batch is dropped and counted (Stale).
-//  5. Apply. The payload is decoded; a malformed payload is counted
-//     (DecodeErrors) and skipped without moving the watermark; otherwise
-//     its events go to the writer and the watermark becomes seq.
+//  5. Apply. The payload is decoded and its events go to the writer; a
+//     malformed payload is counted (DecodeErrors) and its events skipped.
+//     Either way the watermark becomes seq: the batch was received, so its
+//     seq is not missing (were the watermark left behind, every later
+//     batch would count the same range as a gap again), and a replay
+//     would return the same bytes.
 //
 // Not detected (vLLM puts no incarnation id on the wire): without a replay
 // endpoint (or once the publisher's replay buffer has moved past the
-// watermark), a restarted publisher that published more than W batches
-// before the listener resubscribed looks like a gap, and one whose first
-// seq is above W but not above the watermark at processing time (the
-// processor lagging behind) is dropped as stale until its sequence passes
-// the watermark. Re-registering the worker with a different endpoint, or
-// Detach then Sync, clears the rank in both cases. A batch whose
-// data_parallel_rank differs from the listener's rank is applied under the
-// batch's rank, which a restart does not clear.
+// watermark), a restarted publisher that published more batches than the
+// watermark before the listener resubscribed looks like a gap.
+// Re-registering the worker with a different endpoint, or Detach then
+// Sync, clears the rank. A batch whose data_parallel_rank differs from the
+// listener's rank is applied under the batch's rank, which a restart does
+// not clear.
 //
 // TestChaos (package bench) checks these rules end to end against engines
 // that restart, lose connections and clear, with the engines as the model.
 //
 // # Goroutines
 //
-//   - Ingress: Config.Writers writers, fed by the processors, Sync (clears)
+//   - Ingress: Config.Writers writers, fed by the listeners, Sync (clears)
 //     and Detach (barriers); each owns its coalescing scratch; they stop
 //     when Close closes their queues after every listener stopped.
-//   - Per (worker, rank): a reader (owns the SUB connection; feeds the
-//     rank queue) and a processor (owns the watermark, the Decoder and, for
-//     the length of a replay, a DEALER connection; feeds the writer). Both
-//     stop when Sync replaces or removes the rank, on Detach and on Close:
-//     the listener's context is cancelled and its connection closed, which
-//     unblocks any read; stop waits for both.
-//   - Publisher: an accept loop per bound socket; per subscriber a reader
-//     (subscriptions) and a writer (its bounded queue); per replay client
-//     one goroutine. Close closes the listeners and connections and waits.
+//   - Per (worker, rank): one goroutine (dials; owns the watermark, the
+//     Decoder and, for the length of a replay, a DEALER connection; feeds
+//     the writer) and, while connected, a reader (owns the SUB
+//     connection's read side; feeds the connection's queue, and closes it
+//     when the connection ends, which ends that connection's processing).
+//     Both stop when Sync replaces or removes the rank, on Detach and on
+//     Close: the listener's context is cancelled and its connection
+//     closed, which unblocks any read, dial or wait; stop waits for both.
+//
+// # Transport
+//
+// Conn is one ZMTP 3.0 connection (NULL mechanism) that Dial or Open
+// makes over a net.Conn this package owns; Close unblocks a pending Recv.
+// Recv reads one message within the connection's Limits (frames per
+// message, bytes per frame and per message), checked at each frame header
+// so that a peer can never make it buffer more; a violation fails with
+// ErrTooManyFrames, ErrMessageTooLarge or ErrFrameTooLarge, and the
+// connection must be dropped. The limits are per connection because the
+// protocols differ: a live message has 3 frames, a replay reply 4, a
+// replica-sync envelope would have 2. zmqpub's Publisher uses Conn too.
 //
 // # Wire format handled
 //
@@ -152,8 +200,9 @@
 //     publisher restarts (its seq goes back).
 //  2. For each message, call ParseFrames; on error count and skip it.
 //  3. Call Decode with the payload and the listener's (worker, rank). An
-//     error wraps ErrMalformed: skip the whole batch and do not advance the
-//     sequence watermark. Otherwise the Batch carries the usable events in
+//     error wraps ErrMalformed: skip the whole batch (none of it may be
+//     applied), but treat its seq as received when checking the next one
+//     for a gap. Otherwise the Batch carries the usable events in
 //     emission order, with Worker set to the effective rank (the batch's
 //     data_parallel_rank when present, else the listener's), and per-reason
 //     counts of the events it skipped (DropReason): unknown tags, unknown
@@ -177,6 +226,7 @@
 // # Encoding
 //
 // Encoder writes batches exactly as msgspec does for vLLM's GPU block pool,
-// in array or map form. Tests use it, and the simulated engines publish
-// with it, so the decoder and the simulator share one definition.
+// in array or map form. The ingress never encodes: tests use it, and the
+// simulated engines publish with it (through zmqpub), so the decoder and
+// the simulator share one definition.
 package zmqin

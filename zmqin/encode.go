@@ -8,8 +8,9 @@ import (
 	"github.com/kvselect/kvselect/radix"
 )
 
-// Encoding is the layout of events inside a batch (the batch itself is
-// always a positional array, spec section 2.2).
+// Encoding is the layout of events inside a batch. The batch itself is
+// always a positional array: vLLM's EventBatch stays array_like when its
+// events become maps (vllm-project/vllm:vllm/distributed/kv_events.py).
 type Encoding uint8
 
 const (
@@ -224,8 +225,10 @@ func (e Encoder) appendHash(dst []byte, h uint64) []byte {
 	return appendUint(dst, h)
 }
 
-// The append helpers below make msgspec's width choices (spec section 2.1):
-// the smallest encoding, non-negative integers always in the unsigned family.
+// The append helpers below make msgspec's width choices
+// (jcrist/msgspec:src/msgspec/_core.c, mpack_encode_long and its
+// siblings): the smallest encoding, non-negative integers always in the
+// unsigned family, floats always float64.
 
 func appendUint(dst []byte, v uint64) []byte {
 	switch {

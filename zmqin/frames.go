@@ -34,9 +34,10 @@ func ParseFrames(frames [][]byte) (seq uint64, payload []byte, err error) {
 }
 
 // ParseReplayReply splits one message a DEALER receives from a replay
-// ROUTER (spec/kv-events-wire.md section 3): ["", seq, payload] (vLLM <=
-// 0.25, SGLang) or ["", topic, seq, payload] (vLLM >= 0.26, Dynamo's
-// mocker). end is true for the end marker: seq ReplayEndSeq with an empty
+// ROUTER (vllm-project/vllm:vllm/distributed/kv_events.py, which sends
+// each buffered batch from the requested seq on, then the end marker):
+// ["", seq, payload] (vLLM <= 0.25, SGLang) or ["", topic, seq, payload]
+// (vLLM >= 0.26, Dynamo's mocker). end is true for the end marker: seq ReplayEndSeq with an empty
 // payload. Any other shape is an error wrapping ErrFrames. payload aliases
 // the last frame.
 func ParseReplayReply(frames [][]byte) (seq uint64, payload []byte, end bool, err error) {

@@ -1,9 +1,13 @@
 package zmqin
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -225,4 +229,103 @@ func FuzzScanFrames(f *testing.F) {
 			t.Fatalf("error %v", errWhole)
 		}
 	})
+}
+
+// FuzzRecv: Conn.Recv, the frame reader of untrusted bytes, never panics
+// and agrees with a straightforward reading of the ZMTP framing: the same
+// messages, and the same verdict (limit broken, command inside a message,
+// stream ended) at the same point. Limits are small so that the fuzzer
+// reaches them.
+func FuzzRecv(f *testing.F) {
+	f.Add(cat(rawMsg([]byte("kv"), make([]byte, 8), []byte{0x90}), rawMsg([]byte("x"))))
+	f.Add(cat(rawReady("PUB"), rawFrame(true, nil), rawFrame(true, nil), rawFrame(true, nil), rawFrame(false, nil)))
+	f.Add(cat(rawFrame(true, make([]byte, 40)), rawFrame(false, make([]byte, 40))))
+	f.Add(rawFrameHeader(false, 1<<62))
+	f.Add(cat(rawFrame(true, []byte("a")), rawReady("SUB")))
+	lim := Limits{MaxFrames: 3, MaxFrameSize: 48, MaxMessageSize: 64}
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		c := &Conn{bc: &bufConn{r: bufio.NewReaderSize(bytes.NewReader(stream), 16)}, lim: lim}
+		ref := refFrames{b: stream, lim: lim}
+		var frames [][]byte
+		for {
+			want, wantErr := ref.next()
+			var err error
+			frames, err = c.Recv(frames)
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				err = errEOF
+			}
+			if (err == nil) != (wantErr == nil) || (err != nil && !errors.Is(err, wantErr)) {
+				t.Fatalf("Recv error %v, reference %v", err, wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if !reflect.DeepEqual(normFrames(frames), normFrames(want)) {
+				t.Fatalf("Recv %q, reference %q", frames, want)
+			}
+		}
+	})
+}
+
+func normFrames(fs [][]byte) [][]byte {
+	out := make([][]byte, len(fs))
+	for i, f := range fs {
+		out[i] = append([]byte{}, f...)
+	}
+	return out
+}
+
+// refFrames reads ZMTP frames from b the plain way, with lim.
+type refFrames struct {
+	b   []byte
+	lim Limits
+}
+
+// errEOF stands for any end of the stream (io.EOF or io.ErrUnexpectedEOF).
+var errEOF = errors.New("end of stream")
+
+func (r *refFrames) next() ([][]byte, error) {
+	var msg [][]byte
+	total := 0
+	for {
+		if len(r.b) < 2 {
+			return nil, errEOF
+		}
+		flags := r.b[0]
+		size, hdr := uint64(r.b[1]), 2
+		if flags&flagLong != 0 {
+			if len(r.b) < 9 {
+				return nil, errEOF
+			}
+			size, hdr = binary.BigEndian.Uint64(r.b[1:9]), 9
+		}
+		r.b = r.b[hdr:]
+		if flags&flagCommand != 0 {
+			if len(msg) > 0 || flags&flagMore != 0 {
+				return nil, errProtocol
+			}
+		} else if len(msg) == r.lim.MaxFrames {
+			return nil, ErrTooManyFrames
+		}
+		if size > uint64(r.lim.MaxFrameSize) {
+			return nil, ErrFrameTooLarge
+		}
+		if flags&flagCommand == 0 {
+			if total += int(size); total > r.lim.MaxMessageSize {
+				return nil, ErrMessageTooLarge
+			}
+		}
+		if uint64(len(r.b)) < size {
+			return nil, errEOF
+		}
+		body := r.b[:size]
+		r.b = r.b[size:]
+		if flags&flagCommand != 0 {
+			continue
+		}
+		msg = append(msg, body)
+		if flags&flagMore == 0 {
+			return msg, nil
+		}
+	}
 }

@@ -53,8 +53,8 @@ func readHex(t testing.TB, name string) []byte {
 
 func bh(seed uint64, toks ...uint32) uint64 { return radix.BlockHash(toks, seed) }
 
-// specTokens are the 8 token ids of the spec section 2.6 batch (ids 5..8
-// chosen to fill the spec's byte count, see the fixture).
+// specTokens are the 8 token ids of the vllm_*_stored.hex batch (ids 5..8
+// chosen to fill its byte counts, see the fixture).
 var specTokens = []uint32{35222, 149213, 16543, 66864, 123456, 12345, 100000, 131072}
 
 func specStoredEvent(w radix.WorkerKey) radix.Event {
@@ -126,7 +126,7 @@ func TestGoldenDecode(t *testing.T) {
 		t.Run(tt.file, func(t *testing.T) {
 			payload := readHex(t, tt.file)
 			if tt.size != 0 && len(payload) != tt.size {
-				t.Fatalf("fixture has %d bytes, the spec says %d", len(payload), tt.size)
+				t.Fatalf("fixture has %d bytes, its header says %d", len(payload), tt.size)
 			}
 			d := NewDecoder(tt.blockSize)
 			got, err := d.Decode(payload, listener)
@@ -145,8 +145,8 @@ func TestGoldenDecode(t *testing.T) {
 	}
 }
 
-// TestGoldenEncode checks that the encoder writes the spec's bytes exactly
-// (section 2.6), in both encodings.
+// TestGoldenEncode checks that the encoder writes the fixtures' bytes
+// exactly, in both encodings.
 func TestGoldenEncode(t *testing.T) {
 	b := &WireBatch{
 		Timestamp: 1700000000.5, HasDPRank: true,

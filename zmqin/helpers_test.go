@@ -12,14 +12,15 @@ import (
 )
 
 // indexSink is the test's core.EventSink: a radix.Index, plus hooks.
+// Its fields and methods are exported for the external tests.
 type indexSink struct {
 	ix      *radix.Index
-	applied atomic.Uint64 // events
-	cleared atomic.Uint64 // ClearRank calls
-	// gate, when non-nil, blocks ApplyBatch until it is closed.
-	gate chan struct{}
-	// closed, when set, makes any later call a test failure.
-	closed atomic.Bool
+	Applied atomic.Uint64 // events
+	Cleared atomic.Uint64 // ClearRank calls
+	// Gate, when non-nil, blocks ApplyBatch until it is closed.
+	Gate chan struct{}
+	// Closed, when set, makes any later call a test failure.
+	Closed atomic.Bool
 	t      testing.TB
 }
 
@@ -32,27 +33,27 @@ func newIndexSink(t testing.TB) *indexSink {
 }
 
 func (s *indexSink) ApplyBatch(evs []radix.Event) {
-	if s.closed.Load() {
+	if s.Closed.Load() {
 		s.t.Errorf("ApplyBatch of %d events after Detach", len(evs))
 	}
-	if s.gate != nil {
-		<-s.gate
+	if s.Gate != nil {
+		<-s.Gate
 	}
 	s.ix.ApplyBatch(evs)
-	s.applied.Add(uint64(len(evs)))
+	s.Applied.Add(uint64(len(evs)))
 }
 
 func (s *indexSink) ClearRank(w radix.WorkerKey) {
-	if s.closed.Load() {
+	if s.Closed.Load() {
 		s.t.Errorf("ClearRank(%v) after Detach", w)
 	}
-	s.cleared.Add(1)
+	s.Cleared.Add(1)
 	s.ix.Apply(&radix.Event{Worker: w, Kind: radix.Cleared})
 }
 
-// depth returns how many leading blocks of tokens worker w holds on the
+// Depth returns how many leading blocks of tokens worker w holds on the
 // device tier.
-func (s *indexSink) depth(w radix.WorkerKey, tokens []uint32) uint32 {
+func (s *indexSink) Depth(w radix.WorkerKey, tokens []uint32) uint32 {
 	q := radix.LocalHashes(nil, tokens, testBlockSize, radix.HashSeed("", ""))
 	var r radix.Result
 	s.ix.Match(q, &r)
@@ -131,18 +132,6 @@ func newIngress(t testing.TB, cfg Config) *Ingress {
 	return in
 }
 
-func newPublisher(t testing.TB, cfg PublisherConfig) *Publisher {
-	if cfg.Endpoint == "" {
-		cfg.Endpoint = "tcp://127.0.0.1:0"
-	}
-	p, err := NewPublisher(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	return p
-}
-
 // freeEndpoint returns a tcp endpoint on loopback with a port that was free
 // a moment ago.
 func freeEndpoint(t testing.TB) string {
@@ -155,42 +144,4 @@ func freeEndpoint(t testing.TB) string {
 	return ep
 }
 
-func waitSubscribed(t testing.TB, p *Publisher, n int) {
-	t.Helper()
-	waitFor(t, "subscribers", func() bool { return p.Stats().Subscribers >= n })
-}
-
 func status(in *Ingress, id uint64) []core.RankStatus { return in.Status(id, nil) }
-
-// cutSubscribers closes every subscriber connection of p from the
-// publisher's side.
-func cutSubscribers(p *Publisher) { p.DropSubscribers() }
-
-// subs returns p's current subscribers.
-func subs(p *Publisher) map[*subscriber]bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	m := make(map[*subscriber]bool, len(p.mu.subs))
-	for s := range p.mu.subs {
-		m[s] = true
-	}
-	return m
-}
-
-// waitNewSubscriber waits until p has exactly one subscriber, subscribed,
-// and not one of old.
-func waitNewSubscriber(t testing.TB, p *Publisher, old map[*subscriber]bool) {
-	t.Helper()
-	waitFor(t, "a new subscriber", func() bool {
-		cur := subs(p)
-		if len(cur) != 1 {
-			return false
-		}
-		for s := range cur {
-			if old[s] {
-				return false
-			}
-		}
-		return p.Stats().Subscribers == 1
-	})
-}

@@ -1,110 +1,32 @@
 package zmqin
 
 import (
+	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
-	"unsafe"
 
 	"github.com/kvselect/kvselect/core"
-	"github.com/kvselect/kvselect/radix"
 )
 
-// Config configures an Ingress. The zero Config is valid: every zero field
-// takes the default named beside it.
-type Config struct {
-	// Writers is the number of writer goroutines that apply decoded events
-	// to sinks; a worker always maps to the same writer. 0 means
-	// DefaultWriters().
-	Writers int
-	// QueueLimit is the number of received messages one rank's reader may
-	// queue ahead of its processor (decode, sequence checks, replay). A
-	// message arriving at a full queue is dropped and counted (Overflow);
-	// the processor then sees a sequence gap. 0 means 1024.
-	QueueLimit int
-	// WriterQueue is the number of decoded batches a writer may have
-	// pending; a processor blocks when its writer's queue is full, and
-	// then its own queue fills. 0 means 256.
-	WriterQueue int
-	// MaxApplyEvents caps the events a writer passes to one
-	// EventSink.ApplyBatch call when it coalesces consecutive batches of
-	// one sink. 0 means 4096.
-	MaxApplyEvents int
-	// DialBackoffMin and DialBackoffMax bound the wait between two failed
-	// dials of an endpoint; the wait doubles from Min up to Max. 0 means
-	// 50ms and 5s.
-	DialBackoffMin, DialBackoffMax time.Duration
-	// ReplayTimeout bounds the dial of a replay endpoint and each read of
-	// a replay reply; a replay that times out ends and live processing
-	// resumes. 0 means 5s.
-	ReplayTimeout time.Duration
-	// MaxFrameSize is the largest ZMTP frame a listener accepts; a peer
-	// announcing a larger one loses its connection (counted as a receive
-	// error) before anything is allocated for it. 0 means 64 MiB.
-	MaxFrameSize int
-}
-
-// DefaultWriters is the writer count used when Config.Writers is 0: one per
-// two procs, at least one, like radix.DefaultShards. A CPU profile of
-// BenchmarkEndToEnd (4-block batches, 2 procs) puts the writers' index
-// work at about 13% of the CPU against 11% for reading frames and 12% for
-// decoding, so writers are not the bottleneck of one rank; more writers
-// only spread many workers.
-func DefaultWriters() int { return max(1, runtime.GOMAXPROCS(0)/2) }
-
-// Validate reports a Config that cannot work.
-func (c Config) Validate() error {
-	if c.Writers < 0 || c.Writers > 1024 || c.QueueLimit < 0 || c.WriterQueue < 0 || c.MaxApplyEvents < 0 || c.MaxFrameSize < 0 {
-		return fmt.Errorf("zmqin: invalid config: negative or huge count in %+v", c)
+// countLimit counts a connection dropped for breaking its Limits.
+func (in *Ingress) countLimit(err error) {
+	switch {
+	case errors.Is(err, ErrTooManyFrames):
+		in.st.tooManyFrames.Add(1)
+	case errors.Is(err, ErrMessageTooLarge):
+		in.st.messageTooLarge.Add(1)
+	case errors.Is(err, ErrFrameTooLarge):
+		in.st.frameTooLarge.Add(1)
 	}
-	if c.DialBackoffMin < 0 || c.DialBackoffMax < 0 || c.ReplayTimeout < 0 {
-		return fmt.Errorf("zmqin: invalid config: negative duration in %+v", c)
-	}
-	if c.DialBackoffMax != 0 && c.DialBackoffMin > c.DialBackoffMax {
-		return fmt.Errorf("zmqin: invalid config: DialBackoffMin %v > DialBackoffMax %v", c.DialBackoffMin, c.DialBackoffMax)
-	}
-	return nil
-}
-
-func (c Config) withDefaults() Config {
-	if c.Writers == 0 {
-		c.Writers = DefaultWriters()
-	}
-	if c.QueueLimit == 0 {
-		c.QueueLimit = 1024
-	}
-	if c.WriterQueue == 0 {
-		c.WriterQueue = 256
-	}
-	if c.MaxApplyEvents == 0 {
-		c.MaxApplyEvents = 4096
-	}
-	if c.DialBackoffMin == 0 {
-		c.DialBackoffMin = 50 * time.Millisecond
-	}
-	if c.DialBackoffMax == 0 {
-		c.DialBackoffMax = 5 * time.Second
-	}
-	if c.DialBackoffMax < c.DialBackoffMin {
-		c.DialBackoffMax = c.DialBackoffMin
-	}
-	if c.ReplayTimeout == 0 {
-		c.ReplayTimeout = 5 * time.Second
-	}
-	if c.MaxFrameSize == 0 {
-		c.MaxFrameSize = 64 << 20
-	}
-	return c
 }
 
 // Stats is a snapshot of an Ingress's counters, cumulative since New
-// (gauges say so). Cheap: atomics only, plus one pass over the ranks for
-// the queue depth.
+// (gauges say so). Cheap: atomics only.
 type Stats struct {
-	Ranks int // rank listeners running (gauge)
+	Ranks     int // rank listeners running (gauge)
+	Connected int // rank listeners with a live SUB connection (gauge)
 
 	BatchesApplied uint64 // wire batches whose events reached a sink
 	EventsApplied  uint64 // events passed to sinks
@@ -130,10 +52,25 @@ type Stats struct {
 
 	Connects   uint64 // successful connections (first and re-)
 	DialErrors uint64 // failed dials or handshakes
-	RecvErrors uint64 // connections lost while receiving
+	RecvErrors uint64 // connections lost while receiving (any reason)
 
-	QueueDepth int // messages queued over all ranks (gauge)
+	// Connections (live or replay) dropped because the peer broke a limit
+	// (see Limits), by reason: a message of more frames than its protocol
+	// has, a message over MaxMessageSize, a frame over MaxFrameSize.
+	TooManyFrames   uint64
+	MessageTooLarge uint64
+	FrameTooLarge   uint64
+
+	// QueueDepth is the messages queued over all ranks, those being
+	// handled included (gauge); one rank's is at most QueueLimit.
+	QueueDepth int
 	QueueLimit int // per-rank queue limit (Config.QueueLimit)
+	// QueueBytes is the payload bytes queued over all ranks, the
+	// messages being handled included (gauge): at most
+	// QueueBytesLimitTotal, one rank's at most QueueBytesLimit.
+	QueueBytes           int64
+	QueueBytesLimit      int64 // Config.MaxQueueBytes
+	QueueBytesLimitTotal int64 // Config.MaxTotalQueueBytes
 }
 
 // stats are the Ingress's counters, written by every goroutine with atomic
@@ -146,6 +83,15 @@ type stats struct {
 	replays, replayedBatches, replayFailures, replayLost atomic.Uint64
 	restarts                                             atomic.Uint64
 	connects, dialErrors, recvErrors                     atomic.Uint64
+	tooManyFrames, messageTooLarge, frameTooLarge        atomic.Uint64
+
+	// Gauges. ranks and connected count listeners and live connections.
+	// queuedMsgs and queuedBytes are the messages in every rank's queue,
+	// those being handled included, and their payload bytes: counted by a
+	// reader before it queues a message (queuedBytes never above
+	// MaxTotalQueueBytes), uncounted once its listener is done with it.
+	ranks, connected        atomic.Int64
+	queuedMsgs, queuedBytes atomic.Int64
 }
 
 // Ingress is the ZeroMQ implementation of core.Ingress: one supervised SUB
@@ -169,7 +115,8 @@ type Ingress struct {
 		closed  bool
 	}
 
-	st stats
+	st    stats
+	pacer dialPacer
 }
 
 var _ core.Ingress = (*Ingress)(nil)
@@ -187,6 +134,7 @@ func New(cfg Config) (*Ingress, error) {
 	}
 	cfg = cfg.withDefaults()
 	in := &Ingress{cfg: cfg}
+	in.pacer.init(cfg.DialRate)
 	in.mu.workers = make(map[uint64]*workerState)
 	in.writers = make([]*writer, cfg.Writers)
 	for i := range in.writers {
@@ -308,6 +256,8 @@ func (in *Ingress) Status(workerID uint64, dst []core.RankStatus) []core.RankSta
 func (in *Ingress) Stats() Stats {
 	s := &in.st
 	out := Stats{
+		Ranks:           int(s.ranks.Load()),
+		Connected:       int(s.connected.Load()),
 		BatchesApplied:  s.batchesApplied.Load(),
 		EventsApplied:   s.eventsApplied.Load(),
 		BadFrames:       s.badFrames.Load(),
@@ -324,19 +274,19 @@ func (in *Ingress) Stats() Stats {
 		Connects:        s.connects.Load(),
 		DialErrors:      s.dialErrors.Load(),
 		RecvErrors:      s.recvErrors.Load(),
+		TooManyFrames:   s.tooManyFrames.Load(),
+		MessageTooLarge: s.messageTooLarge.Load(),
+		FrameTooLarge:   s.frameTooLarge.Load(),
+		QueueDepth:      int(s.queuedMsgs.Load()),
 		QueueLimit:      in.cfg.QueueLimit,
+
+		QueueBytes:           s.queuedBytes.Load(),
+		QueueBytesLimit:      int64(in.cfg.MaxQueueBytes),
+		QueueBytesLimitTotal: int64(in.cfg.MaxTotalQueueBytes),
 	}
 	for i := range s.events {
 		out.Events[i] = s.events[i].Load()
 	}
-	in.mu.RLock()
-	for _, ws := range in.mu.workers {
-		for _, l := range ws.ranks {
-			out.Ranks++
-			out.QueueDepth += len(l.q)
-		}
-	}
-	in.mu.RUnlock()
 	return out
 }
 
@@ -365,151 +315,4 @@ func (in *Ingress) Close() error {
 	}
 	in.wg.Wait()
 	return nil
-}
-
-// wItem is one unit of a writer's work.
-type wItem struct {
-	op   uint8
-	sink core.EventSink
-	buf  *evBuf          // opEvents: the batch's events; released after apply
-	key  radix.WorkerKey // opClear: the rank to clear
-	done chan struct{}   // opBarrier: closed when reached
-}
-
-const (
-	opEvents uint8 = iota
-	opClear
-	opBarrier
-)
-
-// writer applies the decoded batches of the workers mapped to it, in queue
-// order. Its goroutine is the only caller of its workers' sinks, which is
-// what makes "events of one worker arrive from one goroutine at a time"
-// (core.EventSink) hold.
-type writer struct {
-	in *Ingress
-	q  chan wItem // closed by Ingress.Close after every listener stopped
-
-	// scratch and pending are owned by the writer goroutine.
-	scratch []radix.Event
-	pending []*evBuf
-}
-
-func (w *writer) enqueue(it wItem) { w.q <- it }
-
-// barrier returns when every item queued before it has been handled.
-func (w *writer) barrier() {
-	done := make(chan struct{})
-	w.q <- wItem{op: opBarrier, done: done}
-	<-done
-}
-
-func (w *writer) run() {
-	defer w.in.wg.Done()
-	var next *wItem
-	for {
-		var it wItem
-		if next != nil {
-			it, next = *next, nil
-		} else {
-			var ok bool
-			if it, ok = <-w.q; !ok {
-				return
-			}
-		}
-		switch it.op {
-		case opClear:
-			it.sink.ClearRank(it.key)
-		case opBarrier:
-			close(it.done)
-		case opEvents:
-			// Coalesce the batches already queued for the same sink into
-			// one ApplyBatch call, up to MaxApplyEvents: one shard lock
-			// per run instead of one per wire batch.
-			w.scratch = append(w.scratch[:0], it.buf.evs...)
-			w.pending = append(w.pending[:0], it.buf)
-		more:
-			for len(w.scratch) < w.in.cfg.MaxApplyEvents {
-				select {
-				case n, ok := <-w.q:
-					if !ok {
-						break more
-					}
-					if n.op != opEvents || n.sink != it.sink {
-						next = &n
-						break more
-					}
-					w.scratch = append(w.scratch, n.buf.evs...)
-					w.pending = append(w.pending, n.buf)
-				default:
-					break more
-				}
-			}
-			it.sink.ApplyBatch(w.scratch)
-			w.in.st.batchesApplied.Add(uint64(len(w.pending)))
-			w.in.st.eventsApplied.Add(uint64(len(w.scratch)))
-			clear(w.scratch)
-			for i, b := range w.pending {
-				putEvBuf(b)
-				w.pending[i] = nil
-			}
-		}
-	}
-}
-
-// evBuf owns a copy of one decoded batch's events: evs[i].Blocks and
-// evs[i].Hashes point into blocks and hashes.
-type evBuf struct {
-	evs    []radix.Event
-	blocks []radix.Block
-	hashes []uint64
-}
-
-var evBufPool = sync.Pool{New: func() any { return new(evBuf) }}
-
-// copyEvents returns a pooled evBuf holding a deep copy of evs (which alias
-// a Decoder's memory). The writer releases it after applying.
-func copyEvents(evs []radix.Event) *evBuf {
-	b := evBufPool.Get().(*evBuf)
-	nb, nh := 0, 0
-	for i := range evs {
-		nb += len(evs[i].Blocks)
-		nh += len(evs[i].Hashes)
-	}
-	b.blocks = slices.Grow(b.blocks[:0], nb)
-	b.hashes = slices.Grow(b.hashes[:0], nh)
-	b.evs = append(b.evs[:0], evs...)
-	for i := range b.evs {
-		e := &b.evs[i]
-		if e.Blocks != nil {
-			lo := len(b.blocks)
-			b.blocks = append(b.blocks, e.Blocks...)
-			e.Blocks = b.blocks[lo:len(b.blocks):len(b.blocks)]
-		}
-		if e.Hashes != nil {
-			lo := len(b.hashes)
-			b.hashes = append(b.hashes, e.Hashes...)
-			e.Hashes = b.hashes[lo:len(b.hashes):len(b.hashes)]
-		}
-	}
-	return b
-}
-
-func putEvBuf(b *evBuf) {
-	clear(b.evs)
-	b.evs = b.evs[:0]
-	if b.retained() <= maxPooledEvBytes {
-		evBufPool.Put(b)
-	}
-}
-
-// maxPooledEvBytes bounds what a pooled evBuf keeps between batches: a
-// batch copied from a huge message (MaxFrameSize allows 64 MiB) is dropped
-// after use instead of pinning its memory in the pool. 1 MiB holds about
-// 64 Ki blocks, far beyond a vLLM step's batch.
-const maxPooledEvBytes = 1 << 20
-
-// retained is the memory b keeps for its next use.
-func (b *evBuf) retained() int {
-	return cap(b.evs)*int(unsafe.Sizeof(radix.Event{})) + cap(b.blocks)*int(unsafe.Sizeof(radix.Block{})) + 8*cap(b.hashes)
 }

@@ -1,7 +1,6 @@
-package zmqin
+package zmqin_test
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,15 +8,17 @@ import (
 
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/radix"
+	"github.com/kvselect/kvselect/zmqin"
+	"github.com/kvselect/kvselect/zmqin/zmqpub"
 )
 
 // TestPublisherToIndex: a Publisher's batches reach the index through a
 // listener, and Match shows the overlap; removals shrink it.
 func TestPublisherToIndex(t *testing.T) {
-	for _, enc := range []Encoder{{Encoding: EncodingArray}, {Encoding: EncodingMap}, {Encoding: EncodingMap, Hashes: HashBytes}, {LegacyBatch: true, Hashes: HashSigned}} {
+	for _, enc := range []zmqin.Encoder{{Encoding: zmqin.EncodingArray}, {Encoding: zmqin.EncodingMap}, {Encoding: zmqin.EncodingMap, Hashes: zmqin.HashBytes}, {LegacyBatch: true, Hashes: zmqin.HashSigned}} {
 		t.Run(fmt.Sprintf("%d/%d/%v", enc.Encoding, enc.Hashes, enc.LegacyBatch), func(t *testing.T) {
 			checkNoLeak(t)
-			p := newPublisher(t, PublisherConfig{Encoder: enc, Topic: "kv-events"})
+			p := newPublisher(t, zmqpub.Config{Encoder: enc, Topic: "kv-events"})
 			in := newIngress(t, testConfig())
 			sink := newIndexSink(t)
 			in.Sync(7, testBlockSize, []core.RankSource{{DPRank: 0, Endpoint: p.Endpoint()}}, sink)
@@ -26,9 +27,9 @@ func TestPublisherToIndex(t *testing.T) {
 			w := radix.WorkerKey{WorkerID: 7}
 			toks := tokens(1, 3)
 			p.Publish(stored(0, []uint64{0xa1, 0xf000000000000002, 0xa3}, toks))
-			waitFor(t, "3 blocks matched", func() bool { return sink.depth(w, toks) == 3 })
+			waitFor(t, "3 blocks matched", func() bool { return sink.Depth(w, toks) == 3 })
 			p.Publish(removed(0xa3))
-			waitFor(t, "2 blocks matched", func() bool { return sink.depth(w, toks) == 2 })
+			waitFor(t, "2 blocks matched", func() bool { return sink.Depth(w, toks) == 2 })
 
 			st := status(in, 7)
 			if len(st) != 1 || st[0].State != "live" || !st[0].HasSeq || st[0].LastSeq != 1 || st[0].Batches != 2 || st[0].Gaps != 0 {
@@ -52,18 +53,17 @@ func TestGapHealedByReplay(t *testing.T) {
 	for _, legacy := range []bool{false, true} {
 		t.Run(fmt.Sprintf("legacy=%v", legacy), func(t *testing.T) {
 			checkNoLeak(t)
-			p := newPublisher(t, PublisherConfig{ReplayEndpoint: "tcp://127.0.0.1:0", LegacyReplay: legacy, Topic: "t"})
+			p := newPublisher(t, zmqpub.Config{ReplayEndpoint: "tcp://127.0.0.1:0", LegacyReplay: legacy, Topic: "t"})
 			in := newIngress(t, testConfig())
 			sink := newIndexSink(t)
 			in.Sync(3, testBlockSize, []core.RankSource{{Endpoint: p.Endpoint(), ReplayEndpoint: p.ReplayEndpoint()}}, sink)
 			waitSubscribed(t, p, 1)
 			w := radix.WorkerKey{WorkerID: 3}
 			toks := tokens(100, 3)
-			enc := Encoder{}
 			p.Publish(stored(0, []uint64{1}, toks[:4]))
-			p.publish(enc.AppendBatch(nil, stored(1, []uint64{2}, toks[4:8])), false) // lost live
+			p.PublishLost(stored(1, []uint64{2}, toks[4:8])) // lost live
 			p.Publish(stored(2, []uint64{3}, toks[8:]))
-			waitFor(t, "3 blocks after replay", func() bool { return sink.depth(w, toks) == 3 })
+			waitFor(t, "3 blocks after replay", func() bool { return sink.Depth(w, toks) == 3 })
 			s := in.Stats()
 			if s.Gaps != 1 || s.MissedBatches != 1 || s.Replays != 1 || s.ReplayedBatches != 2 || s.ReplayFailures != 0 || s.Stale != 0 {
 				// Replay answers seq 1 and 2; the live seq 2 then counts
@@ -87,17 +87,17 @@ func TestGapHealedByReplay(t *testing.T) {
 // the later batches still apply.
 func TestGapWithoutReplay(t *testing.T) {
 	checkNoLeak(t)
-	p := newPublisher(t, PublisherConfig{})
+	p := newPublisher(t, zmqpub.Config{})
 	in := newIngress(t, testConfig())
 	sink := newIndexSink(t)
 	in.Sync(3, testBlockSize, []core.RankSource{{Endpoint: p.Endpoint()}}, sink)
 	waitSubscribed(t, p, 1)
 	w := radix.WorkerKey{WorkerID: 3}
 	p.Publish(stored(0, []uint64{1}, tokens(1, 1)))
-	p.publish(Encoder{}.AppendBatch(nil, stored(0, []uint64{2}, tokens(50, 1))), false)
+	p.PublishLost(stored(0, []uint64{2}, tokens(50, 1)))
 	p.Publish(stored(0, []uint64{3}, tokens(90, 1)))
-	waitFor(t, "third batch", func() bool { return sink.depth(w, tokens(90, 1)) == 1 })
-	if sink.depth(w, tokens(50, 1)) != 0 {
+	waitFor(t, "third batch", func() bool { return sink.Depth(w, tokens(90, 1)) == 1 })
+	if sink.Depth(w, tokens(50, 1)) != 0 {
 		t.Fatal("lost batch applied")
 	}
 	if s := in.Stats(); s.Gaps != 1 || s.MissedBatches != 1 || s.Replays != 0 {
@@ -110,7 +110,7 @@ func TestGapWithoutReplay(t *testing.T) {
 // watermark reset and the new incarnation's batches applied.
 func TestPublisherRestartDetected(t *testing.T) {
 	checkNoLeak(t)
-	p1 := newPublisher(t, PublisherConfig{})
+	p1 := newPublisher(t, zmqpub.Config{})
 	ep := p1.Endpoint()
 	in := newIngress(t, testConfig())
 	sink := newIndexSink(t)
@@ -121,12 +121,12 @@ func TestPublisherRestartDetected(t *testing.T) {
 	p1.Publish(stored(0, []uint64{1}, old[:4]))
 	p1.Publish(stored(1, []uint64{2}, old[4:8]))
 	p1.Publish(stored(2, []uint64{3}, old[8:]))
-	waitFor(t, "old blocks", func() bool { return sink.depth(w, old) == 3 })
+	waitFor(t, "old blocks", func() bool { return sink.Depth(w, old) == 3 })
 	_ = p1.Close()
 
-	var p2 *Publisher
+	var p2 *zmqpub.Publisher
 	waitFor(t, "rebind", func() bool {
-		p, err := NewPublisher(PublisherConfig{Endpoint: ep})
+		p, err := zmqpub.New(zmqpub.Config{Endpoint: ep})
 		p2 = p
 		return err == nil
 	})
@@ -136,8 +136,8 @@ func TestPublisherRestartDetected(t *testing.T) {
 	if seq := p2.Publish(stored(0, []uint64{77}, fresh)); seq != 0 {
 		t.Fatalf("new incarnation's first seq %d", seq)
 	}
-	waitFor(t, "fresh block", func() bool { return sink.depth(w, fresh) == 1 })
-	if d := sink.depth(w, old); d != 0 {
+	waitFor(t, "fresh block", func() bool { return sink.Depth(w, fresh) == 1 })
+	if d := sink.Depth(w, old); d != 0 {
 		t.Fatalf("old blocks survive the restart: depth %d", d)
 	}
 	st := status(in, 9)[0]
@@ -154,20 +154,20 @@ func TestPublisherRestartDetected(t *testing.T) {
 // restart.
 func TestReconnectSamePublisher(t *testing.T) {
 	checkNoLeak(t)
-	p := newPublisher(t, PublisherConfig{})
+	p := newPublisher(t, zmqpub.Config{})
 	in := newIngress(t, testConfig())
 	sink := newIndexSink(t)
 	in.Sync(4, testBlockSize, []core.RankSource{{Endpoint: p.Endpoint()}}, sink)
 	waitSubscribed(t, p, 1)
 	w := radix.WorkerKey{WorkerID: 4}
 	p.Publish(stored(0, []uint64{1}, tokens(1, 1)))
-	waitFor(t, "first", func() bool { return sink.depth(w, tokens(1, 1)) == 1 })
+	waitFor(t, "first", func() bool { return sink.Depth(w, tokens(1, 1)) == 1 })
 	// Cut every subscriber connection from the publisher side.
-	cutSubscribers(p)
+	p.DropSubscribers()
 	waitFor(t, "resubscribed", func() bool { return in.Stats().Connects == 2 && p.Stats().Subscribers == 1 })
 	p.Publish(stored(0, []uint64{2}, tokens(50, 1)))
-	waitFor(t, "second", func() bool { return sink.depth(w, tokens(50, 1)) == 1 })
-	if sink.depth(w, tokens(1, 1)) != 1 || in.Stats().Restarts != 0 || sink.cleared.Load() != 0 {
+	waitFor(t, "second", func() bool { return sink.Depth(w, tokens(50, 1)) == 1 })
+	if sink.Depth(w, tokens(1, 1)) != 1 || in.Stats().Restarts != 0 || sink.Cleared.Load() != 0 {
 		t.Fatalf("reconnect treated as restart: %+v", in.Stats())
 	}
 }
@@ -177,9 +177,9 @@ func TestReconnectSamePublisher(t *testing.T) {
 // stops and clears a removed one.
 func TestResync(t *testing.T) {
 	checkNoLeak(t)
-	pa := newPublisher(t, PublisherConfig{})
-	pb := newPublisher(t, PublisherConfig{})
-	pc := newPublisher(t, PublisherConfig{})
+	pa := newPublisher(t, zmqpub.Config{})
+	pb := newPublisher(t, zmqpub.Config{})
+	pc := newPublisher(t, zmqpub.Config{})
 	in := newIngress(t, testConfig())
 	sink := newIndexSink(t)
 	ranks := []core.RankSource{{DPRank: 0, Endpoint: pa.Endpoint()}, {DPRank: 1, Endpoint: pb.Endpoint()}}
@@ -191,22 +191,22 @@ func TestResync(t *testing.T) {
 	pa.Publish(stored(0, []uint64{1, 2}, ta))
 	pb.Publish(stored(0, []uint64{1, 2}, tb))
 	pb.Publish(removed(2))
-	waitFor(t, "both ranks", func() bool { return sink.depth(r0, ta) == 2 && sink.depth(r1, tb) == 1 })
+	waitFor(t, "both ranks", func() bool { return sink.Depth(r0, ta) == 2 && sink.Depth(r1, tb) == 1 })
 
 	// Unchanged: the same listeners keep their state.
 	in.Sync(5, testBlockSize, ranks, sink)
 	st := status(in, 5)
-	if len(st) != 2 || st[0].LastSeq != 0 || st[1].LastSeq != 1 || st[1].Batches != 2 || sink.cleared.Load() != 0 {
-		t.Fatalf("unchanged resync lost state: %+v cleared %d", st, sink.cleared.Load())
+	if len(st) != 2 || st[0].LastSeq != 0 || st[1].LastSeq != 1 || st[1].Batches != 2 || sink.Cleared.Load() != 0 {
+		t.Fatalf("unchanged resync lost state: %+v cleared %d", st, sink.Cleared.Load())
 	}
-	if sink.depth(r0, ta) != 2 || sink.depth(r1, tb) != 1 {
+	if sink.Depth(r0, ta) != 2 || sink.Depth(r1, tb) != 1 {
 		t.Fatal("unchanged resync lost blocks")
 	}
 
 	// Rank 1 moves to publisher c; rank 0 unchanged.
 	ranks[1].Endpoint = pc.Endpoint()
 	in.Sync(5, testBlockSize, ranks, sink)
-	waitFor(t, "rank 1 cleared", func() bool { return sink.depth(r1, tb) == 0 })
+	waitFor(t, "rank 1 cleared", func() bool { return sink.Depth(r1, tb) == 0 })
 	st = status(in, 5)
 	if st[1].Endpoint != pc.Endpoint() || st[1].HasSeq || st[1].Batches != 0 || st[0].Batches != 1 {
 		t.Fatalf("changed rank not fresh: %+v", st)
@@ -215,11 +215,11 @@ func TestResync(t *testing.T) {
 	waitFor(t, "b unsubscribed", func() bool { return pb.Stats().Subscribers == 0 })
 	tc := tokens(300, 1)
 	pc.Publish(stored(0, []uint64{9}, tc))
-	waitFor(t, "rank 1 from c", func() bool { return sink.depth(r1, tc) == 1 })
+	waitFor(t, "rank 1 from c", func() bool { return sink.Depth(r1, tc) == 1 })
 
 	// Rank 0 removed.
 	in.Sync(5, testBlockSize, ranks[1:], sink)
-	waitFor(t, "rank 0 cleared", func() bool { return sink.depth(r0, ta) == 0 })
+	waitFor(t, "rank 0 cleared", func() bool { return sink.Depth(r0, ta) == 0 })
 	if st := status(in, 5); len(st) != 1 || st[0].DPRank != 1 {
 		t.Fatalf("status %+v", st)
 	}
@@ -230,7 +230,7 @@ func TestResync(t *testing.T) {
 	sink2 := newIndexSink(t)
 	in.Sync(5, testBlockSize, ranks[1:], sink2)
 	in.Detach(5) // flushes the writer: the clear has reached the old sink
-	if sink.depth(r1, tc) != 0 {
+	if sink.Depth(r1, tc) != 0 {
 		t.Fatal("old sink not cleared on move")
 	}
 }
@@ -248,17 +248,17 @@ func TestWorkerBeforePublisher(t *testing.T) {
 	if st.State != "connecting" || !strings.Contains(st.LastError, "dial") {
 		t.Fatalf("status %+v", st)
 	}
-	var p *Publisher
+	var p *zmqpub.Publisher
 	waitFor(t, "bind", func() bool {
 		var err error
-		p, err = NewPublisher(PublisherConfig{Endpoint: ep})
+		p, err = zmqpub.New(zmqpub.Config{Endpoint: ep})
 		return err == nil
 	})
 	t.Cleanup(func() { _ = p.Close() })
 	waitSubscribed(t, p, 1)
 	toks := tokens(7, 2)
 	p.Publish(stored(0, []uint64{1, 2}, toks))
-	waitFor(t, "blocks", func() bool { return sink.depth(radix.WorkerKey{WorkerID: 11}, toks) == 2 })
+	waitFor(t, "blocks", func() bool { return sink.Depth(radix.WorkerKey{WorkerID: 11}, toks) == 2 })
 	if st := status(in, 11)[0]; st.State != "live" {
 		t.Fatalf("status %+v", st)
 	}
@@ -268,12 +268,12 @@ func TestWorkerBeforePublisher(t *testing.T) {
 // limit, the excess is counted, and it shows as a gap once the sink moves.
 func TestQueueOverflow(t *testing.T) {
 	checkNoLeak(t)
-	p := newPublisher(t, PublisherConfig{})
+	p := newPublisher(t, zmqpub.Config{})
 	cfg := testConfig()
 	cfg.QueueLimit, cfg.WriterQueue, cfg.Writers = 4, 1, 1
 	in := newIngress(t, cfg)
 	sink := newIndexSink(t)
-	sink.gate = make(chan struct{})
+	sink.Gate = make(chan struct{})
 	in.Sync(2, testBlockSize, []core.RankSource{{Endpoint: p.Endpoint()}}, sink)
 	waitSubscribed(t, p, 1)
 	const n = 200
@@ -287,7 +287,7 @@ func TestQueueOverflow(t *testing.T) {
 	if d := in.Stats().QueueDepth; d > cfg.QueueLimit {
 		t.Fatalf("queue depth %d > limit %d", d, cfg.QueueLimit)
 	}
-	close(sink.gate)
+	close(sink.Gate)
 	// One more batch after the backlog reveals a trailing overflow as a
 	// gap. Everything sent is either applied or counted as overflow.
 	waitFor(t, "drained", func() bool {
@@ -305,36 +305,11 @@ func TestQueueOverflow(t *testing.T) {
 	}
 }
 
-// TestBadFramesSkipped: messages that are not [topic, seq(8), payload]
-// are counted and skipped; the stream goes on.
-func TestBadFramesSkipped(t *testing.T) {
-	checkNoLeak(t)
-	p := newPublisher(t, PublisherConfig{})
-	in := newIngress(t, testConfig())
-	sink := newIndexSink(t)
-	in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: p.Endpoint()}}, sink)
-	waitSubscribed(t, p, 1)
-	p.mu.Lock()
-	for s := range p.mu.subs {
-		s.q <- [][]byte{[]byte("only-one-frame")}
-		s.q <- [][]byte{nil, {1, 2, 3}, {0x90}}                // 3-byte seq
-		s.q <- [][]byte{nil, {0, 0, 0, 0, 0, 0, 0, 0}, {0xc1}} // undecodable payload
-	}
-	p.mu.Unlock()
-	p.Publish(stored(0, []uint64{1}, tokens(1, 1)))
-	w := radix.WorkerKey{WorkerID: 1}
-	waitFor(t, "good batch", func() bool { return sink.depth(w, tokens(1, 1)) == 1 })
-	s := in.Stats()
-	if s.BadFrames != 2 || s.DecodeErrors != 1 {
-		t.Fatalf("stats %+v", s)
-	}
-}
-
 // TestDetachIsSynchronous: while a publisher streams, Detach returns only
 // when nothing more of the worker reaches the sink.
 func TestDetachIsSynchronous(t *testing.T) {
 	checkNoLeak(t)
-	p := newPublisher(t, PublisherConfig{})
+	p := newPublisher(t, zmqpub.Config{})
 	in := newIngress(t, testConfig())
 	sink := newIndexSink(t)
 	in.Sync(6, testBlockSize, []core.RankSource{{Endpoint: p.Endpoint()}}, sink)
@@ -352,9 +327,9 @@ func TestDetachIsSynchronous(t *testing.T) {
 			p.Publish(stored(0, []uint64{i}, tokens(uint32(i), 1)))
 		}
 	}()
-	waitFor(t, "some events", func() bool { return sink.applied.Load() > 100 })
+	waitFor(t, "some events", func() bool { return sink.Applied.Load() > 100 })
 	in.Detach(6)
-	sink.closed.Store(true)
+	sink.Closed.Store(true)
 	// Keep publishing for a while: any late event fails the test.
 	n := p.Stats().Published
 	waitFor(t, "more published", func() bool { return p.Stats().Published > n+500 })
@@ -366,8 +341,8 @@ func TestDetachIsSynchronous(t *testing.T) {
 // ranks returns, leaving no goroutine behind, and later calls are no-ops.
 func TestCloseStopsEverything(t *testing.T) {
 	checkNoLeak(t)
-	p := newPublisher(t, PublisherConfig{ReplayEndpoint: "tcp://127.0.0.1:0"})
-	in, err := New(testConfig())
+	p := newPublisher(t, zmqpub.Config{ReplayEndpoint: "tcp://127.0.0.1:0"})
+	in, err := zmqin.New(testConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,71 +363,24 @@ func TestCloseStopsEverything(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	for _, c := range []Config{{Writers: -1}, {QueueLimit: -1}, {DialBackoffMin: -1}, {DialBackoffMin: 2, DialBackoffMax: 1}} {
+	for _, c := range []zmqin.Config{{Writers: -1}, {QueueLimit: -1}, {DialBackoffMin: -1}, {DialBackoffMin: 2, DialBackoffMax: 1},
+		{MaxMessageSize: -1}, {MaxQueueBytes: -1}, {MaxQueueBytes: 1 << 20}, {MaxMessageSize: 1 << 10, MaxQueueBytes: 1 << 30}} {
 		if c.Validate() == nil {
 			t.Errorf("%+v accepted", c)
 		}
 	}
-	if (Config{}).Validate() != nil {
+	if (zmqin.Config{}).Validate() != nil {
 		t.Fatal("zero config rejected")
 	}
 	for _, ep := range []string{"", "tcp://", "tcp://host", "inproc://x", "udp://1.2.3.4:5"} {
-		if _, err := ParseEndpoint(ep); err == nil {
+		if _, err := zmqin.ParseEndpoint(ep); err == nil {
 			t.Errorf("endpoint %q accepted", ep)
 		}
 	}
 	for _, ep := range []string{"tcp://*:5557", "tcp://127.0.0.1:5557", "tcp://[::1]:5557", "ipc:///tmp/x"} {
-		if _, err := ParseEndpoint(ep); err != nil {
+		if _, err := zmqin.ParseEndpoint(ep); err != nil {
 			t.Errorf("endpoint %q: %v", ep, err)
 		}
-	}
-}
-
-// TestFrameTooLarge: a frame announcing more than MaxFrameSize drops the
-// connection before its body is read; the listener reconnects and goes on.
-func TestFrameTooLarge(t *testing.T) {
-	checkNoLeak(t)
-	p := newPublisher(t, PublisherConfig{})
-	cfg := testConfig()
-	cfg.MaxFrameSize = 512
-	in := newIngress(t, cfg)
-	sink := newIndexSink(t)
-	in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: p.Endpoint()}}, sink)
-	waitSubscribed(t, p, 1)
-	big := tokens(1, 64) // 256 tokens: a payload well over 512 bytes
-	hashes := make([]uint64, 64)
-	for i := range hashes {
-		hashes[i] = uint64(i + 1)
-	}
-	old := subs(p)
-	p.Publish(stored(0, hashes, big))
-	waitFor(t, "connection dropped", func() bool { return in.Stats().RecvErrors == 1 })
-	if st := status(in, 1)[0]; !strings.Contains(st.LastError, "too large") {
-		t.Fatalf("status %+v", st)
-	}
-	waitNewSubscriber(t, p, old)
-	p.Publish(stored(0, []uint64{1000}, tokens(5000, 1)))
-	w := radix.WorkerKey{WorkerID: 1}
-	waitFor(t, "small batch", func() bool { return sink.depth(w, tokens(5000, 1)) == 1 })
-	if sink.depth(w, big) != 0 {
-		t.Fatal("oversized batch applied")
-	}
-}
-
-func TestScanFrames(t *testing.T) {
-	c := &bufConn{maxFrame: 300, skip: greetingLen}
-	stream := make([]byte, greetingLen)
-	stream = append(stream, 0x00, 3, 'a', 'b', 'c')           // short frame
-	stream = append(stream, 0x02, 0, 0, 0, 0, 0, 0, 1, 0)     // long frame of 256
-	stream = append(stream, make([]byte, 256)...)             // its body
-	stream = append(stream, 0x04, 5, 'R', 'E', 'A', 'D', 'Y') // command
-	for i := range stream {                                   // byte by byte: splitting must not matter
-		if err := c.scan(stream[i : i+1]); err != nil {
-			t.Fatalf("byte %d: %v", i, err)
-		}
-	}
-	if err := c.scan([]byte{0x02, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}); !errors.Is(err, ErrFrameTooLarge) {
-		t.Fatalf("huge frame: %v", err)
 	}
 }
 
@@ -460,15 +388,15 @@ func TestScanFrames(t *testing.T) {
 // older than the replay buffer is reported lost; an unreachable replay
 // endpoint fails the replay and live processing goes on.
 func TestReplayEdgeCases(t *testing.T) {
-	lose := func(p *Publisher, n int, from uint32) {
+	lose := func(p *zmqpub.Publisher, n int, from uint32) {
 		for i := range n {
-			p.publish(Encoder{}.AppendBatch(nil, stored(0, []uint64{uint64(from) + uint64(i)}, tokens(from+uint32(100*i), 1))), false)
+			p.PublishLost(stored(0, []uint64{uint64(from) + uint64(i)}, tokens(from+uint32(100*i), 1)))
 		}
 	}
 	t.Run("multi-rank", func(t *testing.T) {
 		checkNoLeak(t)
-		p0 := newPublisher(t, PublisherConfig{ReplayEndpoint: "tcp://127.0.0.1:0"})
-		p1 := newPublisher(t, PublisherConfig{})
+		p0 := newPublisher(t, zmqpub.Config{ReplayEndpoint: "tcp://127.0.0.1:0"})
+		p1 := newPublisher(t, zmqpub.Config{})
 		in := newIngress(t, testConfig())
 		sink := newIndexSink(t)
 		in.Sync(1, testBlockSize, []core.RankSource{
@@ -478,14 +406,14 @@ func TestReplayEdgeCases(t *testing.T) {
 		waitSubscribed(t, p0, 1)
 		lose(p0, 2, 10)
 		p0.Publish(stored(0, []uint64{99}, tokens(9000, 1)))
-		waitFor(t, "live batch", func() bool { return sink.depth(radix.WorkerKey{WorkerID: 1}, tokens(9000, 1)) == 1 })
+		waitFor(t, "live batch", func() bool { return sink.Depth(radix.WorkerKey{WorkerID: 1}, tokens(9000, 1)) == 1 })
 		if s := in.Stats(); s.Gaps != 1 || s.Replays != 0 || p0.Stats().ReplayRequests != 0 {
 			t.Fatalf("stats %+v", s)
 		}
 	})
 	t.Run("history-lost", func(t *testing.T) {
 		checkNoLeak(t)
-		p := newPublisher(t, PublisherConfig{ReplayEndpoint: "tcp://127.0.0.1:0", ReplayBuffer: 2})
+		p := newPublisher(t, zmqpub.Config{ReplayEndpoint: "tcp://127.0.0.1:0", ReplayBuffer: 2})
 		in := newIngress(t, testConfig())
 		sink := newIndexSink(t)
 		in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: p.Endpoint(), ReplayEndpoint: p.ReplayEndpoint()}}, sink)
@@ -493,18 +421,18 @@ func TestReplayEdgeCases(t *testing.T) {
 		lose(p, 4, 10) // seqs 0..3 lost live; seq 4 is live; the buffer keeps 3 and 4
 		p.Publish(stored(0, []uint64{99}, tokens(9000, 1)))
 		w := radix.WorkerKey{WorkerID: 1}
-		waitFor(t, "live batch", func() bool { return sink.depth(w, tokens(9000, 1)) == 1 })
+		waitFor(t, "live batch", func() bool { return sink.Depth(w, tokens(9000, 1)) == 1 })
 		s := in.Stats()
 		if s.Gaps != 1 || s.Replays != 1 || s.ReplayLost != 1 || s.ReplayedBatches != 2 || s.Stale != 1 {
 			t.Fatalf("stats %+v", s)
 		}
-		if sink.depth(w, tokens(10+300, 1)) != 1 || sink.depth(w, tokens(10, 1)) != 0 {
+		if sink.Depth(w, tokens(10+300, 1)) != 1 || sink.Depth(w, tokens(10, 1)) != 0 {
 			t.Fatal("replayed batches not as buffered")
 		}
 	})
 	t.Run("unreachable", func(t *testing.T) {
 		checkNoLeak(t)
-		p := newPublisher(t, PublisherConfig{})
+		p := newPublisher(t, zmqpub.Config{})
 		cfg := testConfig()
 		cfg.ReplayTimeout = 200 * time.Millisecond
 		in := newIngress(t, cfg)
@@ -513,7 +441,7 @@ func TestReplayEdgeCases(t *testing.T) {
 		waitSubscribed(t, p, 1)
 		lose(p, 1, 10)
 		p.Publish(stored(0, []uint64{99}, tokens(9000, 1)))
-		waitFor(t, "live batch", func() bool { return sink.depth(radix.WorkerKey{WorkerID: 1}, tokens(9000, 1)) == 1 })
+		waitFor(t, "live batch", func() bool { return sink.Depth(radix.WorkerKey{WorkerID: 1}, tokens(9000, 1)) == 1 })
 		st := status(in, 1)[0]
 		if s := in.Stats(); s.ReplayFailures != 1 || st.State != "live" || !strings.Contains(st.LastError, "replay") {
 			t.Fatalf("stats %+v status %+v", s, st)
@@ -525,7 +453,7 @@ func TestReplayEdgeCases(t *testing.T) {
 func TestIPCEndpoint(t *testing.T) {
 	checkNoLeak(t)
 	dir := t.TempDir()
-	p := newPublisher(t, PublisherConfig{Endpoint: "ipc://" + dir + "/pub.sock", ReplayEndpoint: "ipc://" + dir + "/replay.sock"})
+	p := newPublisher(t, zmqpub.Config{Endpoint: "ipc://" + dir + "/pub.sock", ReplayEndpoint: "ipc://" + dir + "/replay.sock"})
 	if !strings.HasPrefix(p.Endpoint(), "ipc://") {
 		t.Fatalf("endpoint %q", p.Endpoint())
 	}
@@ -533,9 +461,9 @@ func TestIPCEndpoint(t *testing.T) {
 	sink := newIndexSink(t)
 	in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: p.Endpoint(), ReplayEndpoint: p.ReplayEndpoint()}}, sink)
 	waitSubscribed(t, p, 1)
-	p.publish(Encoder{}.AppendBatch(nil, stored(0, []uint64{1}, tokens(1, 1))), false)
+	p.PublishLost(stored(0, []uint64{1}, tokens(1, 1)))
 	p.Publish(stored(1, []uint64{2}, tokens(5, 1)))
-	waitFor(t, "both blocks", func() bool { return sink.depth(radix.WorkerKey{WorkerID: 1}, tokens(1, 2)) == 2 })
+	waitFor(t, "both blocks", func() bool { return sink.Depth(radix.WorkerKey{WorkerID: 1}, tokens(1, 2)) == 2 })
 	if s := in.Stats(); s.Replays != 1 {
 		t.Fatalf("stats %+v", s)
 	}
@@ -547,7 +475,7 @@ func TestIPCEndpoint(t *testing.T) {
 // watermark: the batch it answers under that seq is not the one applied.
 func TestRestartDetectedByReplay(t *testing.T) {
 	checkNoLeak(t)
-	p1 := newPublisher(t, PublisherConfig{ReplayEndpoint: "tcp://127.0.0.1:0"})
+	p1 := newPublisher(t, zmqpub.Config{ReplayEndpoint: "tcp://127.0.0.1:0"})
 	ep, rep := p1.Endpoint(), p1.ReplayEndpoint()
 	in := newIngress(t, testConfig())
 	sink := newIndexSink(t)
@@ -557,12 +485,12 @@ func TestRestartDetectedByReplay(t *testing.T) {
 	old := tokens(1, 2)
 	p1.Publish(stored(0, []uint64{1}, old[:4]))
 	p1.Publish(stored(1, []uint64{2}, old[4:]))
-	waitFor(t, "old blocks", func() bool { return sink.depth(w, old) == 2 })
+	waitFor(t, "old blocks", func() bool { return sink.Depth(w, old) == 2 })
 	_ = p1.Close()
 
-	var p2 *Publisher
+	var p2 *zmqpub.Publisher
 	waitFor(t, "rebind", func() bool {
-		p, err := NewPublisher(PublisherConfig{Endpoint: ep, ReplayEndpoint: rep})
+		p, err := zmqpub.New(zmqpub.Config{Endpoint: ep, ReplayEndpoint: rep})
 		p2 = p
 		return err == nil
 	})
@@ -574,12 +502,12 @@ func TestRestartDetectedByReplay(t *testing.T) {
 		if i > 0 {
 			parent = uint64(100 + i - 1)
 		}
-		p2.publish(Encoder{}.AppendBatch(nil, stored(parent, []uint64{uint64(100 + i)}, fresh[4*i:4*i+4])), false)
+		p2.PublishLost(stored(parent, []uint64{uint64(100 + i)}, fresh[4*i:4*i+4]))
 	}
 	waitSubscribed(t, p2, 1)
 	p2.Publish(stored(103, []uint64{104}, fresh[16:]))
-	waitFor(t, "fresh chain", func() bool { return sink.depth(w, fresh) == 5 })
-	if d := sink.depth(w, old); d != 0 {
+	waitFor(t, "fresh chain", func() bool { return sink.Depth(w, fresh) == 5 })
+	if d := sink.Depth(w, old); d != 0 {
 		t.Fatalf("old blocks survive the restart: depth %d", d)
 	}
 	waitFor(t, "replay over", func() bool { return status(in, 9)[0].State == "live" })
@@ -594,7 +522,7 @@ func TestRestartDetectedByReplay(t *testing.T) {
 // the batches lost meanwhile; nothing is cleared.
 func TestReconnectVerifiedByReplay(t *testing.T) {
 	checkNoLeak(t)
-	p := newPublisher(t, PublisherConfig{ReplayEndpoint: "tcp://127.0.0.1:0"})
+	p := newPublisher(t, zmqpub.Config{ReplayEndpoint: "tcp://127.0.0.1:0"})
 	in := newIngress(t, testConfig())
 	sink := newIndexSink(t)
 	in.Sync(4, testBlockSize, []core.RankSource{{Endpoint: p.Endpoint(), ReplayEndpoint: p.ReplayEndpoint()}}, sink)
@@ -602,32 +530,17 @@ func TestReconnectVerifiedByReplay(t *testing.T) {
 	w := radix.WorkerKey{WorkerID: 4}
 	toks := tokens(1, 4)
 	p.Publish(stored(0, []uint64{1}, toks[:4]))
-	waitFor(t, "first", func() bool { return sink.depth(w, toks) == 1 })
+	waitFor(t, "first", func() bool { return sink.Depth(w, toks) == 1 })
 	p.DropSubscribers()
 	// Lost while the listener reconnects.
-	p.publish(Encoder{}.AppendBatch(nil, stored(1, []uint64{2}, toks[4:8])), false)
-	p.publish(Encoder{}.AppendBatch(nil, stored(2, []uint64{3}, toks[8:12])), false)
+	p.PublishLost(stored(1, []uint64{2}, toks[4:8]))
+	p.PublishLost(stored(2, []uint64{3}, toks[8:12]))
 	waitSubscribed(t, p, 1)
 	p.Publish(stored(3, []uint64{4}, toks[12:]))
-	waitFor(t, "healed chain", func() bool { return sink.depth(w, toks) == 4 })
+	waitFor(t, "healed chain", func() bool { return sink.Depth(w, toks) == 4 })
 	waitFor(t, "replay over", func() bool { return status(in, 4)[0].State == "live" })
 	s := in.Stats()
-	if s.Restarts != 0 || sink.cleared.Load() != 0 || s.Gaps != 1 || s.MissedBatches != 2 || s.Replays != 1 {
+	if s.Restarts != 0 || sink.Cleared.Load() != 0 || s.Gaps != 1 || s.MissedBatches != 2 || s.Replays != 1 {
 		t.Fatalf("stats %+v", s)
-	}
-}
-
-// TestEvBufPoolBound: an event buffer that grew past maxPooledEvBytes (a
-// batch copied from a huge message) would not be pooled; ordinary ones
-// would. (The predicate is tested: sync.Pool drops items at random under
-// the race detector.)
-func TestEvBufPoolBound(t *testing.T) {
-	small := &evBuf{blocks: make([]radix.Block, 0, 256), hashes: make([]uint64, 0, 64)}
-	if small.retained() > maxPooledEvBytes {
-		t.Fatalf("an ordinary buffer (%d bytes) would not be pooled", small.retained())
-	}
-	huge := &evBuf{blocks: make([]radix.Block, 0, maxPooledEvBytes/16+1)}
-	if huge.retained() <= maxPooledEvBytes {
-		t.Fatalf("a buffer retaining %d bytes would be pooled", huge.retained())
 	}
 }

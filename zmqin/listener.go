@@ -2,7 +2,6 @@ package zmqin
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
@@ -10,72 +9,67 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/radix"
 )
 
-// queued is one live message handed from a rank's reader to its processor.
+// queued is one live message handed from a connection's reader to the
+// rank's goroutine.
 type queued struct {
 	seq     uint64
 	payload []byte
-	// conn numbers the connection the message came on (1 for the first).
-	conn uint64
-	// wm and hasWM are the rank's published watermark just before that
-	// connection was dialed: the reference for restart detection.
-	wm    uint64
-	hasWM bool
-	// epoch is the processor's restart count when wm was taken: a
-	// restart handled since makes wm a watermark of an older incarnation,
-	// useless as a reference.
-	epoch uint64
 }
 
-// rankListener is the listener of one (worker, rank): a reader goroutine
-// that owns the SUB connection (dial with capped backoff, receive, frame
-// check, bounded queue) and a processor goroutine that owns the sequence
-// watermark and the Decoder (restart detection, gap detection, replay over
-// DEALER, decode, hand-off to the worker's writer).
+// rankListener is the listener of one (worker, rank). Its goroutine (run)
+// dials the SUB endpoint, retrying with a capped, paced backoff; once
+// connected it starts a reader goroutine for that connection (receive,
+// frame check, bounded queue) and processes the connection's messages
+// itself (sequence.go: restart and gap rules, replay over DEALER, decode,
+// hand-off to the worker's writer) until the reader ends; then it
+// finishes what was queued, drops the connection's buffers and dials
+// again. So a rank that is not connected costs one goroutine and no
+// buffer (BenchmarkRegisterRanks, TestUnconnectedRankCost).
 type rankListener struct {
 	in     *Ingress
 	key    radix.WorkerKey
 	src    core.RankSource // as given to Sync, ReplayEndpoint cleared unless honoured
 	sink   core.EventSink
 	w      *writer
-	q      chan queued // bounded by Config.QueueLimit
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // the reader and the processor
+	done   chan struct{} // closed when run returns
 
 	mu struct {
 		sync.Mutex
-		conn      *zconn // the live SUB connection, for stop to close
-		connected bool   // reader: a connection is established
-		replaying bool   // processor: a replay is in progress
+		conn      *Conn // the live SUB connection, for stop to close
+		connected bool  // a connection's reader is running
+		replaying bool  // run: a replay is in progress
 		stopped   bool
 		lastErr   string
-		// epoch counts the restarts the processor has handled; it and
-		// wmPlus1 change together under mu on a restart, so the reader
-		// snapshots a watermark with the epoch it belongs to. Written by
-		// the processor only (which may read it without mu).
-		epoch uint64
 	}
 
-	// The published watermark: written by the processor after each
-	// applied batch, read by Status and by the reader at connect time.
-	// wmPlus1 is the watermark plus one, 0 for none, in one word so that
-	// a reader never pairs a seq with the wrong "has" (the end marker
-	// 0xff..ff never is a batch seq, so seq+1 does not wrap).
+	// The published watermark: written by run after each consumed batch,
+	// read by Status. wmPlus1 is the watermark plus one, 0 for none, in
+	// one word so that a reader never pairs a seq with the wrong "has"
+	// (the end marker 0xff..ff never is a batch seq, so seq+1 does not
+	// wrap).
 	wmPlus1 atomic.Uint64
 
 	batches, gaps, replays, restarts atomic.Uint64
 
-	// Owned by the processor goroutine.
+	// qMsgs and qBytes are the messages of the current connection's
+	// queue, including the one run is handling, and their payload bytes:
+	// reserved by the reader before queueing (at most QueueLimit and
+	// MaxQueueBytes), released by run when done with a message, whether
+	// handled or discarded.
+	qMsgs, qBytes atomic.Int64
+
+	// Owned by run. dec keeps its learned group kinds across
+	// connections; its scratch is dropped with each connection.
 	dec      *Decoder
-	last     uint64 // watermark: the last seq applied (or skipped as undecodable by replay)
+	last     uint64 // watermark: the last seq consumed (applied, or rejected as undecodable)
 	has      bool   // false before the first batch and after a restart
-	lastConn uint64 // conn of the last processed message
-	lastHash uint64 // maphash of the payload applied at last (rule 2)
+	lastHash uint64 // maphash of the payload consumed at last (rule 2)
 	// nextEventID numbers the events handed to the writer.
 	nextEventID uint64
 	seed        maphash.Seed
@@ -88,19 +82,18 @@ func (in *Ingress) startRank(workerID uint64, blockSize int, src core.RankSource
 		src:  src,
 		sink: sink,
 		w:    w,
-		q:    make(chan queued, in.cfg.QueueLimit),
+		done: make(chan struct{}),
 		dec:  NewDecoder(blockSize),
 		seed: maphash.MakeSeed(),
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
-	l.wg.Add(2)
-	go l.read()
-	go l.process()
+	in.st.ranks.Add(1)
+	go l.run()
 	return l
 }
 
-// stop ends both goroutines and returns when they have exited. Events the
-// processor already handed to the writer may still be queued there.
+// stop ends the listener's goroutines and returns when they have exited.
+// Events already handed to the writer may still be queued there.
 func (l *rankListener) stop() {
 	l.mu.Lock()
 	l.mu.stopped = true
@@ -109,7 +102,8 @@ func (l *rankListener) stop() {
 		_ = l.mu.conn.Close()
 	}
 	l.mu.Unlock()
-	l.wg.Wait()
+	<-l.done
+	l.in.st.ranks.Add(-1)
 }
 
 func (l *rankListener) setErr(err error) {
@@ -119,11 +113,12 @@ func (l *rankListener) setErr(err error) {
 }
 
 func (l *rankListener) status() core.RankStatus {
+	wmPlus1 := l.wmPlus1.Load()
 	st := core.RankStatus{
 		DPRank:   l.key.DPRank,
 		Endpoint: l.src.Endpoint,
-		LastSeq:  max(l.wmPlus1.Load(), 1) - 1,
-		HasSeq:   l.wmPlus1.Load() != 0,
+		LastSeq:  max(wmPlus1, 1) - 1,
+		HasSeq:   wmPlus1 != 0,
 		Batches:  l.batches.Load(),
 		Gaps:     l.gaps.Load(),
 		Replays:  l.replays.Load(),
@@ -145,29 +140,28 @@ func (l *rankListener) status() core.RankStatus {
 	return st
 }
 
-// read is the reader goroutine: dial (retrying forever with capped
-// exponential backoff), subscribe to every topic, receive into the queue;
-// after any receive error the connection is dropped and a new one dialed.
-func (l *rankListener) read() {
-	defer l.wg.Done()
-	cfg := &l.in.cfg
-	backoff := cfg.DialBackoffMin
-	var conn uint64
+// run is the rank's goroutine: dial, serve the connection, repeat until
+// the listener stops.
+func (l *rankListener) run() {
+	defer close(l.done)
+	// backoff is the wait before the next dial: none for the first,
+	// growing over failed dials and over connections that ended without
+	// delivering a message (a peer that accepts and then breaks the
+	// limits is retried no faster than one that refuses), back to
+	// DialBackoffMin after a connection that delivered one. Only the
+	// waits after a failure are paced: a first dial, or a redial after a
+	// connection that worked, is one per listener per event.
+	var backoff time.Duration
+	paced := false
 	for l.ctx.Err() == nil {
-		// The restart rule's reference watermark is taken before the
-		// connection exists: every seq in it was published before the
-		// subscription, so the same publisher's first batch on this
-		// connection is above it. (Taken after subscribing, a replay
-		// running meanwhile could apply batches published after the
-		// subscription and make a reconnect look like a restart.)
-		l.mu.Lock()
-		epoch, wmPlus1 := l.mu.epoch, l.wmPlus1.Load()
-		l.mu.Unlock()
-		zc, err := dialZMTP(l.ctx, l.src.Endpoint, zmq4.Sub, l.in.cfg.MaxFrameSize)
+		if backoff > 0 && !l.wait(backoff, paced) {
+			return
+		}
+		paced = true
+		zc, err := Dial(l.ctx, l.src.Endpoint, Sub, l.in.liveLimits())
 		if err == nil {
 			// ZMTP 3.0 subscription message: 1 then the topic ("" = all).
-			err = zc.send([]byte{1})
-			if err != nil {
+			if err = zc.Send([]byte{1}); err != nil {
 				_ = zc.Close()
 			}
 		}
@@ -177,290 +171,191 @@ func (l *rankListener) read() {
 			}
 			l.in.st.dialErrors.Add(1)
 			l.setErr(fmt.Errorf("dial %s: %w", l.src.Endpoint, err))
-			// Full backoff, less up to a quarter of jitter, so that the
-			// listeners of a restarted fleet do not dial in lockstep.
-			t := time.NewTimer(backoff - time.Duration(rand.Int64N(int64(backoff)/4+1)))
-			select {
-			case <-l.ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			backoff = min(2*backoff, cfg.DialBackoffMax)
+			backoff = l.in.nextBackoff(backoff)
 			continue
 		}
-		backoff = cfg.DialBackoffMin
-		conn++
-		l.mu.Lock()
-		if l.mu.stopped {
-			l.mu.Unlock()
-			_ = zc.Close()
-			return
-		}
-		l.mu.conn, l.mu.connected = zc, true
-		l.mu.Unlock()
-		l.in.st.connects.Add(1)
-		err = l.receive(zc, queued{conn: conn, epoch: epoch, wm: max(wmPlus1, 1) - 1, hasWM: wmPlus1 != 0})
-		_ = zc.Close()
-		l.mu.Lock()
-		l.mu.conn, l.mu.connected = nil, false
-		l.mu.Unlock()
+		delivered, err := l.serve(zc)
 		if l.ctx.Err() != nil {
 			return
 		}
 		l.in.st.recvErrors.Add(1)
+		l.in.countLimit(err)
 		l.setErr(fmt.Errorf("receive from %s: %w", l.src.Endpoint, err))
+		if delivered {
+			backoff, paced = 0, false
+		}
+		backoff = l.in.nextBackoff(backoff)
 	}
 }
 
-// receive moves messages from zc into the queue until a receive error.
-// Messages that are not [topic, seq(8), payload] are counted and skipped; a
-// message arriving at a full queue is dropped and counted.
-func (l *rankListener) receive(zc *zconn, tmpl queued) error {
+// wait sleeps d less up to half of it (jitter, so that the listeners of a
+// restarted fleet do not dial in lockstep), then, if paced, until the
+// Ingress's dial pacer gives it a slot; false if the listener stopped
+// meanwhile.
+func (l *rankListener) wait(d time.Duration, paced bool) bool {
+	t := time.NewTimer(d - time.Duration(rand.Int64N(int64(d)/2+1)))
+	defer t.Stop()
+	for slotted := false; ; slotted = true {
+		select {
+		case <-l.ctx.Done():
+			return false
+		case <-t.C:
+		}
+		if !paced || slotted {
+			return true
+		}
+		if slot := l.in.pacer.reserve(l.in.pacer.now()); slot > 0 {
+			t.Reset(slot)
+		} else {
+			return true
+		}
+	}
+}
+
+// serve runs one connection: a reader goroutine receives into a queue made
+// for the connection, while this goroutine processes it; it returns when
+// the connection has ended and everything queued on it is consumed (or
+// discarded, once the listener stops), with the reader's error and
+// whether the connection delivered a well-formed message. The rule 1
+// reference follows from this order: every seq consumed before the first
+// message of this connection came from earlier connections, so was
+// published before this subscription.
+func (l *rankListener) serve(zc *Conn) (delivered bool, err error) {
+	l.mu.Lock()
+	if l.mu.stopped {
+		l.mu.Unlock()
+		_ = zc.Close()
+		return false, context.Canceled
+	}
+	l.mu.conn, l.mu.connected = zc, true
+	l.mu.Unlock()
+	l.in.st.connects.Add(1)
+	l.in.st.connected.Add(1)
+	q := make(chan queued, l.in.cfg.QueueLimit)
+	go func() {
+		delivered, err = l.receive(zc, q)
+		_ = zc.Close()
+		l.mu.Lock()
+		l.mu.conn, l.mu.connected = nil, false
+		l.mu.Unlock()
+		l.in.st.connected.Add(-1)
+		close(q) // last: serve reads delivered and err after q is drained
+	}()
+	first := true
+	for m := range q {
+		if l.ctx.Err() == nil {
+			l.handle(m, first)
+			first = false
+		}
+		l.release(int64(len(m.payload)))
+	}
+	l.dec.dropScratch()
+	return delivered, err
+}
+
+// receive moves messages from zc into q until a receive error, and
+// reports whether any message was a well-formed [topic, seq(8), payload].
+// Other messages are counted and skipped; a message that does not fit in
+// the queue is dropped and counted.
+func (l *rankListener) receive(zc *Conn, q chan<- queued) (delivered bool, err error) {
+	var frames [][]byte
 	for {
-		msg, err := zc.recv()
+		frames, err = zc.Recv(frames)
 		if err != nil {
-			return err
+			return delivered, err
 		}
-		if msg.Type != zmq4.UsrMsg {
-			continue
-		}
-		seq, payload, err := ParseFrames(msg.Frames)
+		seq, payload, err := ParseFrames(frames)
+		clear(frames)
 		if err != nil {
 			l.in.st.badFrames.Add(1)
 			l.setErr(err)
 			continue
 		}
-		m := tmpl
-		m.seq, m.payload = seq, payload
-		select {
-		case l.q <- m:
-		default:
+		delivered = true
+		if !l.admit(q, queued{seq: seq, payload: payload}) {
 			l.in.st.overflow.Add(1)
 		}
 	}
 }
 
-// process is the processor goroutine.
-func (l *rankListener) process() {
-	defer l.wg.Done()
-	for {
-		select {
-		case <-l.ctx.Done():
-			return
-		case m := <-l.q:
-			l.handle(m)
-		}
-	}
-}
-
-// handle applies the sequence rules to one live message (see the package
-// doc, "Sequence numbers, replay and restarts").
-func (l *rankListener) handle(m queued) {
-	replay := l.src.ReplayEndpoint != ""
-	if m.conn != l.lastConn {
-		l.lastConn = m.conn
-		switch {
-		case l.has && m.hasWM && m.seq <= m.wm && m.epoch == l.mu.epoch:
-			// Rule 1. The publisher sends a new subscriber only batches
-			// published after it subscribed, whose seqs exceed every seq
-			// it had published before, and so the watermark read just
-			// before the dial (unless a restart was handled since: then
-			// that watermark is an older incarnation's). A seq at or
-			// below it comes from a new publisher incarnation.
-			l.restart(fmt.Sprintf("seq %d on a new connection, watermark %d before it was dialed", m.seq, m.wm))
-		case l.has && m.seq > l.last && replay:
-			// Rule 2. Ask the replay socket for the batches from the
-			// watermark itself: the same incarnation answers with the
-			// very batch applied at the watermark, a restarted one with
-			// another batch under that seq.
-			gap := m.seq > l.last+1
-			from, to := l.last+1, m.seq
-			restarted, err := l.replayMarked(l.last, true)
-			switch {
-			case restarted:
-				l.restart(fmt.Sprintf("batch %d replayed by the publisher differs from the one applied", from-1))
-			case err == nil && gap:
-				l.countGap(from, to)
-			case err != nil:
-				replay = false // failed just now: do not wait for it twice
-			}
-		}
-	}
-	switch {
-	case !l.has && m.seq > 0:
-		l.gap(0, m.seq, replay)
-	case l.has && m.seq > l.last+1:
-		l.gap(l.last+1, m.seq, replay)
-	}
-	if l.has && m.seq <= l.last {
-		l.in.st.stale.Add(1)
-		return
-	}
-	l.apply(m.seq, m.payload)
-}
-
-// restart handles a detected publisher restart: the rank's blocks are
-// cleared (through the writer, in order with its events), the decoder's
-// learned state dropped and the watermark reset.
-func (l *rankListener) restart(why string) {
-	l.in.st.restarts.Add(1)
-	l.restarts.Add(1)
-	l.setErr(fmt.Errorf("publisher restart detected (%s): rank cleared", why))
-	if !l.toWriter(wItem{op: opClear, sink: l.sink, key: l.key}) {
-		return
-	}
-	l.dec.Reset()
-	l.has, l.last = false, 0
-	l.mu.Lock()
-	l.mu.epoch++
-	l.wmPlus1.Store(0)
-	l.mu.Unlock()
-}
-
-// gap records the missing range [from, to) and, if replay, replays it.
-func (l *rankListener) gap(from, to uint64, replay bool) {
-	l.countGap(from, to)
-	if replay {
-		_, _ = l.replayMarked(from, false)
-	}
-}
-
-func (l *rankListener) countGap(from, to uint64) {
-	l.in.st.gaps.Add(1)
-	l.in.st.missed.Add(to - from)
-	l.gaps.Add(1)
-}
-
-// replayMarked runs replay with the status showing "replaying", and counts
-// and reports its failure.
-func (l *rankListener) replayMarked(start uint64, verify bool) (restarted bool, err error) {
-	l.mu.Lock()
-	l.mu.replaying = true
-	l.mu.Unlock()
-	restarted, err = l.replay(start, verify)
-	l.mu.Lock()
-	l.mu.replaying = false
-	l.mu.Unlock()
-	if err != nil && l.ctx.Err() == nil {
-		l.in.st.replayFailures.Add(1)
-		l.setErr(fmt.Errorf("replay from %s at seq %d: %w", l.src.ReplayEndpoint, start, err))
-	}
-	return restarted, err
-}
-
-// replay asks the replay endpoint for every batch from seq start on, over
-// a fresh DEALER connection, and applies the answers above the watermark
-// in order until the end marker. Replies are ["", seq, payload] (vLLM <=
-// 0.25, SGLang) or ["", topic, seq, payload] (vLLM >= 0.26, Dynamo's
-// mocker). With verify, start is the watermark: if the first answer is the
-// batch at start and differs from the one applied (lastHash), replay stops
-// and reports restarted.
-func (l *rankListener) replay(start uint64, verify bool) (restarted bool, err error) {
-	l.in.st.replays.Add(1)
-	l.replays.Add(1)
-	timeout := l.in.cfg.ReplayTimeout
-	ctx, cancel := context.WithTimeout(l.ctx, timeout)
-	zc, err := dialZMTP(ctx, l.src.ReplayEndpoint, zmq4.Dealer, l.in.cfg.MaxFrameSize)
-	cancel()
-	if err != nil {
-		return false, err
-	}
-	defer zc.Close()
-	stop := context.AfterFunc(l.ctx, func() { _ = zc.Close() })
-	defer stop()
-	var s [SeqLen]byte
-	binary.BigEndian.PutUint64(s[:], start)
-	if err := zc.send(nil, s[:]); err != nil {
-		return false, err
-	}
-	// want is the first seq the listener needs: lost history if the
-	// answer starts later.
-	want := start
-	if verify {
-		want = start + 1
-	}
-	first := true
-	for {
-		zc.setReadDeadline(time.Now().Add(timeout))
-		msg, err := zc.recv()
-		if err != nil {
-			return false, err
-		}
-		if msg.Type != zmq4.UsrMsg {
-			continue
-		}
-		seq, payload, end, err := ParseReplayReply(msg.Frames)
-		if err != nil {
-			return false, err
-		}
-		if end {
-			return false, nil
-		}
-		if first {
-			first = false
-			if verify && seq == start && l.has && seq == l.last {
-				if maphash.Bytes(l.seed, payload) != l.lastHash {
-					return true, nil
-				}
-				continue
-			}
-			if seq > want {
-				l.in.st.replayLost.Add(1)
-			}
-		}
-		if l.has && seq <= l.last {
-			continue
-		}
-		if l.apply(seq, payload) {
-			l.in.st.replayedBatches.Add(1)
-		}
-	}
-}
-
-// apply decodes one batch and hands its events to the writer; the
-// watermark moves to seq unless the payload is malformed. It reports
-// whether the batch was accepted.
-func (l *rankListener) apply(seq uint64, payload []byte) bool {
-	b, err := l.dec.Decode(payload, l.key)
-	if err != nil {
-		l.in.st.decodeErrors.Add(1)
-		l.setErr(fmt.Errorf("seq %d: %w", seq, err))
+// admit queues m if the rank's budgets (QueueLimit messages and
+// MaxQueueBytes) and the ingress's (MaxTotalQueueBytes) have room for it.
+// A message counts against them from here until run is done with it, so
+// q, whose capacity is QueueLimit, always has room for an admitted one.
+func (l *rankListener) admit(q chan<- queued, m queued) bool {
+	n := int64(len(m.payload))
+	if !reserve(&l.qMsgs, 1, int64(l.in.cfg.QueueLimit)) {
 		return false
 	}
-	for i, n := range b.Skipped {
-		if n != 0 {
-			l.in.st.events[i].Add(n)
-		}
+	if !reserve(&l.qBytes, n, int64(l.in.cfg.MaxQueueBytes)) {
+		l.qMsgs.Add(-1)
+		return false
 	}
-	// Number accepted events per rank listener, as Dynamo's listener
-	// assigns its own monotonically increasing event_id.
-	for i := range b.Events {
-		b.Events[i].EventID = l.nextEventID
-		l.nextEventID++
+	if !reserve(&l.in.st.queuedBytes, n, int64(l.in.cfg.MaxTotalQueueBytes)) {
+		l.qMsgs.Add(-1)
+		l.qBytes.Add(-n)
+		return false
 	}
-	if len(b.Events) > 0 {
-		if !l.toWriter(wItem{op: opEvents, sink: l.sink, buf: copyEvents(b.Events)}) {
+	l.in.st.queuedMsgs.Add(1)
+	select {
+	case q <- m:
+		return true
+	default:
+		panic("BUG: zmqin: a rank queue is full within its message budget")
+	}
+}
+
+// release returns a message of n bytes that run is done with to the
+// budgets.
+func (l *rankListener) release(n int64) {
+	l.qMsgs.Add(-1)
+	l.qBytes.Add(-n)
+	l.in.st.queuedMsgs.Add(-1)
+	l.in.st.queuedBytes.Add(-n)
+}
+
+// reserve adds n to c unless that would take it above limit.
+func reserve(c *atomic.Int64, n, limit int64) bool {
+	for {
+		cur := c.Load()
+		if cur+n > limit {
 			return false
 		}
+		if c.CompareAndSwap(cur, cur+n) {
+			return true
+		}
 	}
-	l.last, l.has = seq, true
-	l.lastHash = maphash.Bytes(l.seed, payload)
-	l.wmPlus1.Store(seq + 1)
-	l.batches.Add(1)
-	return true
 }
 
-// toWriter queues it on the worker's writer, blocking while the writer is
-// full; it gives up (false) when the listener is stopped.
-func (l *rankListener) toWriter(it wItem) bool {
-	select {
-	case l.w.q <- it:
-		return true
-	case <-l.ctx.Done():
-		if it.buf != nil {
-			putEvBuf(it.buf)
+// dialPacer spaces the redials of all listeners to at most rate a second:
+// a virtual schedule of slots interval apart, next being the first free
+// one, which may lag up to burst behind now (so that an idle pacer lets
+// one second's worth through at once). Times are nanoseconds on the
+// monotonic clock since start; reserve takes the time as an input.
+type dialPacer struct {
+	start    time.Time
+	interval int64
+	burst    int64
+	next     atomic.Int64
+}
+
+func (p *dialPacer) init(rate int) {
+	p.start = time.Now()
+	p.interval = int64(time.Second) / int64(rate)
+	p.burst = int64(time.Second) - p.interval // rate slots up to now
+	p.next.Store(-p.burst)
+}
+
+func (p *dialPacer) now() int64 { return int64(time.Since(p.start)) }
+
+// reserve takes the first free slot at or after now and returns how long
+// until it comes (0 or less: at once).
+func (p *dialPacer) reserve(now int64) time.Duration {
+	for {
+		n := p.next.Load()
+		slot := max(n, now-p.burst)
+		if p.next.CompareAndSwap(n, slot+p.interval) {
+			return time.Duration(slot - now)
 		}
-		return false
 	}
 }

@@ -310,10 +310,12 @@ func (r *reader) float() (float64, error) {
 	return float64(v), nil
 }
 
-// hash consumes a block hash and normalises it to the u64 key of spec
-// section 2.5: an integer of either family by its two's-complement bits; a
-// bin as its last 8 bytes big-endian (a shorter bin is read as a big-endian
-// integer of its length).
+// hash consumes a block hash and normalises it to a u64 key: an integer
+// of either family by its two's-complement bits (SGLang and vLLM before
+// v0.10.2 send signed hashes); a bin as its last 8 bytes big-endian (a
+// shorter bin is read as a big-endian integer of its length), which is
+// the key vLLM sends in its default int mode for the same digest
+// (maybe_convert_block_hash, vllm-project/vllm:vllm/v1/core/kv_cache_utils.py).
 func (r *reader) hash() (uint64, error) {
 	c, err := r.peek()
 	if err != nil {

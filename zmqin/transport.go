@@ -3,9 +3,12 @@ package zmqin
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -14,11 +17,13 @@ import (
 )
 
 // This file is the only place that talks ZMTP. It uses go-zeromq/zmq4's
-// connection layer (zmq4.Open: greeting, NULL handshake, socket-type check;
-// Conn.SendMsg and Conn.RecvMsg: framing) over net.Conns that this package
-// dials, accepts and closes itself, instead of zmq4's Socket types. The
-// Socket types of v0.17.0 were measured or read to misbehave for us
-// (spec/dependencies-and-limits.md section 6, and their source):
+// connection layer for the handshake only (zmq4.Open: greeting, NULL
+// handshake, socket-type check) over net.Conns that this package dials,
+// accepts and closes itself, and reads and writes frames itself: zmq4's
+// Conn.RecvMsg appends every frame of a message until one comes without
+// the MORE flag, so an unterminated message grows without limit. zmq4's
+// Socket types are not used either: those of v0.17.0 were measured, or
+// read in its source, to misbehave for us:
 //   - Dial retries with time.Sleep, ignoring cancellation while asleep;
 //   - automatic reconnect races with Close;
 //   - a SUB's per-connection goroutine blocks forever on its 10-message
@@ -42,7 +47,8 @@ var ErrEndpoint = errors.New("zmqin: invalid ZMQ endpoint")
 // peer that accepts TCP but never speaks ZMTP cannot hold a dial forever.
 const handshakeTimeout = 5 * time.Second
 
-// bufSize is the read and write buffer of one connection.
+// bufSize is the read buffer of a receiving connection and the write
+// buffer of a publishing one (bufSizes).
 const bufSize = 64 << 10
 
 // ParseEndpoint reads ep with core's parser (the one reading of an endpoint
@@ -55,23 +61,61 @@ func ParseEndpoint(ep string) (core.ZMQEndpoint, error) {
 	return z, nil
 }
 
-// ErrFrameTooLarge marks a ZMTP frame whose announced size exceeds the
-// connection's limit; the connection is dropped before the frame's body is
-// allocated (zmq4 itself allocates whatever size a peer announces).
-var ErrFrameTooLarge = errors.New("zmqin: ZMTP frame too large")
+// Errors of a connection whose peer broke a Limits bound. The connection
+// is dropped when the frame header that breaks the bound arrives, before
+// anything is allocated for that frame's body.
+var (
+	// ErrFrameTooLarge: a frame announced more than MaxFrameSize bytes
+	// (zmq4 itself allocates whatever size a peer announces).
+	ErrFrameTooLarge = errors.New("zmqin: ZMTP frame too large")
+	// ErrTooManyFrames: a message went on past MaxFrames frames (zmq4
+	// keeps every frame of an unterminated message).
+	ErrTooManyFrames = errors.New("zmqin: ZMTP message has too many frames")
+	// ErrMessageTooLarge: a message's frames together exceeded
+	// MaxMessageSize bytes.
+	ErrMessageTooLarge = errors.New("zmqin: ZMTP message too large")
+	// errProtocol: a command frame inside a multipart message.
+	errProtocol = errors.New("zmqin: ZMTP protocol error")
+)
+
+// Limits bound what one connection can make the reader hold: every frame
+// of the message being read stays in memory until the message ends, so
+// with these limits one message never holds more than MaxMessageSize
+// bytes, whatever the peer announces or leaves unterminated. Each is
+// checked at a frame's header. They are per connection because the
+// protocols differ: a live KV event message is at most 3 frames [topic,
+// seq, payload], a replay reply 4, a replica-sync envelope would be 2.
+type Limits struct {
+	MaxFrames      int // frames per message, at least 1
+	MaxFrameSize   int // bytes per frame
+	MaxMessageSize int // bytes per message, all frames together
+}
+
+// handshakeMaxFrame bounds the greeting's commands (READY and its
+// metadata: a socket type and an identity of at most 255 bytes).
+const handshakeMaxFrame = 64 << 10
 
 // greetingLen is the size of the ZMTP 3.x greeting that precedes frames.
 const greetingLen = 64
+
+// ZMTP frame flags.
+const (
+	flagMore    = 0x01
+	flagLong    = 0x02
+	flagCommand = 0x04
+)
 
 // bufConn is a net.Conn whose reads come through a buffer and whose writes
 // go into one; Flush sends them. Reads and writes may run on two goroutines
 // (one each): the two buffers are independent.
 //
-// With maxFrame > 0, reads also follow the ZMTP framing of the incoming
-// byte stream (greeting, then frames: flags, a 1- or 8-byte size, the
-// body) and fail with ErrFrameTooLarge, returning no byte of the size,
-// as soon as a frame announces more than maxFrame bytes. The scan state
-// below belongs to the reading goroutine.
+// Reads through Read (zmq4.Open's, during the handshake) also follow the
+// ZMTP framing of the incoming byte stream (greeting, then frames: flags,
+// a 1- or 8-byte size, the body) and fail with ErrFrameTooLarge, returning
+// no byte of the size, as soon as a frame announces more than maxFrame
+// bytes. After the handshake frames are read from r by Conn.Recv, which
+// checks its Limits itself. The scan state below belongs to the reading
+// goroutine.
 type bufConn struct {
 	net.Conn
 	r *bufio.Reader
@@ -83,8 +127,8 @@ type bufConn struct {
 	size     uint64 // the size read so far
 }
 
-func newBufConn(c net.Conn, maxFrame int) *bufConn {
-	return &bufConn{Conn: c, r: bufio.NewReaderSize(c, bufSize), w: bufio.NewWriterSize(c, bufSize),
+func newBufConn(c net.Conn, rsize, wsize, maxFrame int) *bufConn {
+	return &bufConn{Conn: c, r: bufio.NewReaderSize(c, rsize), w: bufio.NewWriterSize(c, wsize),
 		maxFrame: uint64(max(maxFrame, 0)), skip: greetingLen}
 }
 
@@ -120,7 +164,7 @@ func (c *bufConn) scan(b []byte) error {
 		default: // a flags byte
 			c.size = 0
 			c.sizeLeft = 1
-			if b[0]&0x02 != 0 { // long frame: 8-byte size
+			if b[0]&flagLong != 0 {
 				c.sizeLeft = 8
 			}
 			b = b[1:]
@@ -132,29 +176,56 @@ func (c *bufConn) scan(b []byte) error {
 func (c *bufConn) Write(p []byte) (int, error) { return c.w.Write(p) }
 func (c *bufConn) Flush() error                { return c.w.Flush() }
 
-// zconn is one ZMTP connection: the zmq4 framing over a buffered net.Conn
-// owned by this package. Close may be called from any goroutine, any number
-// of times; it makes a blocked recv return an error.
-type zconn struct {
+// SocketType is a ZMTP socket type, as announced in the handshake. A peer
+// of an incompatible type (PUB-SUB and DEALER-ROUTER pair) is refused.
+type SocketType string
+
+// The socket types this package speaks.
+const (
+	Pub    SocketType = "PUB"
+	Sub    SocketType = "SUB"
+	Dealer SocketType = "DEALER"
+	Router SocketType = "ROUTER"
+)
+
+// Conn is one ZMTP 3.0 connection with the NULL mechanism over a buffered
+// net.Conn: zmq4 performs the greeting and handshake, then Conn reads and
+// writes frames itself, reading within its Limits. It is exported for
+// kvselect's other ZMTP endpoints (zmqpub's simulated publisher, and a
+// replica-sync listener). One goroutine may receive while another sends.
+// Close may be called from any goroutine, any number of times; it makes a
+// blocked Recv return an error.
+type Conn struct {
 	raw net.Conn
 	bc  *bufConn
-	hs  *handshakeConn // the rw of z: flushes each write unless hold
-	z   *zmq4.Conn
+	lim Limits
 }
 
-// openZMTP performs the ZMTP greeting and NULL handshake on c as socket type
-// typ; server is true on the accepting side. maxFrame > 0 limits the size
-// of incoming frames (see bufConn). The handshake is bounded by
-// handshakeTimeout and by ctx. On error c is closed.
-func openZMTP(ctx context.Context, c net.Conn, typ zmq4.SocketType, server bool, maxFrame int) (*zconn, error) {
-	bc := newBufConn(c, maxFrame)
+// bufSizes returns the read and write buffer sizes of a socket type: the
+// side that receives KV events reads in 64 KiB, the side that publishes
+// them writes in 64 KiB; the other direction carries a subscription or a
+// replay request of a few bytes (and the handshake).
+func bufSizes(typ SocketType) (rsize, wsize int) {
+	switch typ {
+	case Pub, Router:
+		return 4 << 10, bufSize
+	}
+	return bufSize, 512
+}
+
+// Open performs the ZMTP greeting and NULL handshake on c as socket type
+// typ; server is true on the accepting side. lim bounds every message
+// received afterwards. The handshake is bounded by a 5 s timeout and by
+// ctx. On error c is closed.
+func Open(ctx context.Context, c net.Conn, typ SocketType, server bool, lim Limits) (*Conn, error) {
+	rsize, wsize := bufSizes(typ)
+	bc := newBufConn(c, rsize, wsize, handshakeMaxFrame)
 	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
 	// zmq4.Open writes its greeting and READY through bc; flushing is
 	// needed before each read of the peer's part, so the writer is
 	// unbuffered during the handshake by flushing on every write.
-	hs := &handshakeConn{bufConn: bc}
-	z, err := zmq4.Open(hs, null.Security(), typ, zmq4.SocketIdentity(nil), server, nil)
+	_, err := zmq4.Open(flushConn{bc}, null.Security(), zmq4.SocketType(typ), zmq4.SocketIdentity(nil), server, nil)
 	stopped := stop()
 	if err == nil && !stopped {
 		err = ctx.Err()
@@ -164,31 +235,26 @@ func openZMTP(ctx context.Context, c net.Conn, typ zmq4.SocketType, server bool,
 		return nil, err
 	}
 	_ = c.SetDeadline(time.Time{})
-	return &zconn{raw: c, bc: bc, hs: hs, z: z}, nil
+	bc.maxFrame = 0 // frames are read by Recv from now on
+	return &Conn{raw: c, bc: bc, lim: lim}, nil
 }
 
-// handshakeConn flushes every write: zmq4.Open alternates writes and reads
-// of the handshake and knows nothing of buffering. After the handshake the
-// zmq4.Conn keeps using it, so sends still flush per write unless the
-// caller batches with sendHeld.
-type handshakeConn struct {
-	*bufConn
-	// hold suppresses the per-write flush while sendHeld writes a
-	// batch of messages; only the goroutine that sends touches it.
-	hold bool
-}
+// flushConn flushes every write: zmq4.Open alternates writes and reads of
+// the handshake and knows nothing of buffering.
+type flushConn struct{ *bufConn }
 
-func (c *handshakeConn) Write(p []byte) (int, error) {
+func (c flushConn) Write(p []byte) (int, error) {
 	n, err := c.bufConn.Write(p)
-	if err == nil && !c.hold {
+	if err == nil {
 		err = c.bufConn.Flush()
 	}
 	return n, err
 }
 
-// dialZMTP dials ep and opens a ZMTP connection as socket type typ. The
-// dial and the handshake end when ctx is done.
-func dialZMTP(ctx context.Context, ep string, typ zmq4.SocketType, maxFrame int) (*zconn, error) {
+// Dial dials endpoint ep (tcp:// or ipc://) and opens a ZMTP connection
+// as socket type typ (Open). The dial and the handshake end when ctx is
+// done, and after 5 s each.
+func Dial(ctx context.Context, ep string, typ SocketType, lim Limits) (*Conn, error) {
 	z, err := ParseEndpoint(ep)
 	if err != nil {
 		return nil, err
@@ -205,33 +271,147 @@ func dialZMTP(ctx context.Context, ep string, typ zmq4.SocketType, maxFrame int)
 	if err != nil {
 		return nil, err
 	}
-	return openZMTP(ctx, c, typ, false, maxFrame)
+	return Open(ctx, c, typ, false, lim)
 }
 
-// recv reads one message; commands (none are expected in ZMTP 3.0 after the
-// handshake) are returned with Type zmq4.CmdMsg for the caller to skip.
-func (c *zconn) recv() (zmq4.Msg, error) { return c.z.RecvMsg() }
+// Recv reads the next message into frames[:0] and returns it. Each frame
+// is a fresh allocation the caller may keep. Command frames between
+// messages are skipped (ZMTP 3.0 defines none after the handshake; a 3.1
+// PING goes unanswered, which only matters to a peer that enabled
+// heartbeats). A message that breaks c's Limits fails with
+// ErrTooManyFrames, ErrMessageTooLarge or ErrFrameTooLarge at the header
+// of the frame that breaks it; the caller must then drop the connection,
+// as the stream is left inside that frame.
+func (c *Conn) Recv(frames [][]byte) ([][]byte, error) {
+	frames = frames[:0]
+	total := uint64(0)
+	for {
+		flags, size, err := c.header()
+		if err != nil {
+			return nil, err
+		}
+		if flags&flagCommand != 0 {
+			if len(frames) > 0 || flags&flagMore != 0 {
+				return nil, fmt.Errorf("%w: command frame inside a message", errProtocol)
+			}
+			if err := c.checkSize(size); err != nil {
+				return nil, err
+			}
+			if _, err := c.bc.r.Discard(int(size)); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if len(frames) == c.lim.MaxFrames {
+			return nil, fmt.Errorf("%w: more than %d", ErrTooManyFrames, c.lim.MaxFrames)
+		}
+		if err := c.checkSize(size); err != nil {
+			return nil, err
+		}
+		if total += size; total > uint64(c.lim.MaxMessageSize) {
+			return nil, fmt.Errorf("%w: more than %d bytes", ErrMessageTooLarge, c.lim.MaxMessageSize)
+		}
+		body, err := c.body(int(size))
+		if err != nil {
+			return nil, err
+		}
+		frames = append(frames, body)
+		if flags&flagMore == 0 {
+			return frames, nil
+		}
+	}
+}
 
-// send writes one multi-frame message and flushes it.
-func (c *zconn) send(frames ...[]byte) error {
-	if err := c.sendHeld(frames); err != nil {
+func (c *Conn) checkSize(size uint64) error {
+	if size > uint64(c.lim.MaxFrameSize) {
+		return fmt.Errorf("%w: %d bytes announced, limit %d", ErrFrameTooLarge, size, c.lim.MaxFrameSize)
+	}
+	return nil
+}
+
+// header reads a frame's flags and size.
+func (c *Conn) header() (flags byte, size uint64, err error) {
+	r := c.bc.r
+	if flags, err = r.ReadByte(); err != nil {
+		return 0, 0, err
+	}
+	if flags&flagLong == 0 {
+		b, err := r.ReadByte()
+		return flags, uint64(b), err
+	}
+	var b [8]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return 0, 0, err
+	}
+	return flags, binary.BigEndian.Uint64(b[:]), nil
+}
+
+// bodyChunk is the size up to which a frame body is allocated at once.
+const bodyChunk = 64 << 10
+
+// body reads a frame body of n bytes (n within the Limits). A larger body
+// grows, doubling, as its bytes arrive: a peer that announces a large
+// frame and sends it slowly, or never, holds at most twice what it sent.
+func (c *Conn) body(n int) ([]byte, error) {
+	if n <= bodyChunk {
+		b := make([]byte, n)
+		_, err := io.ReadFull(c.bc.r, b)
+		return b, err
+	}
+	b := make([]byte, 0, bodyChunk)
+	for len(b) < n {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, min(cap(b), n-len(b)))
+		}
+		k, err := io.ReadFull(c.bc.r, b[len(b):min(cap(b), n)])
+		b = b[:len(b)+k]
+		if err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// Send writes one multi-frame message and flushes it.
+func (c *Conn) Send(frames ...[]byte) error {
+	if err := c.SendHeld(frames); err != nil {
 		return err
 	}
-	return c.flush()
+	return c.Flush()
 }
 
-// sendHeld writes one message without flushing; call flush after a run of
-// them. Only the sending goroutine may use it.
-func (c *zconn) sendHeld(frames [][]byte) error {
-	c.hs.hold = true
-	err := c.z.SendMsg(zmq4.NewMsgFrom(frames...))
-	c.hs.hold = false
-	return err
+// SendHeld writes one message into the write buffer without flushing;
+// call Flush after a run of them. Sends are for one goroutine at a time.
+func (c *Conn) SendHeld(frames [][]byte) error {
+	w := c.bc.w
+	for i, f := range frames {
+		var hdr [9]byte
+		if i < len(frames)-1 {
+			hdr[0] |= flagMore
+		}
+		h := hdr[:2]
+		if len(f) > 255 {
+			hdr[0] |= flagLong
+			binary.BigEndian.PutUint64(hdr[1:], uint64(len(f)))
+			h = hdr[:]
+		} else {
+			hdr[1] = byte(len(f))
+		}
+		if _, err := w.Write(h); err != nil {
+			return err
+		}
+		if _, err := w.Write(f); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-func (c *zconn) flush() error { return c.bc.Flush() }
+// Flush sends what SendHeld buffered.
+func (c *Conn) Flush() error { return c.bc.Flush() }
 
-func (c *zconn) setReadDeadline(t time.Time) { _ = c.raw.SetReadDeadline(t) }
+// SetReadDeadline bounds the Recv calls until t (zero: no bound).
+func (c *Conn) SetReadDeadline(t time.Time) { _ = c.raw.SetReadDeadline(t) }
 
-// Close closes the underlying connection; a blocked recv returns an error.
-func (c *zconn) Close() error { return c.raw.Close() }
+// Close closes the underlying connection; a blocked Recv returns an error.
+func (c *Conn) Close() error { return c.raw.Close() }

@@ -62,14 +62,15 @@
 //   - CPU profile / trace requests run net/http/pprof through fasthttp's
 //     adaptor on their own goroutine for the profile's duration.
 //   - KV-event ingress (zmqin.Ingress, unless DYN_USE_KV_EVENTS=false): per
-//     worker rank a reader and a processor goroutine (dial with backoff,
-//     frames into a bounded queue; decode, sequence checks, replay), plus
+//     worker rank one goroutine (dial with backoff; decode, sequence
+//     checks, replay) and, while connected, a reader (frames into a
+//     bounded queue), plus
 //     the writer goroutines that apply decoded batches to the partitions'
 //     indexes (a worker always maps to the same writer). Started by
 //     Ingress.Sync on registration, stopped by Detach or by Ingress.Close at
 //     the end of the shutdown. zmqin/doc.go has the details.
 //   - --demo engines: each simulated engine's publisher runs an accept loop
-//     and one goroutine per subscriber (zmqin.Publisher); closed last.
+//     and one goroutine per subscriber (zmqpub.Publisher); closed last.
 //
 // # kvselect bench and kvselect mocker
 //

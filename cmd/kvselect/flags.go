@@ -35,6 +35,9 @@ type serveOptions struct {
 	index indexFlags
 	// pprofMutexFraction and pprofBlockRate are the contention-profile rates.
 	pprofMutexFraction, pprofBlockRate int
+	// indexerPeers are the base URLs to recover the KV index from at
+	// start-up (--indexer-peers), in order.
+	indexerPeers []string
 	// demo is the number of built-in simulated engines (--demo); 0 is none.
 	demo          int
 	demoBlockSize int
@@ -166,7 +169,7 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 				return nil, fmt.Errorf("--indexer-peers: %q is not an http(s) base URL", p)
 			}
 		}
-		o.inactive = append(o.inactive, "--indexer-peers (startup recovery from a peer's /dump)")
+		o.indexerPeers = splitList(*indexerPeers)
 	}
 	if set["replica-sync-port"] {
 		if *replicaPort <= 0 || *replicaPort > math.MaxUint16 {

@@ -16,17 +16,36 @@ import (
 
 const module = "github.com/kvselect/kvselect"
 
-// allowedInRepo is the import-direction rule: which in-repo packages each
-// package's non-test files may import (the domain below the edges, no
-// package above cmd). cmd/kvselect may import everything.
+// allowedInRepo is the import-direction rule (the domain below the edges,
+// no package above cmd): which in-repo packages each package's non-test
+// files may import. Keys are package
+// paths relative to the repository; a package is governed by the longest
+// key that is its path or a parent of it (tableKey), and so is an
+// imported package. cmd/kvselect may import everything.
 var allowedInRepo = map[string][]string{
-	"radix":   {},
-	"sched":   {"radix"},
-	"core":    {"radix", "sched"},
-	"zmqin":   {"core", "radix"},
-	"httpapi": {"core", "perf"},
-	"perf":    {},
-	"bench":   {"radix", "zmqin", "perf"},
+	"radix":        {},
+	"sched":        {"radix"},
+	"core":         {"radix", "sched"},
+	"zmqin":        {"core", "radix"},
+	"zmqin/zmqpub": {"zmqin", "core", "radix"},
+	"httpapi":      {"core", "perf"},
+	"perf":         {},
+	"bench":        {"radix", "zmqin", "zmqin/zmqpub", "perf"},
+}
+
+// tableKey returns the key of allowedInRepo that governs package path pkg:
+// the longest key that is pkg or one of its parent directories.
+func tableKey(pkg string) (string, bool) {
+	for k := pkg; ; {
+		if _, ok := allowedInRepo[k]; ok {
+			return k, true
+		}
+		i := strings.LastIndexByte(k, '/')
+		if i < 0 {
+			return "", false
+		}
+		k = k[:i]
+	}
 }
 
 // externalOnly names third-party import prefixes that only some packages may use.
@@ -107,12 +126,15 @@ func checkFile(t reporter, path, pkg string) {
 		p, _ := strconv.Unquote(imp.Path.Value)
 		if pkg != "cmd/kvselect" {
 			if dep, ok := strings.CutPrefix(p, module+"/"); ok {
-				depTop := strings.SplitN(dep, "/", 2)[0]
-				allowed, known := allowedInRepo[top]
+				key, known := tableKey(pkg)
+				depKey, depKnown := tableKey(dep)
+				if !depKnown {
+					depKey = dep
+				}
 				if !known {
-					t.Errorf("%s: package %q is not in the allowedInRepo table", path, top)
-				} else if depTop != top && !slices.Contains(allowed, depTop) {
-					t.Errorf("%s: %s may not import %s (allowedInRepo)", path, top, dep)
+					t.Errorf("%s: package %q is not in the allowedInRepo table", path, pkg)
+				} else if depKey != key && !slices.Contains(allowedInRepo[key], depKey) {
+					t.Errorf("%s: %s may not import %s (allowedInRepo)", path, key, dep)
 				}
 			}
 		}
@@ -184,6 +206,37 @@ func checkNoEnv(t reporter, path string) {
 		}
 		return true
 	})
+}
+
+// TestImportRulesNestedPackages: a nested package is governed by its own
+// entry, not its parent's: zmqin may not import zmqin/zmqpub (the
+// publisher stays out of the ingress), zmqin/zmqpub may import zmqin, and
+// neither may import httpapi.
+func TestImportRulesNestedPackages(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		pkg, imp string
+		bad      bool
+	}{
+		{"zmqin", "zmqin/zmqpub", true},
+		{"zmqin/zmqpub", "zmqin", false},
+		{"zmqin/zmqpub", "radix", false},
+		{"zmqin/zmqpub", "httpapi", true},
+		{"zmqin", "httpapi", true},
+		{"bench", "zmqin/zmqpub", false},
+		{"core", "zmqin/zmqpub", true},
+	} {
+		path := filepath.Join(dir, "f.go")
+		src := fmt.Sprintf("package x\nimport _ %q\n", module+"/"+tc.imp)
+		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rec := &recorder{T: t}
+		checkFile(rec, path, tc.pkg)
+		if (rec.n > 0) != tc.bad {
+			t.Errorf("%s importing %s: %d violations %v, want bad=%v", tc.pkg, tc.imp, rec.n, rec.msgs, tc.bad)
+		}
+	}
 }
 
 // TestImportRulesCatchViolations proves the checker can fail: a synthetic file

@@ -77,6 +77,12 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	if opts.http.Pprof {
 		perf.SetContentionProfiling(opts.pprofMutexFraction, opts.pprofBlockRate)
 	}
+	if len(opts.indexerPeers) > 0 {
+		if !recoverIndex(ctx, svc, opts.indexerPeers, logger.Printf) {
+			_ = ingress.Close()
+			return 1
+		}
+	}
 
 	// 3. Start: listener, HTTP server, periodic sweep.
 	ln, err := net.Listen("tcp", net.JoinHostPort(opts.host, strconv.Itoa(int(opts.port))))
@@ -157,6 +163,33 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	}
 	logger.Printf("stopped")
 	return code
+}
+
+// recoveryDelay is the reference's slow-joiner bias: a selector started with
+// its peers gives them a second to come up before it asks for their dumps.
+var recoveryDelay = time.Second
+
+// recoverIndex rebuilds the KV index from the first peer whose /dump
+// answers, before the service registers workers or serves; every peer
+// failing starts empty with a warning (as the reference). It reports false
+// only when ctx ended meanwhile.
+func recoverIndex(ctx context.Context, svc *core.Service, peers []string, logf func(string, ...any)) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(recoveryDelay):
+	}
+	rec, err := httpapi.Recover(ctx, svc, peers, httpapi.DefaultRecoveryConfig())
+	for _, f := range rec.Failures {
+		logf("recovery: peer failed: %s", f)
+	}
+	svc.SetRecovery(core.Recovery{Peer: rec.Peer, Partitions: rec.Partitions, Events: rec.Events, FailedPeers: len(rec.Failures)})
+	if err != nil {
+		logf("recovery: every peer failed; starting with an empty index")
+		return ctx.Err() == nil
+	}
+	logf("recovery: %d partitions, %d events from %s", rec.Partitions, rec.Events, rec.Peer)
+	return true
 }
 
 // sweep calls svc.Sweep every interval, and svc.ExpireIndex every

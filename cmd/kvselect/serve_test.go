@@ -83,13 +83,13 @@ func TestParseServeErrors(t *testing.T) {
 
 func TestParseServeLaterFeaturesReported(t *testing.T) {
 	o, err := parseServe([]string{"--replica-sync-port", "9092", "--replica-sync-peers", "tcp://b:9092",
-		"--indexer-peers", "http://b:8092", "--session-affinity-ttl-secs", "60"},
+		"--session-affinity-ttl-secs", "60"},
 		envOf(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Join(o.inactive, "\n")
-	for _, want := range []string{"--replica-sync-port", "--replica-sync-peers", "--indexer-peers", "--session-affinity-ttl-secs"} {
+	for _, want := range []string{"--replica-sync-port", "--replica-sync-peers", "--session-affinity-ttl-secs"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("%q not reported as inactive in\n%s", want, got)
 		}

@@ -10,7 +10,8 @@ closes.
 The live socket is an XPUB so that the script can wait for the subscription
 (a PUB cannot tell); on the wire it is the same as vLLM's PUB. Frames are
 [topic, seq (8 bytes big-endian), payload]. Payloads are msgpack with
-use_bin_type=True, which makes msgspec's choices (spec section 2.1):
+use_bin_type=True, which makes msgspec's width choices (smallest
+encoding, non-negative integers unsigned, floats float64):
 events as msgspec tagged arrays (vLLM <= 0.23) and tagged maps (vLLM after
 #42892), the batch always an array.
 """

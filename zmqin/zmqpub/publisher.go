@@ -1,4 +1,16 @@
-package zmqin
+// Package zmqpub is the engine side of the KV event transport: a
+// Publisher that publishes KV event batches the way vLLM's
+// ZmqEventPublisher does (vllm-project/vllm:vllm/distributed/kv_events.py),
+// for the tests, the simulated engines of package bench, the demo and
+// `kvselect mocker`. The selector itself never publishes: this package is
+// kept out of zmqin, the ingress, and speaks ZMTP through zmqin.Conn (zmqin
+// remains the only package that imports a ZMQ library).
+//
+// Goroutines of a Publisher: one accept loop per bound socket; per
+// subscriber, a reader (its subscriptions) and a writer (drains its
+// bounded queue); per replay client, one goroutine answering its
+// requests. Close stops all of them and returns when they have exited.
+package zmqpub
 
 import (
 	"context"
@@ -10,12 +22,12 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/go-zeromq/zmq4"
+	"github.com/kvselect/kvselect/zmqin"
 )
 
-// PublisherConfig configures a Publisher: one data-parallel rank of a
-// simulated (or test) engine, publishing like vLLM's ZmqEventPublisher.
-type PublisherConfig struct {
+// Config configures a Publisher: one data-parallel rank of a simulated (or
+// test) engine, publishing like vLLM's ZmqEventPublisher.
+type Config struct {
 	// Endpoint is the PUB address to bind, e.g. "tcp://*:5557" or
 	// "tcp://127.0.0.1:0" (port 0 picks a free port; see Publisher.Endpoint).
 	Endpoint string
@@ -31,7 +43,7 @@ type PublisherConfig struct {
 	// gap), like libzmq's PUB high-water mark. 0 means 10,000.
 	HWM int
 	// Encoder encodes the batches given to Publish.
-	Encoder Encoder
+	Encoder zmqin.Encoder
 	// LegacyReplay answers replays without the topic frame, as vLLM <= 0.25
 	// and SGLang do: ["", seq, payload] and the end marker ["", ff*8, ""].
 	// Otherwise replies are vLLM >= 0.26's ["", topic, seq, payload] and
@@ -40,23 +52,23 @@ type PublisherConfig struct {
 }
 
 // Validate reports a config that cannot work.
-func (c PublisherConfig) Validate() error {
-	if _, err := ParseEndpoint(c.Endpoint); err != nil {
+func (c Config) Validate() error {
+	if _, err := zmqin.ParseEndpoint(c.Endpoint); err != nil {
 		return err
 	}
 	if c.ReplayEndpoint != "" {
-		if _, err := ParseEndpoint(c.ReplayEndpoint); err != nil {
+		if _, err := zmqin.ParseEndpoint(c.ReplayEndpoint); err != nil {
 			return err
 		}
 	}
 	if c.ReplayBuffer < 0 || c.HWM < 0 {
-		return fmt.Errorf("zmqin: negative ReplayBuffer %d or HWM %d", c.ReplayBuffer, c.HWM)
+		return fmt.Errorf("zmqpub: negative ReplayBuffer %d or HWM %d", c.ReplayBuffer, c.HWM)
 	}
 	return nil
 }
 
-// PublisherStats are a Publisher's cumulative counters.
-type PublisherStats struct {
+// Stats are a Publisher's cumulative counters.
+type Stats struct {
 	Published      uint64 // batches published (sequence numbers used)
 	Dropped        uint64 // per-subscriber messages dropped at the HWM
 	Subscribers    int    // connected subscribers with at least one subscription
@@ -64,19 +76,14 @@ type PublisherStats struct {
 	ReplayedBatch  uint64 // batches sent in replay answers
 }
 
-// Publisher is the engine side of the KV event transport: a PUB socket
-// that sends [topic, seq (8 bytes BE), payload] with seq counting from 0,
-// and optionally a ROUTER replay socket that answers ["", start_seq] with
-// every buffered batch whose seq >= start_seq, then an end marker
-// (spec/kv-events-wire.md sections 1.3 and 3). The simulated engines and
-// the tests use it.
-//
-// Goroutines: one accept loop per bound socket; per subscriber, a reader
-// (subscriptions) and a writer (drains the subscriber's bounded queue);
-// per replay client, one goroutine answering its requests. Close stops all
-// of them and returns when they have exited.
+// Publisher is one rank's publishing side: a PUB socket that sends
+// [topic, seq (8 bytes BE), payload] with seq counting from 0 (+1 per
+// batch), and optionally a ROUTER replay socket that answers a request
+// ["", start_seq (BE)] with every buffered batch whose seq >= start_seq,
+// oldest first, then an end marker of seq 0xff..ff and an empty payload;
+// a request of any other shape gets no answer.
 type Publisher struct {
-	cfg      PublisherConfig
+	cfg      Config
 	pubLn    net.Listener
 	replayLn net.Listener
 	ctx      context.Context
@@ -89,7 +96,7 @@ type Publisher struct {
 		ring   []ringEntry
 		head   int // ring[head] is the oldest entry once the ring is full
 		subs   map[*subscriber]struct{}
-		conns  map[*zconn]struct{} // replay clients, for Close
+		conns  map[*zmqin.Conn]struct{} // replay clients, for Close
 		closed bool
 	}
 
@@ -98,9 +105,9 @@ type Publisher struct {
 	replayedBatch  atomic.Uint64
 }
 
-// publisherMaxFrame limits what a Publisher reads from its peers:
-// subscriptions and replay requests are a few bytes.
-const publisherMaxFrame = 4 << 10
+// publisherLimits bound what a Publisher reads from its peers:
+// subscriptions (one frame) and replay requests (two) are a few bytes.
+var publisherLimits = zmqin.Limits{MaxFrames: 2, MaxFrameSize: 4 << 10, MaxMessageSize: 8 << 10}
 
 type ringEntry struct {
 	seq     uint64
@@ -110,7 +117,7 @@ type ringEntry struct {
 // subscriber is one connected SUB peer. Its writer goroutine owns the
 // connection's write side; its reader goroutine the read side.
 type subscriber struct {
-	zc   *zconn
+	zc   *zmqin.Conn
 	q    chan [][]byte // bounded by HWM; frames are shared and immutable
 	done chan struct{} // closed when the subscriber's reader exits
 	gone chan struct{} // closed once the subscriber is out of Publisher.mu.subs
@@ -130,8 +137,8 @@ func (s *subscriber) matches(topic string) bool {
 	return false
 }
 
-// NewPublisher binds the PUB (and replay) sockets and starts accepting.
-func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
+// New binds the PUB (and replay) sockets and starts accepting.
+func New(cfg Config) (*Publisher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -144,7 +151,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	p := &Publisher{cfg: cfg}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.mu.subs = make(map[*subscriber]struct{})
-	p.mu.conns = make(map[*zconn]struct{})
+	p.mu.conns = make(map[*zmqin.Conn]struct{})
 	var err error
 	if p.pubLn, err = listen(cfg.Endpoint); err != nil {
 		return nil, err
@@ -163,13 +170,13 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 }
 
 func listen(ep string) (net.Listener, error) {
-	z, err := ParseEndpoint(ep)
+	z, err := zmqin.ParseEndpoint(ep)
 	if err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen(z.Network, z.ListenAddr())
 	if err != nil {
-		return nil, fmt.Errorf("zmqin: bind %s: %w", ep, err)
+		return nil, fmt.Errorf("zmqpub: bind %s: %w", ep, err)
 	}
 	return ln, nil
 }
@@ -194,8 +201,15 @@ func (p *Publisher) ReplayEndpoint() string { return endpointOf(p.replayLn) }
 
 // Publish encodes b with the configured Encoder and publishes it; it
 // returns the batch's sequence number.
-func (p *Publisher) Publish(b *WireBatch) uint64 {
+func (p *Publisher) Publish(b *zmqin.WireBatch) uint64 {
 	return p.publish(p.cfg.Encoder.AppendBatch(nil, b), true)
+}
+
+// PublishLost encodes b and gives it the next sequence number, and keeps
+// it for replay, but sends it to no subscriber: a batch lost on the way.
+// Fault injection for tests.
+func (p *Publisher) PublishLost(b *zmqin.WireBatch) uint64 {
+	return p.publish(p.cfg.Encoder.AppendBatch(nil, b), false)
 }
 
 // PublishPayload publishes an already encoded batch payload, which the
@@ -206,7 +220,7 @@ func (p *Publisher) PublishPayload(payload []byte) uint64 { return p.publish(pay
 // live, queues it for every matching subscriber. live false simulates a
 // batch lost on the way (tests of gap healing).
 func (p *Publisher) publish(payload []byte, live bool) uint64 {
-	var s [SeqLen]byte
+	var s [zmqin.SeqLen]byte
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	seq := p.mu.next
@@ -240,8 +254,8 @@ func (p *Publisher) publish(payload []byte, live bool) uint64 {
 }
 
 // Stats returns the cumulative counters.
-func (p *Publisher) Stats() PublisherStats {
-	st := PublisherStats{
+func (p *Publisher) Stats() Stats {
+	st := Stats{
 		Dropped:        p.dropped.Load(),
 		ReplayRequests: p.replayRequests.Load(),
 		ReplayedBatch:  p.replayedBatch.Load(),
@@ -328,7 +342,7 @@ func (p *Publisher) acceptSubs() {
 // the subscriber.
 func (p *Publisher) serveSub(c net.Conn) {
 	defer p.wg.Done()
-	zc, err := openZMTP(p.ctx, c, zmq4.Pub, true, publisherMaxFrame)
+	zc, err := zmqin.Open(p.ctx, c, zmqin.Pub, true, publisherLimits)
 	if err != nil {
 		return
 	}
@@ -353,17 +367,19 @@ func (p *Publisher) serveSub(c net.Conn) {
 	go func() {
 		defer p.wg.Done()
 		defer close(s.done)
+		var frames [][]byte
 		for {
-			msg, err := zc.recv()
+			var err error
+			frames, err = zc.Recv(frames)
 			if err != nil {
 				_ = zc.Close()
 				return
 			}
 			// ZMTP 3.0 subscriptions: one frame, 1 or 0 then the topic.
-			if msg.Type != zmq4.UsrMsg || len(msg.Frames) != 1 || len(msg.Frames[0]) == 0 {
+			if len(frames) != 1 || len(frames[0]) == 0 {
 				continue
 			}
-			f := msg.Frames[0]
+			f := frames[0]
 			topic := string(f[1:])
 			s.mu.Lock()
 			switch f[0] {
@@ -386,114 +402,18 @@ func (p *Publisher) serveSub(c net.Conn) {
 		case <-s.done:
 			return
 		case frames := <-s.q:
-			err := zc.sendHeld(frames)
+			err := zc.SendHeld(frames)
 			// Drain what is already queued before one flush: a burst
 			// costs one write call, not one per message.
 			for n := len(s.q); err == nil && n > 0; n-- {
-				err = zc.sendHeld(<-s.q)
+				err = zc.SendHeld(<-s.q)
 			}
 			if err == nil {
-				err = zc.flush()
+				err = zc.Flush()
 			}
 			if err != nil {
 				return
 			}
 		}
 	}
-}
-
-func (p *Publisher) acceptReplay() {
-	defer p.wg.Done()
-	for {
-		c, err := p.replayLn.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			continue
-		}
-		p.wg.Add(1)
-		go p.serveReplay(c)
-	}
-}
-
-// serveReplay answers one DEALER (or REQ) client's replay requests, the
-// way vLLM's ROUTER does: a request is exactly ["", start_seq] as sent by
-// the client (the ROUTER's identity frame is implicit on a one-peer
-// connection); anything else is ignored without a reply.
-func (p *Publisher) serveReplay(c net.Conn) {
-	defer p.wg.Done()
-	zc, err := openZMTP(p.ctx, c, zmq4.Router, true, publisherMaxFrame)
-	if err != nil {
-		return
-	}
-	p.mu.Lock()
-	if p.mu.closed {
-		p.mu.Unlock()
-		_ = zc.Close()
-		return
-	}
-	p.mu.conns[zc] = struct{}{}
-	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		delete(p.mu.conns, zc)
-		p.mu.Unlock()
-		_ = zc.Close()
-	}()
-	topic := []byte(p.cfg.Topic)
-	end := make([]byte, SeqLen)
-	binary.BigEndian.PutUint64(end, ReplayEndSeq)
-	for {
-		msg, err := zc.recv()
-		if err != nil {
-			return
-		}
-		if msg.Type != zmq4.UsrMsg || len(msg.Frames) != 2 || len(msg.Frames[0]) != 0 || len(msg.Frames[1]) == 0 || len(msg.Frames[1]) > SeqLen {
-			continue
-		}
-		var start uint64
-		for _, b := range msg.Frames[1] {
-			start = start<<8 | uint64(b)
-		}
-		p.replayRequests.Add(1)
-		for _, e := range p.snapshot(start) {
-			var s [SeqLen]byte
-			binary.BigEndian.PutUint64(s[:], e.seq)
-			var frames [][]byte
-			if p.cfg.LegacyReplay {
-				frames = [][]byte{nil, s[:], e.payload}
-			} else {
-				frames = [][]byte{nil, topic, s[:], e.payload}
-			}
-			if err := zc.sendHeld(frames); err != nil {
-				return
-			}
-			p.replayedBatch.Add(1)
-		}
-		var err2 error
-		if p.cfg.LegacyReplay {
-			err2 = zc.send(nil, end, nil)
-		} else {
-			err2 = zc.send(nil, nil, end, nil)
-		}
-		if err2 != nil {
-			return
-		}
-	}
-}
-
-// snapshot returns the buffered batches with seq >= start, oldest first.
-func (p *Publisher) snapshot(start uint64) []ringEntry {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := len(p.mu.ring)
-	out := make([]ringEntry, 0, n)
-	for i := range n {
-		e := p.mu.ring[(p.mu.head+i)%n]
-		if e.seq >= start {
-			out = append(out, e)
-		}
-	}
-	return out
 }

@@ -1,0 +1,315 @@
+package zmqin
+
+import (
+	"math"
+
+	"github.com/kvselect/kvselect/radix"
+)
+
+// The shapes of a batch and of its events: the envelope ([ts, events] or
+// [ts, events, dp_rank], or a map), the events list, and each event as a
+// msgspec tagged array (fields by position) or tagged map (fields by key).
+// The fields themselves are read by fields.go.
+
+// batch decodes the envelope: [ts, events] or [ts, events, dp_rank] (extra
+// elements ignored), or defensively a map with keys ts, events and
+// data_parallel_rank (or SGLang's attn_dp_rank).
+func (d *Decoder) batch(r *reader, b *Batch) error {
+	if c, err := r.peek(); err != nil {
+		return err
+	} else if (c >= 0x80 && c <= 0x8f) || c == 0xde || c == 0xdf {
+		return d.mapBatch(r, b)
+	}
+	n, err := r.arrayLen()
+	if err != nil {
+		if err == errType {
+			return errEnvelope
+		}
+		return err
+	}
+	if n < 2 {
+		return errEnvelope
+	}
+	if b.Timestamp, err = r.float(); err != nil {
+		if err == errType {
+			return errTimestamp
+		}
+		return err
+	}
+	if err := d.eventList(r, b); err != nil {
+		return err
+	}
+	if n >= 3 {
+		if err := d.rank(r, b); err != nil {
+			return err
+		}
+	}
+	return r.skipN(n - 3)
+}
+
+func (d *Decoder) mapBatch(r *reader, b *Batch) error {
+	n, err := r.mapLen()
+	if err != nil {
+		return err
+	}
+	sawEvents := false
+	for ; n > 0; n-- {
+		key, err := r.str()
+		if err == errType {
+			err = r.skip()
+			key = nil
+		}
+		if err != nil {
+			return err
+		}
+		switch string(key) {
+		case "ts":
+			if b.Timestamp, err = r.float(); err == errType {
+				return errTimestamp
+			}
+		case "events":
+			sawEvents = true
+			err = d.eventList(r, b)
+		case "data_parallel_rank", "attn_dp_rank":
+			err = d.rank(r, b)
+		default:
+			err = r.skip()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if !sawEvents {
+		return errEvents
+	}
+	return nil
+}
+
+// rank decodes data_parallel_rank: nil, or an integer in [0, MaxUint32].
+func (d *Decoder) rank(r *reader, b *Batch) error {
+	if r.isNil() {
+		b.HasDPRank = false
+		return nil
+	}
+	v, neg, err := r.integer()
+	if err == errType || (err == nil && (neg || v > math.MaxUint32)) {
+		return errRank
+	}
+	if err != nil {
+		return err
+	}
+	b.DPRank, b.HasDPRank = uint32(v), true
+	return nil
+}
+
+// eventList decodes the events array. A structural error anywhere fails
+// the batch; an unusable event is counted in b.Skipped and skipped.
+func (d *Decoder) eventList(r *reader, b *Batch) error {
+	m, err := r.arrayLen()
+	if err != nil {
+		if err == errType {
+			return errEvents
+		}
+		return err
+	}
+	for ; m > 0; m-- {
+		c, err := r.peek()
+		if err != nil {
+			return err
+		}
+		h0 := len(d.hashes)
+		d.tokens = d.tokens[:0]
+		ev := rawEvent{}
+		switch {
+		case (c >= 0x90 && c <= 0x9f) || c == 0xdc || c == 0xdd:
+			n, err := r.arrayLen()
+			if err != nil {
+				return err
+			}
+			if err := d.arrayEvent(r, n, &ev); err != nil {
+				return err
+			}
+		case (c >= 0x80 && c <= 0x8f) || c == 0xde || c == 0xdf:
+			n, err := r.mapLen()
+			if err != nil {
+				return err
+			}
+			if err := d.mapEvent(r, n, &ev); err != nil {
+				return err
+			}
+		default:
+			if err := r.skip(); err != nil {
+				return err
+			}
+			ev.bad = true
+		}
+		d.finish(&ev, h0, b)
+	}
+	return nil
+}
+
+// eventTag is an event's class, from its msgspec tag.
+type eventTag uint8
+
+const (
+	tagNone eventTag = iota // no tag seen (yet)
+	tagUnknown
+	tagStored
+	tagRemoved
+	tagCleared
+)
+
+func parseTag(s []byte) eventTag {
+	switch string(s) {
+	case "BlockStored":
+		return tagStored
+	case "BlockRemoved":
+		return tagRemoved
+	case "AllBlocksCleared":
+		return tagCleared
+	}
+	return tagUnknown
+}
+
+// rawEvent collects one event's fields while it is read, whatever the
+// encoding and the key order, before finish validates and emits it.
+// block_hashes are in d.hashes[hLo:hHi] and token ids in d.tokens.
+type rawEvent struct {
+	tag          eventTag
+	hLo, hHi     int
+	hasHashes    bool
+	parent       uint64
+	hasParent    bool
+	blockSize    int64
+	hasBlockSize bool
+	tier         radix.Tier
+	badMedium    bool
+	lora         []byte // aliases the payload
+	group        uint32
+	hasGroup     bool
+	kind         kindClass
+	nonLocal     bool
+	bad          bool
+}
+
+// arrayEvent decodes a msgspec array_like event of n elements (tag first).
+// Fields are positional, in the declaration order of vLLM's BlockStored
+// and BlockRemoved (vllm-project/vllm:vllm/distributed/kv_events.py); a
+// short array leaves trailing fields nil, extra elements are skipped.
+func (d *Decoder) arrayEvent(r *reader, n int, ev *rawEvent) error {
+	if n == 0 {
+		ev.bad = true
+		return nil
+	}
+	tag, err := r.str()
+	if bad, hard := soft(r, err); hard != nil {
+		return hard
+	} else if bad {
+		ev.bad = true
+		return r.skipN(n - 1)
+	}
+	ev.tag = parseTag(tag)
+	for i := 1; i < n; i++ {
+		var err error
+		switch ev.tag {
+		case tagStored:
+			// [tag, block_hashes, parent_block_hash, token_ids, block_size,
+			//  lora_id, medium, lora_name, extra_keys, group_idx,
+			//  kv_cache_spec_kind, kv_cache_spec_sliding_window, ...]
+			switch i {
+			case 1:
+				err = d.readHashes(r, ev)
+			case 2:
+				err = d.readParent(r, ev)
+			case 3:
+				err = d.readTokens(r, ev)
+			case 4:
+				err = d.readBlockSize(r, ev)
+			case 6:
+				err = d.readMedium(r, ev)
+			case 7:
+				err = d.readLora(r, ev)
+			case 5, 8: // lora_id (deprecated), extra_keys
+				err = r.skip()
+			default:
+				err = d.readTail(r, ev)
+			}
+		case tagRemoved:
+			// [tag, block_hashes, medium, group_idx, ...]
+			switch i {
+			case 1:
+				err = d.readHashes(r, ev)
+			case 2:
+				err = d.readMedium(r, ev)
+			default:
+				err = d.readTail(r, ev)
+			}
+		default:
+			return r.skipN(n - i)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mapEvent decodes a msgspec tagged-map event of n pairs, by key, in any
+// order; unknown keys (and non-string keys) are skipped.
+func (d *Decoder) mapEvent(r *reader, n int, ev *rawEvent) error {
+	for ; n > 0; n-- {
+		key, err := r.str()
+		if err == errType {
+			if err := r.skip(); err != nil {
+				return err
+			}
+			if err := r.skip(); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		switch string(key) {
+		case "type":
+			tag, err := r.str()
+			bad, hard := soft(r, err)
+			if hard != nil {
+				return hard
+			}
+			if bad {
+				ev.bad = true
+			} else {
+				ev.tag = parseTag(tag)
+			}
+		case "block_hashes":
+			err = d.readHashes(r, ev)
+		case "parent_block_hash":
+			err = d.readParent(r, ev)
+		case "token_ids":
+			err = d.readTokens(r, ev)
+		case "block_size":
+			err = d.readBlockSize(r, ev)
+		case "medium":
+			err = d.readMedium(r, ev)
+		case "lora_name":
+			err = d.readLora(r, ev)
+		case "group_idx":
+			err = d.readGroup(r, ev)
+		case "kv_cache_spec_kind":
+			err = d.readKind(r, ev)
+		case "locality":
+			err = d.readLocality(r, ev)
+		default:
+			err = r.skip()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if ev.tag == tagNone {
+		ev.bad = true
+	}
+	return nil
+}

@@ -66,3 +66,53 @@ func TestRemotePrimaryOffline(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestApproximateRestore: a selector without KV events restores a peer's
+// approximate dump; the restored predictions match the peer's and expire
+// one TTL after the restore (the fake clock).
+func TestApproximateRestore(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time { return now }
+	cfg := DefaultConfig()
+	cfg.UseKVEvents = false
+	cfg.ApproxTTL = 10 * time.Second
+	mk := func() *Service {
+		s, err := New(cfg, Options{Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs := uint32(4)
+		for id := range uint64(2) {
+			if _, err := s.UpsertWorker(&WorkerSpec{WorkerID: id, WorkerFields: WorkerFields{Endpoint: ptr("http://w"), BlockSize: &bs}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return s
+	}
+	a := mk()
+	var out Selection
+	req := SelectRequest{Prompt: Prompt{TokenIDs: iota32(16), HasTokenIDs: true}, PinnedWorker: &radix.WorkerKey{WorkerID: 1}}
+	if err := a.SelectAndReserve(&req, &out); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(5 * time.Second)
+	b := mk()
+	for _, d := range a.Dump() {
+		if n, err := b.Restore(d.ModelName, d.RoutingGroup, d.BlockSize, d.Events); err != nil || n != len(d.Events) {
+			t.Fatalf("restore: %d of %d, %v", n, len(d.Events), err)
+		}
+	}
+	q := &QueryRequest{Prompt: Prompt{TokenIDs: iota32(16), HasTokenIDs: true}}
+	oa, _ := a.OverlapScores(q)
+	ob, _ := b.OverlapScores(q)
+	if oa.Workers[1].DeviceBlocks != 4 || ob.Workers[1].DeviceBlocks != 4 {
+		t.Fatalf("restored overlap %+v, peer's %+v", ob.Workers, oa.Workers)
+	}
+	if st := b.Stats().Approx; st.Blocks != 4 {
+		t.Fatalf("restored blocks are not timed: %+v", st)
+	}
+	now = now.Add(10 * time.Second)
+	if n := b.ExpireIndex(now); n != 4 {
+		t.Fatalf("expired %d restored blocks one TTL after the restore, want 4", n)
+	}
+}

@@ -279,3 +279,46 @@ func (a *Approx) Stats() ApproxStats {
 		Pruned: a.stats.pruned.Load(), Prunes: a.stats.prunes.Load(),
 	}
 }
+
+// Restore applies one event of a peer's dump (startup recovery) and times
+// the device blocks it stores as if recorded at now, each no later than its
+// parent (so a block still never outlives its ancestors). It reports
+// whether the event took effect whole. Only Stored events can be restored:
+// a dump holds nothing else. Lower-tier blocks are stored untimed, as the
+// reference's approximate mode keeps them.
+func (a *Approx) Restore(ev *Event, now time.Time) bool {
+	if ev.Kind != Stored {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ev.Tier != TierDevice {
+		return a.ix.Apply(ev)
+	}
+	t := &a.mu.t
+	pos, at := uint32(0), a.expiryOf(now.UnixNano())
+	if ev.HasParent {
+		i, ok := t.ranks[ev.Worker][ev.ParentHash]
+		if !ok {
+			a.ix.shardFor(ev.Worker.WorkerID).drop(DropParentNotFound)
+			return false
+		}
+		pos, at = t.slots[i].pos+1, min(at, t.slots[i].at)
+	}
+	ok := a.ix.Apply(ev)
+	s := a.ix.shardFor(ev.Worker.WorkerID)
+	wb := s.tree.workers[ev.Worker]
+	for i, b := range ev.Blocks {
+		if wb == nil {
+			break
+		}
+		if _, held := s.tree.locate(wb, ev.Worker, b.Hash); !held {
+			break
+		}
+		t.upsert(ev.Worker, b.Hash, pos+uint32(i), at)
+	}
+	if t.live > a.maxBlocks {
+		a.pruneLocked()
+	}
+	return ok
+}

@@ -422,3 +422,40 @@ func BenchmarkApproxRecord(b *testing.B) {
 		a.Record(WorkerKey{uint64(i % 64), 0}, prompts[i%len(prompts)], now)
 	}
 }
+
+// TestApproxRestore rebuilds an approximate index from another's dump: the
+// same matches, every block timed (no earlier than restore time plus the
+// TTL, never after its parent), and a parentless continuation refused.
+func TestApproxRestore(t *testing.T) {
+	src, _ := NewApprox(ApproxConfig{TTL: 10 * time.Second})
+	src.Record(WorkerKey{1, 0}, []uint64{1, 2, 3}, epoch)
+	src.Record(WorkerKey{1, 0}, []uint64{1, 2, 7, 8}, epoch)
+	src.Record(WorkerKey{2, 1}, []uint64{1, 2}, epoch)
+	dst, _ := NewApprox(ApproxConfig{TTL: 10 * time.Second})
+	later := epoch.Add(time.Minute)
+	for _, ev := range src.Index().Dump() {
+		if !dst.Restore(&ev, later) {
+			t.Fatalf("event %+v refused", ev)
+		}
+	}
+	if err := checkApprox(dst); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range [][]uint64{{1, 2, 3}, {1, 2, 7, 8}, {1, 2, 9}} {
+		var r1, r2 Result
+		src.Match(q, &r1)
+		dst.Match(q, &r2)
+		slices.SortFunc(r1.Matches, func(x, y Match) int { return cmpKey(x.Worker, y.Worker) })
+		slices.SortFunc(r2.Matches, func(x, y Match) int { return cmpKey(x.Worker, y.Worker) })
+		if fmt.Sprint(r1.Matches) != fmt.Sprint(r2.Matches) {
+			t.Errorf("match %v: %v restored as %v", q, r1.Matches, r2.Matches)
+		}
+	}
+	if n := dst.Expire(later.Add(10 * time.Second)); n != 7 || dst.Stats().Blocks != 0 {
+		t.Errorf("expired %d at restore+TTL, %d left", n, dst.Stats().Blocks)
+	}
+	orphan := Event{Worker: WorkerKey{3, 0}, Kind: Stored, HasParent: true, ParentHash: 99, Blocks: []Block{{Hash: 5, Local: 5}}}
+	if dst.Restore(&orphan, later) || dst.Restore(&Event{Worker: WorkerKey{3, 0}, Kind: Cleared}, later) {
+		t.Error("an orphan store or a non-store event was restored")
+	}
+}

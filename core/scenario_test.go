@@ -55,8 +55,10 @@ func (r *recIngress) Sync(id uint64, bs int, ranks []RankSource, sink EventSink)
 }
 
 func sinkName(s EventSink) string {
-	ps := s.(*partitionSink)
-	return ps.p.model + ":" + ps.p.group
+	if ps, ok := s.(*partitionSink); ok {
+		return ps.p.model + ":" + ps.p.group
+	}
+	return "indexer"
 }
 
 func (r *recIngress) Detach(id uint64) {

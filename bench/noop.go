@@ -64,6 +64,9 @@ func StartNoop(addr string) (string, func(), error) {
 	}()
 	stop := func() {
 		_ = srv.Shutdown()
+		// A Shutdown that ran before Serve registered ln leaves Serve
+		// running: closing ln ends it either way.
+		_ = ln.Close()
 		<-done
 	}
 	return "http://" + ln.Addr().String(), stop, nil

@@ -63,6 +63,12 @@ func (s *Server) writeStats(w io.Writer) {
 	}
 	perf.WriteCounter(w, `kvselect_kv_events_applied_total`, st.EventsApplied)
 	perf.WriteCounter(w, `kvselect_kv_events_dropped_total`, st.EventsDropped)
+	s.writeConnStats(w)
+}
+
+// writeConnStats exports the connection cap, the rejecters, the body limit
+// and the drain state.
+func (s *Server) writeConnStats(w io.Writer) {
 	c := s.conns
 	perf.WriteGaugeUint(w, `kvselect_http_connections_open`, uint64(max(c.open.Load(), 0)))
 	perf.WriteGaugeUint(w, `kvselect_http_connections_max`, uint64(c.max))

@@ -20,6 +20,8 @@ type (
 	Event = radix.Event
 	// Match is one worker rank's tiered match (IndexerMatch.Matches).
 	Match = radix.Match
+	// MatchResult is what a PrimaryIndex fills.
+	MatchResult = radix.Result
 	// ApproxStats are an approximate index's counters (Stats.Approx).
 	ApproxStats = radix.ApproxStats
 )

@@ -157,3 +157,12 @@ func (ix *Indexer) Stats() IndexerStats {
 	}
 	return st
 }
+
+// EventSink returns partition (model, group)'s event sink, creating the
+// partition with blockSize: the entry point for hosts and tests that feed
+// events themselves.
+func (ix *Indexer) EventSink(model, group string, blockSize uint32) EventSink {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.partitionLocked(partKey{cloneString(model), cloneString(cmp.Or(group, DefaultPartition))}, blockSize).sink
+}

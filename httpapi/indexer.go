@@ -287,3 +287,6 @@ func (s *Server) writeIndexerStats(w io.Writer) {
 
 // appendUint appends v in decimal.
 func appendUint(dst []byte, v uint64) []byte { return strconv.AppendUint(dst, v, 10) }
+
+// appendInt appends v in decimal.
+func appendInt(dst []byte, v int64) []byte { return strconv.AppendInt(dst, v, 10) }

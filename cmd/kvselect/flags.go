@@ -35,6 +35,8 @@ type serveOptions struct {
 	index indexFlags
 	// pprofMutexFraction and pprofBlockRate are the contention-profile rates.
 	pprofMutexFraction, pprofBlockRate int
+	// remote configures the remote primary index (--remote-indexer-url).
+	remote httpapi.RemoteIndexConfig
 	// indexerPeers are the base URLs to recover the KV index from at
 	// start-up (--indexer-peers), in order.
 	indexerPeers []string
@@ -68,7 +70,9 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	trackingHash := fs.String("router-tracking-hash", "public-xxh3-v1", "tracking hash: public-xxh3-v1 or keyed-xxh3-v1 (experimental)")
 	keyFile := fs.String("router-tracking-key-file", "", "file of exactly 32 raw bytes for keyed-xxh3-v1")
 	keyID := fs.String("router-tracking-key-id", "", "key epoch id for keyed-xxh3-v1")
-	remoteIndexer := fs.String("remote-indexer-url", "", "standalone indexer used as the primary index")
+	fs.StringVar(&o.remote.URL, "remote-indexer-url", "", "standalone indexer (kvselect indexer or python -m dynamo.indexer) used as the primary index through POST /query_tiered_by_hash: no KV-event listeners, --indexer-peers ignored, /dump without primary events")
+	fs.DurationVar(&o.remote.Timeout, "remote-indexer-timeout", httpapi.DefaultRemoteIndexTimeout, "deadline of each call to the remote indexer; past it the selection answers 503")
+	fs.IntVar(&o.remote.MaxConns, "remote-indexer-max-conns", httpapi.DefaultRemoteIndexConns, "pooled keep-alive connections to the remote indexer at most")
 	fs.IntVar(&o.core.MaxReservations, "max-reservations", o.core.MaxReservations, "live reservations kept at most; a booking past it is refused with a 503 (kvselect_active_reservations_limit)")
 	fs.Int64Var(&o.core.MaxReservationBytes, "max-reservation-bytes", o.core.MaxReservationBytes, "bytes of tracking hashes and ids the live reservations hold at most (8 per block); a booking past it is refused with a 503")
 	fs.IntVar(&o.core.MaxListeners, "max-kv-listeners", o.core.MaxListeners, "KV-event listener ranks (one per dp rank of each schedulable worker) at most; a registration past it is refused with a 409")
@@ -203,11 +207,20 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	if err := resolveTracking(o, env, set, *trackingHash, *keyFile, *keyID); err != nil {
 		return nil, err
 	}
-	if *remoteIndexer != "" {
-		if u, err := url.Parse(*remoteIndexer); err != nil || u.Host == "" {
-			return nil, fmt.Errorf("--remote-indexer-url: %q is not a URL", *remoteIndexer)
+	if o.remote.URL != "" {
+		if _, err := httpapi.NewRemoteIndex(o.remote); err != nil {
+			return nil, fmt.Errorf("--remote-indexer-url: %w", err)
 		}
-		o.inactive = append(o.inactive, "--remote-indexer-url")
+		if o.remote.Timeout <= 0 || o.remote.MaxConns <= 0 {
+			return nil, errors.New("--remote-indexer-timeout and --remote-indexer-max-conns must be > 0")
+		}
+		if !o.core.UseKVEvents {
+			return nil, errors.New("a remote indexer requires use_kv_events=true; the standalone indexer does not record routing decisions")
+		}
+		if len(o.indexerPeers) > 0 {
+			o.warnings = append(o.warnings, "--indexer-peers is ignored with --remote-indexer-url: the remote indexer holds the primary index")
+			o.indexerPeers = nil
+		}
 	}
 	if o.pprofMutexFraction < 0 || o.pprofBlockRate < 0 {
 		return nil, errors.New("--pprof-mutex-fraction and --pprof-block-rate must be >= 0")
@@ -217,6 +230,9 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	}
 	if o.demoBlockSize < 1 {
 		return nil, fmt.Errorf("--demo-block-size %d: want >= 1", o.demoBlockSize)
+	}
+	if o.demo > 0 && o.remote.URL != "" {
+		return nil, errors.New("--demo needs the selector's own index, not --remote-indexer-url")
 	}
 	if o.demo > 0 && !o.core.UseKVEvents {
 		return nil, errors.New("--demo needs KV events (DYN_USE_KV_EVENTS must not be false)")

@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 
+	"github.com/kvselect/kvselect/httpapi"
 	"github.com/kvselect/kvselect/perf"
 	"github.com/kvselect/kvselect/zmqin"
 )
@@ -32,4 +33,15 @@ func writeIngressMetrics(w io.Writer, st zmqin.Stats) {
 	perf.WriteCounter(w, "kvselect_kv_receive_errors_total", st.RecvErrors)
 	perf.WriteGauge(w, "kvselect_kv_queue_depth", float64(st.QueueDepth))
 	perf.WriteGauge(w, "kvselect_kv_queue_limit_per_listener", float64(st.QueueLimit))
+}
+
+// writeRemoteIndexMetrics exports the remote primary index's calls by
+// outcome.
+func writeRemoteIndexMetrics(w io.Writer, st httpapi.RemoteIndexStats) {
+	for _, c := range []struct {
+		outcome string
+		n       uint64
+	}{{"ok", st.OK}, {"refused", st.Refused}, {"deadline", st.Deadline}, {"status", st.Status}, {"decode", st.Decode}} {
+		perf.WriteCounter(w, perf.Label("kvselect_remote_index_calls_total", "outcome", c.outcome), c.n)
+	}
 }

@@ -48,17 +48,33 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	// 2. Construct: the KV-event ingress, the service, the HTTP front end.
 	var ingress core.Ingress = core.NopIngress{}
 	var zing *zmqin.Ingress
-	if opts.core.UseKVEvents {
+	var remote *httpapi.RemoteIndex
+	switch {
+	case opts.remote.URL != "":
+		// The standalone indexer listens to the workers; this process
+		// listens to nothing.
+		remote, err = httpapi.NewRemoteIndex(opts.remote)
+		if err != nil {
+			logger.Printf("serve: %v", err)
+			return 2
+		}
+		defer remote.Close()
+		logger.Printf("primary index: the standalone indexer at %s (deadline %v per call, at most %d connections); no KV-event listeners", opts.remote.URL, opts.remote.Timeout, opts.remote.MaxConns)
+	case opts.core.UseKVEvents:
 		zing, err = zmqin.New(zmqin.Config{})
 		if err != nil {
 			logger.Printf("serve: %v", err)
 			return 2
 		}
 		ingress = zing
-	} else {
+	default:
 		logger.Printf("KV events off: approximate index (bookings predict each worker's cache for %v); workers need no kv_events endpoint", opts.core.ApproxTTL)
 	}
-	svc, err := core.New(opts.core, core.Options{Ingress: ingress})
+	var primary core.PrimaryIndex
+	if remote != nil {
+		primary = remote
+	}
+	svc, err := core.New(opts.core, core.Options{Ingress: ingress, Primary: primary})
 	if err != nil {
 		logger.Printf("serve: %v", err)
 		_ = ingress.Close()
@@ -73,6 +89,9 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	}
 	if zing != nil {
 		srv.Registry().OnScrape(func(w io.Writer) { writeIngressMetrics(w, zing.Stats()) })
+	}
+	if remote != nil {
+		srv.Registry().OnScrape(func(w io.Writer) { writeRemoteIndexMetrics(w, remote.Stats()) })
 	}
 	if opts.http.Pprof {
 		perf.SetContentionProfiling(opts.pprofMutexFraction, opts.pprofBlockRate)

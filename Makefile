@@ -30,7 +30,7 @@ test: ## gofmt check, go vet, every test under the race detector, then the alloc
 	  if [ $$rc -ne 0 ]; then echo "$$out"; exit $$rc; fi; \
 	  if echo "$$out" | grep -q -- '--- SKIP'; then echo "an allocation test skipped without -race"; exit 1; fi
 
-bench: ## 20 s C1024 lifecycle load on an in-process kvselect, with the same-run no-op baseline
+bench: ## 20 s C1024 lifecycle load on an in-process kvselect (index filled by its engines' KV events), with the same-run no-op baseline
 	$(GO) run ./cmd/kvselect bench --duration 20s --warmup 3s --concurrency 1024 --mix lifecycle --workers 8 --baseline noop --json bench-report.json
 
 microbench: ## Go micro-benchmarks of every package (-benchmem)

@@ -18,18 +18,21 @@ func IsTerminal(f *os.File) bool {
 
 // Run performs the load run cfg describes and returns its report:
 //
-//  1. build the workload's prompts and their request bodies;
+//  1. build the workload's prompts and their request bodies (PromptForm);
+//     with EngineBlocks, start one simulated engine per worker;
 //  2. resolve the selector: cfg.Target, or cfg.StartServer when Target is
 //     empty (ErrNoServer when neither is given);
 //  3. with Baseline "noop": start the no-op server on loopback, register the
 //     workers there, and drive it with the same client, mix and prompts;
-//  4. register the workers with the selector, wait for GET /ready, drive it
-//     (capturing profiles during its measured window when ProfileDir is set);
+//  4. register the workers with the selector, wait for GET /ready; with
+//     Fill, fill the engines' pools and the selector's index from the
+//     workload (fill); drive it (capturing profiles during its measured
+//     window when ProfileDir is set);
 //  5. read GET /loads for reservations left active.
 //
 // Failed calls during the load are counted in the report, not returned as an
 // error; errors are for runs that could not be made (config, workload,
-// registration, readiness, /loads).
+// engines, registration, readiness, fill, /loads).
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -43,8 +46,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	fmt.Fprintf(logw, "workload %s\n", desc)
+	var engines []*Engine
+	if cfg.EngineBlocks > 0 && len(cfg.KVEventsEndpoints) == 0 {
+		if engines, err = startEngines(&cfg); err != nil {
+			return nil, err
+		}
+		defer closeEngines(engines)
+	}
 
-	base, stop, err := resolveTarget(&cfg, logw)
+	base, stop, err := ResolveTarget(&cfg, logw)
 	if err != nil {
 		return nil, err
 	}
@@ -56,13 +66,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep := &Report{
 		Target: base, Loop: loop, Concurrency: cfg.Concurrency, Rate: cfg.Rate,
-		Mix: cfg.Mix.String(), Workload: desc, Workers: cfg.Workers, BlockSize: cfg.BlockSize,
+		Mix: cfg.Mix.String(), Workload: desc, PromptForm: cfg.PromptForm, Workers: cfg.Workers, BlockSize: cfg.BlockSize,
 		WarmupS: cfg.Warmup.Seconds(), DurationS: cfg.Duration.Seconds(), Seed: cfg.Seed,
 	}
 	nonce := strconv.FormatInt(time.Now().UnixNano(), 36)
 	params := loadParams{
 		concurrency: cfg.Concurrency, rate: cfg.Rate, warmup: cfg.Warmup, duration: cfg.Duration,
-		mix: cfg.Mix, outputBlocks: cfg.OutputBlocks, progress: cfg.Progress,
+		mix: cfg.Mix, outputBlocks: cfg.OutputBlocks, blockSize: cfg.BlockSize, progress: cfg.Progress,
 	}
 
 	if cfg.Baseline == "noop" {
@@ -73,7 +83,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		fmt.Fprintf(logw, "no-op baseline at %s\n", url)
 		p := params
 		p.label, p.idPrefix = "no-op", "bench-"+nonce+"-noop"
-		res, _, _, err := drive(ctx, "noop", url, &cfg, p, prompts)
+		res, _, _, err := drive(ctx, "noop", url, &cfg, p, prompts, nil)
 		stop()
 		if err != nil {
 			return nil, err
@@ -102,7 +112,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}()
 		}
 	}
-	res, leaked, loadsErr, err := drive(ctx, "selector", base, &cfg, p, prompts)
+	var prepare func(*Control) error
+	if cfg.Fill {
+		prepare = func(c *Control) error {
+			st, err := fill(ctx, c, &cfg, engines, prompts, logw)
+			rep.Fill = &st
+			return err
+		}
+	}
+	res, leaked, loadsErr, err := drive(ctx, "selector", base, &cfg, p, prompts, prepare)
 	if profStarted {
 		<-profDone // the window has passed; the fetches end with it
 	}
@@ -123,17 +141,23 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 }
 
 // drive registers the workers with one target, waits for it to be ready,
-// runs the load, and returns the result and the active requests left in GET
-// /loads afterwards (or loadsErr when /loads could not be read). err is for a
-// run that could not be made.
-func drive(ctx context.Context, name, url string, cfg *Config, p loadParams, prompts []Prompt) (res Result, leaked int64, loadsErr, err error) {
+// calls prepare (when not nil), runs the load, and returns the result and
+// the active requests left in GET /loads afterwards (or loadsErr when
+// /loads could not be read). err is for a run that could not be made.
+func drive(ctx context.Context, name, url string, cfg *Config, p loadParams, prompts []Prompt, prepare func(*Control) error) (res Result, leaked int64, loadsErr, err error) {
 	t, err := newTarget(name, url, cfg.Concurrency+16, cfg.Timeout)
 	if err != nil {
 		return Result{}, 0, nil, err
 	}
 	defer t.close()
-	if err := register(t, cfg); err != nil {
+	ctl := &Control{t: t, timeout: cfg.Timeout}
+	if err := register(ctl, cfg); err != nil {
 		return Result{}, 0, nil, err
+	}
+	if prepare != nil {
+		if err := prepare(ctl); err != nil {
+			return Result{}, 0, nil, err
+		}
 	}
 	callers := make([]*httpCaller, p.concurrency)
 	res = runLoad(ctx, p, prompts, func(g int) caller {
@@ -143,14 +167,14 @@ func drive(ctx context.Context, name, url string, cfg *Config, p loadParams, pro
 	for _, c := range callers {
 		c.release()
 	}
-	leaked, loadsErr = activeRequests(t, cfg.Timeout)
+	leaked, loadsErr = ctl.ActiveRequests()
 	return res, leaked, loadsErr, nil
 }
 
-// resolveTarget returns the selector's base URL: cfg.Target, or a server
-// started with cfg.StartServer (ErrNoServer when there is neither). The
-// caller must call stop when done with it.
-func resolveTarget(cfg *Config, logw io.Writer) (base string, stop func(), err error) {
+// ResolveTarget returns the selector's base URL: cfg.Target, or a server
+// started with cfg.StartServer (ErrNoServer when there is neither), logged
+// to logw. The caller must call stop when done with it.
+func ResolveTarget(cfg *Config, logw io.Writer) (base string, stop func(), err error) {
 	if cfg.Target != "" {
 		return cfg.Target, func() {}, nil
 	}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
@@ -32,6 +33,14 @@ func (r route) String() string { return routeNames[r] }
 // caller must not retain id or body after returning.
 type caller interface {
 	call(r route, id, body []byte) (status int, err error)
+}
+
+// overlapReader is implemented by a caller that can read the overlap of the
+// selection response it received last: overlap.gpu, the prompt tokens the
+// chosen worker's device already holds (found false when the response has
+// none, e.g. an error body).
+type overlapReader interface {
+	overlapTokens() (tokens int64, found bool)
 }
 
 // target is a selector (or the no-op baseline) reached over one fasthttp
@@ -137,6 +146,29 @@ func (c *httpCaller) call(r route, id, body []byte) (int, error) {
 		return 0, err
 	}
 	return c.resp.StatusCode(), nil
+}
+
+// overlapTokens reads overlap.gpu from the last response (see
+// overlapReader).
+func (c *httpCaller) overlapTokens() (int64, bool) { return overlapGPU(c.resp.Body()) }
+
+var gpuKey = []byte(`"gpu":`)
+
+// overlapGPU returns the number after the last `"gpu":` in a selection
+// response. The key occurs once, in the overlap object near the end (after
+// the echoed sequence_hashes of a booking), so the search runs from the end.
+func overlapGPU(b []byte) (int64, bool) {
+	i := bytes.LastIndex(b, gpuKey)
+	if i < 0 {
+		return 0, false
+	}
+	var n int64
+	j := i + len(gpuKey)
+	start := j
+	for ; j < len(b) && b[j] >= '0' && b[j] <= '9'; j++ {
+		n = n*10 + int64(b[j]-'0')
+	}
+	return n, j > start
 }
 
 // errorClass is the key under which a failed call is counted: the status

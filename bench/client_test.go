@@ -64,3 +64,21 @@ func BenchmarkLifecycleNoop(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/6/1e3, "µs/call")
 }
+
+func TestOverlapGPU(t *testing.T) {
+	for _, c := range []struct {
+		body  string
+		n     int64
+		found bool
+	}{
+		{string(noopSelectBody), 0, true},
+		{`{"selection_id":"a","sequence_hashes":[-1,2,3],"isl_tokens":48,"model_name":"default","overlap":{"longest_matched":48,"gpu":32,"dp":{"0":32},"cpu":48,"disk":48},"effective_prefill_tokens":16}`, 32, true},
+		{`{"error":"no schedulable workers are available"}`, 0, false},
+		{`{"overlap":{"gpu":}}`, 0, false},
+		{``, 0, false},
+	} {
+		if n, found := overlapGPU([]byte(c.body)); n != c.n || found != c.found {
+			t.Errorf("%s: %d %v, want %d %v", c.body, n, found, c.n, c.found)
+		}
+	}
+}

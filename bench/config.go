@@ -85,6 +85,9 @@ type Config struct {
 	// BlockSize is the registered KV block size in tokens; it must divide the
 	// Mooncake block of 512 tokens for trace workloads.
 	BlockSize int
+	// PromptForm is how selection bodies carry a prompt: PromptHashes (the
+	// default) or PromptTokens (see Prompt).
+	PromptForm string
 
 	// Workers is the number of workers registered with POST /workers before
 	// the run (ids 1..Workers). Zero registers none and only waits for /ready.
@@ -94,6 +97,18 @@ type Config struct {
 	KVEventsEndpoints []string
 	// TotalKVBlocks is registered as each worker's total_kv_blocks (0 omits it).
 	TotalKVBlocks int
+	// EngineBlocks, when positive and KVEventsEndpoints is empty, makes Run
+	// start one simulated Engine per worker (one rank, a KV pool of
+	// EngineBlocks blocks, publishing on a free loopback port) and register
+	// its endpoint as the worker's kv_events_endpoints, so the selector runs
+	// a live KV-event listener per worker. The selector must reach
+	// 127.0.0.1.
+	EngineBlocks int
+	// Fill warms the engines' pools from the workload before the selector's
+	// load, through their real KV events (see Run), so that selections
+	// match real prefixes; it needs EngineBlocks. Without it the engines
+	// publish nothing and the index stays empty.
+	Fill bool
 	// ReadyTimeout bounds the wait for GET /ready to answer 200.
 	ReadyTimeout time.Duration
 	// Timeout bounds each HTTP call of the load (read and write).
@@ -109,9 +124,6 @@ type Config struct {
 	// PprofURL is the pprof base ("http://host:port/debug/pprof"); empty
 	// means Target + "/debug/pprof".
 	PprofURL string
-
-	// Sim shapes Simulate's engines and timing model (unused by Run).
-	Sim SimConfig
 
 	// Progress, when non-nil, receives a one-line progress bar redrawn with
 	// carriage returns (give it a terminal; see IsTerminal).
@@ -168,10 +180,10 @@ func DefaultConfig() Config {
 		Synthetic:    DefaultSynthetic(),
 		Seed:         1,
 		BlockSize:    16,
+		PromptForm:   PromptHashes,
 		Workers:      8,
 		ReadyTimeout: 10 * time.Second,
 		Timeout:      30 * time.Second,
-		Sim:          DefaultSim(),
 	}
 }
 
@@ -199,6 +211,12 @@ func (c *Config) Validate() error {
 		return bad("baseline %q (want noop or empty)", c.Baseline)
 	case c.Timeout <= 0 || c.ReadyTimeout <= 0:
 		return bad("timeouts must be positive")
+	case c.PromptForm != PromptHashes && c.PromptForm != PromptTokens:
+		return bad("prompt form %q (want %s or %s)", c.PromptForm, PromptHashes, PromptTokens)
+	case c.EngineBlocks < 0:
+		return bad("engine blocks %d < 0", c.EngineBlocks)
+	case c.Fill && (c.EngineBlocks == 0 || len(c.KVEventsEndpoints) > 0):
+		return bad("fill needs the harness's own engines (engine blocks > 0, no KV events endpoints given)")
 	}
 	if c.Workload != "synthetic" && !strings.HasPrefix(c.Workload, "trace:") {
 		return bad("workload %q (want synthetic or trace:FILE)", c.Workload)

@@ -13,8 +13,12 @@
 //     sharing a system prompt, conversations whose next turn extends the
 //     previous one, deterministic in Config.Seed) or "trace:FILE" (a Mooncake
 //     JSONL trace; ExpandTrace turns each 512-token hash id into 512/BlockSize
-//     local hashes), and encodes each prompt's body once, in the hash-only
-//     form (block_hashes, sequence_hashes, isl_tokens; see Prompt for why);
+//     local hashes), and encodes each prompt's body once, in the form of
+//     Config.PromptForm: hashes (block_hashes, sequence_hashes, isl_tokens)
+//     or tokens (token_ids, which the selector hashes itself; see Prompt);
+//     with Config.EngineBlocks, starts one simulated Engine per worker on a
+//     loopback port and registers its endpoint as the worker's
+//     kv_events_endpoints;
 //  2. resolves the selector: Config.Target, else Config.StartServer, the
 //     seam through which the host starts an in-process server; with neither,
 //     Run returns ErrNoServer rather than measure something else;
@@ -24,11 +28,32 @@
 //     the selector's throughput and latency as ratios to the HTTP floor of
 //     this machine in this run;
 //  4. registers Config.Workers workers with POST /workers, waits for GET
-//     /ready, and drives the selector; with Config.ProfileDir it fetches cpu,
-//     heap, mutex and block profiles from the server's /debug/pprof during
-//     the measured window;
+//     /ready; with Config.Fill, fills the engines' KV pools, and through
+//     their KV events the selector's index, from the workload (below); then
+//     drives the selector; with Config.ProfileDir it fetches cpu, heap,
+//     mutex and block profiles from the server's /debug/pprof during the
+//     measured window;
 //  5. reads GET /loads after every operation has finished and reports the
 //     active requests left as leaked reservations (must be 0).
+//
+// # The index under load
+//
+// A selector's cost per selection depends on what its index holds: an
+// empty index matches nothing at once. The fill makes the index what a
+// live cluster's would be: every prompt of the workload, once and in
+// order, is routed by the selector (POST /select), served by the chosen
+// worker's engine (its cached leading blocks are hits, the rest is stored,
+// evicting least recently used blocks, and published as a real vLLM KV
+// event batch over ZMQ), and awaited until the selector's index shows it
+// (POST /overlap_scores). The report's fill section tells what the pools
+// held and evicted. During the load the engines publish nothing more, so
+// the index is the engines' pools throughout the window; the load's request
+// rate (tens of thousands per second over a few workers) is far above what
+// the workers could serve, so publishing per selection would measure an
+// event rate no cluster of that size produces. Every selection response's
+// overlap.gpu is read (one backward search in the body), and the report
+// gives mean_overlap_blocks, the chosen worker's matched blocks per
+// successful selection, beside mean_prompt_blocks.
 //
 // Each of Config.Concurrency client goroutines owns its request, response,
 // buffers and two Histograms (every call, and the selection calls alone); they
@@ -71,61 +96,17 @@
 //
 // # Routing-quality simulation
 //
-// Simulate (`kvselect bench --simulate`) replays Config.Workload once per
-// policy of SimPolicies: kvselect (the selector at Config.Target or
-// StartServer chooses), round_robin and random (seeded by Config.Seed),
-// each over fresh engines (Config.Workers Engines of one rank, KV pools of
-// Config.Sim.CapacityBlocks blocks with LRU eviction), the same requests in
-// the same order.
-//
-// Time is virtual: a trace request arrives at its timestamp times
-// Sim.TimeScale, a synthetic one every 1/Sim.ArrivalRate seconds. The loop
-// (runSim) takes the requests in arrival order; before routing one it
-// reports the lifecycle events due by then; the chosen engine serves the
-// prompt at once (ServeTokens: the hit is its cached leading blocks, the
-// rest is stored and published), which gives the same cache history as
-// serving at prefill start, because each engine's prefills run in arrival
-// order. The timing model, per engine:
-//
-//   - prefill takes (ISL - hit blocks * block size) / Sim.PrefillTPS
-//     seconds, and an engine prefills one request at a time, first come
-//     first served: TTFT = queueing delay + prefill time;
-//   - decode takes OutputTokens / Sim.DecodeTPS seconds after the prefill,
-//     beside other requests' prefills and decodes (it costs the engine
-//     nothing; it only keeps the request active);
-//   - no memory pressure from running requests: the pool evicts only to
-//     store new blocks.
-//
-// The kvselect policy calls the selector for every request and reports
-// its lifecycle in virtual-time order: POST /select_and_reserve at arrival
-// (hash-only body), POST prefill_complete when its prefill ends, DELETE when
-// its decode ends. Synchronisation: every engine publishes one batch per
-// served prompt that was not entirely cached (its evictions, then its
-// stores), and before the next request is routed the simulation polls POST
-// /overlap_scores with the served prompt until the chosen worker's
-// device_blocks reaches the blocks the engine now holds of it (at most
-// Sim.SyncTimeout; a timeout is counted, and the first one aborts, as a
-// selector that ingests no KV events). The selector applies a worker's
-// events in order, so the selector scores every request on exactly the
-// engines' pools, and the report checks it: overlap_mismatches counts
-// selections whose overlap.gpu differs from the engine's hit. Wall time
-// therefore depends on the selector's KV-event latency, virtual time does
-// not.
-//
-// Per policy the report gives hit_rate (prompt blocks already cached on the
-// chosen engine / prompt blocks, from the engines' own counts), TTFT
-// p50/p99/mean, requests per worker (max/mean) and the coefficient of
-// variation of the prefilled tokens per worker, and hit_rate_bound, the hit
-// rate of one engine of unbounded capacity (no policy can beat it).
-// round_robin and random are deterministic; kvselect is as deterministic as
-// the selector's random tie-breaks: on mooncake_trace_1000.jsonl at time
-// scale 1, where workers are often idle and equal, its hit rate varied from
-// 0.32 to 0.35 over runs; at time scale 0.5 three runs were identical.
+// Package bench/sim (`kvselect bench --simulate`) replays a workload of
+// this package in virtual time through Engines routed by kvselect,
+// round-robin and random, and reports KV hit rate, simulated TTFT and
+// load balance per policy; it uses the harness's Control client and
+// Engines and adds only its loop, its policies and its report.
 //
 // # Simulated engines
 //
-// The package also holds the simulated engine used by `kvselect mocker`,
-// the end-to-end tests and the benchmarks: Engine, a vLLM-like engine with one KV block pool of fixed
+// The package also holds the simulated engine used by the load runs,
+// bench/sim, `kvselect mocker`, the end-to-end tests and the benchmarks:
+// Engine, a vLLM-like engine with one KV block pool of fixed
 // capacity (LRU eviction) and one zmqpub.Publisher per data-parallel rank,
 // publishing real BlockStored / BlockRemoved / AllBlocksCleared batches
 // with the vLLM encoder (zmqin.Encoder), with a replay socket; and

@@ -18,6 +18,7 @@ type loadParams struct {
 	duration     time.Duration
 	mix          Mix
 	outputBlocks int
+	blockSize    int    // the registered block size, for overlap tokens -> blocks
 	idPrefix     string // selection ids are idPrefix-<goroutine>-<n>
 	label        string // progress-bar label
 	progress     io.Writer
@@ -50,6 +51,14 @@ type worker struct {
 	prefix      []byte
 	rec         bool      // the current operation is in the measured window
 	lastRet     time.Time // when the previous call returned (or the op began)
+	// ov reads the overlap of a selection's response (nil: the caller
+	// cannot). ovTokens is the sum of overlap.gpu over the ovN recorded
+	// selections it read, promptBlocks their prompts' full blocks;
+	// curBlocks is the current operation's prompt blocks.
+	ov            overlapReader
+	ovTokens, ovN int64
+	promptBlocks  int64
+	curBlocks     int
 
 	done   atomic.Int64 // calls completed, recorded or not
 	failed atomic.Int64 // recorded calls that failed
@@ -110,6 +119,7 @@ func runLoad(ctx context.Context, p loadParams, prompts []Prompt, newCaller func
 			errs:   map[string]int64{},
 			prefix: fmt.Appendf(nil, "%s-%d-", p.idPrefix, g),
 		}
+		w.ov, _ = w.c.(overlapReader)
 		ws[g] = w
 		wg.Go(func() {
 			var timer *time.Timer // reused for the open loop's waits
@@ -210,7 +220,7 @@ func runLoad(ctx context.Context, p loadParams, prompts []Prompt, newCaller func
 		fmt.Fprintln(p.progress)
 	}
 
-	r := mergeWorkers(ws)
+	r := mergeWorkers(ws, p.blockSize)
 	// Operations started in the window may complete after it (and the open
 	// loop may drain a backlog): the rate is taken over the span up to the
 	// last recorded completion.
@@ -262,6 +272,7 @@ func ticketsIn(start, from, to time.Time, nsPerOp float64) int64 {
 // call should leave.
 func (w *worker) op(p loadParams, pr *Prompt, intended time.Time, rec bool) {
 	w.rec = rec
+	w.curBlocks = len(pr.Local)
 	now := time.Now()
 	if p.rate > 0 || w.lastRet.IsZero() {
 		// Open loop: the sleep until the intended time is not the client's
@@ -319,17 +330,24 @@ func (w *worker) do(r route, id, body []byte, t0 time.Time) bool {
 		if !ok {
 			w.errs[errorClass(status, err)]++
 			w.failed.Add(1)
+		} else if w.ov != nil && (r == routeSelect || r == routeReserve) {
+			if tok, found := w.ov.overlapTokens(); found {
+				w.ovTokens += tok
+				w.ovN++
+				w.promptBlocks += int64(w.curBlocks)
+			}
 		}
 	}
 	w.lastRet = now
 	return ok
 }
 
-// mergeWorkers adds up the goroutines' histograms and counters.
-func mergeWorkers(ws []*worker) Result {
+// mergeWorkers adds up the goroutines' histograms and counters; bs
+// converts overlap tokens to blocks.
+func mergeWorkers(ws []*worker, bs int) Result {
 	all, sel := NewHistogram(), NewHistogram()
 	r := Result{Errors: map[string]int64{}, ByRoute: map[string]int64{}}
-	var own, in int64
+	var own, in, ovTokens, ovN, promptBlocks int64
 	for _, w := range ws {
 		all.Merge(w.all)
 		sel.Merge(w.sel)
@@ -347,6 +365,13 @@ func mergeWorkers(ws []*worker) Result {
 		in += w.callNs
 		r.ScheduleLagMaxMs = max(r.ScheduleLagMaxMs, ms(w.lagMax))
 		r.LateOps += w.late
+		ovTokens += w.ovTokens
+		ovN += w.ovN
+		promptBlocks += w.promptBlocks
+	}
+	if ovN > 0 && bs > 0 {
+		r.MeanOverlapBlocks = float64(ovTokens) / float64(bs) / float64(ovN)
+		r.MeanPromptBlocks = float64(promptBlocks) / float64(ovN)
 	}
 	r.setLatency(all, sel)
 	if r.Requests > 0 {

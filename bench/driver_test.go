@@ -217,3 +217,57 @@ func TestOpenLoopCancelWakesSleepers(t *testing.T) {
 		}
 	})
 }
+
+// overlapCaller answers every selection with 200 and an overlap of
+// tokens[k % len] for its k-th selection, and every 4th selection with 503
+// (whose overlap must not count).
+type overlapCaller struct {
+	tokens []int64
+	k      int
+	last   int64
+}
+
+func (c *overlapCaller) call(r route, _, _ []byte) (int, error) {
+	if r != routeSelect && r != routeReserve {
+		return 200, nil
+	}
+	c.k++
+	if c.k%4 == 0 {
+		c.last = -1
+		return 503, nil
+	}
+	c.last = c.tokens[c.k%len(c.tokens)]
+	return 200, nil
+}
+
+func (c *overlapCaller) overlapTokens() (int64, bool) { return c.last, c.last >= 0 }
+
+// TestMeanOverlapBlocks: the report's mean overlap is overlap.gpu / block
+// size over the recorded successful selections, beside their prompts'
+// mean blocks; a caller that cannot read overlaps reports 0.
+func TestMeanOverlapBlocks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		prompts := []Prompt{{ISL: 64, Local: make([]uint64, 4), Body: []byte(`{}`)}, {ISL: 160, Local: make([]uint64, 10), Body: []byte(`{}`)}}
+		for _, mix := range []Mix{MixSelect, MixLifecycle} {
+			// One goroutine, one operation per ms (96 operations, 24
+			// cycles of 4 selections): selections 1, 2, 3, 4 of a cycle
+			// carry prompts of 4, 10, 4, 10 blocks and see overlaps of 32,
+			// 64, 0 tokens and a 503; the successful ones average
+			// (32+64+0)/3 tokens = 2 blocks of 16, and (4+10+4)/3 = 6
+			// prompt blocks.
+			c := &overlapCaller{tokens: []int64{0, 32, 64, 0}}
+			p := loadParams{concurrency: 1, rate: 1000, duration: 96 * time.Millisecond, mix: mix, blockSize: 16}
+			r := runLoad(context.Background(), p, prompts, func(int) caller { return c })
+			if r.MeanOverlapBlocks != 2 || r.MeanPromptBlocks != 6 {
+				t.Fatalf("%v: mean overlap %v blocks, prompt %v blocks", mix, r.MeanOverlapBlocks, r.MeanPromptBlocks)
+			}
+		}
+		p := loadParams{concurrency: 2, duration: 10 * time.Millisecond, mix: MixSelect, blockSize: 16}
+		r := runLoad(context.Background(), p, onePrompt, func(int) caller {
+			return callerFunc(func(route, []byte, []byte) (int, error) { time.Sleep(time.Millisecond); return 200, nil })
+		})
+		if r.Operations == 0 || r.MeanOverlapBlocks != 0 || r.MeanPromptBlocks != 0 {
+			t.Fatalf("no overlap reader: %d ops, overlap %v, prompt %v", r.Operations, r.MeanOverlapBlocks, r.MeanPromptBlocks)
+		}
+	})
+}

@@ -78,7 +78,7 @@ func TestRunAgainstCountingServer(t *testing.T) {
 	if err := json.Unmarshal(raw, &m); err != nil {
 		t.Fatal(err)
 	}
-	keys := []string{"throughput_rps", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "requests", "errors"}
+	keys := []string{"throughput_rps", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "requests", "errors", "mean_overlap_blocks", "mean_prompt_blocks"}
 	base, _ := m["baseline"].(map[string]any)
 	for _, k := range keys {
 		if _, ok := m[k]; !ok {
@@ -94,14 +94,35 @@ func TestRunAgainstCountingServer(t *testing.T) {
 	if v, ok := m["leaked_reservations"]; !ok || v != float64(0) {
 		t.Errorf("leaked_reservations: %v", v)
 	}
+	// The server matched 32 tokens of every selection, 2 blocks of 16; the
+	// no-op matches none.
+	if m["mean_overlap_blocks"] != float64(2) || base["mean_overlap_blocks"] != float64(0) || m["prompt_form"] != "hashes" {
+		t.Errorf("mean_overlap_blocks %v, baseline %v, prompt_form %v", m["mean_overlap_blocks"], base["mean_overlap_blocks"], m["prompt_form"])
+	}
 	var table strings.Builder
 	if err := rep.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"requests/s", "no-op baseline", "p99.9 ms", "503=", "leaked reservations: 0"} {
+	for _, s := range []string{"requests/s", "no-op baseline", "p99.9 ms", "503=", "leaked reservations: 0", "mean overlap blocks", "index not filled"} {
 		if !strings.Contains(table.String(), s) {
 			t.Errorf("table lacks %q:\n%s", s, table.String())
 		}
+	}
+}
+
+// TestRunTokenBodies: with PromptForm tokens every selection body carries
+// token_ids (the server counts any other body as bad).
+func TestRunTokenBodies(t *testing.T) {
+	srv := startCountingTestServer(t, nil)
+	cfg := smallRun(srv.url)
+	cfg.PromptForm = PromptTokens
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := srv.calls()
+	if got["bad_body"] != 0 || got["select_and_reserve"] == 0 || rep.ErrorCount() != 0 || rep.PromptForm != PromptTokens {
+		t.Fatalf("server %v, errors %v, form %q", got, rep.Errors, rep.PromptForm)
 	}
 }
 
@@ -112,9 +133,6 @@ func TestRunReportsLeaks(t *testing.T) {
 	cfg := smallRun(srv.url)
 	cfg.Mix = MixReserve
 	cfg.Workload = "trace:" + mooncakePath
-	if _, err := os.Stat(mooncakePath); err != nil {
-		cfg.Workload = "synthetic"
-	}
 	rep, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

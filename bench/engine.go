@@ -24,8 +24,9 @@ type EngineConfig struct {
 	// CapacityBlocks is each rank's KV pool size in blocks. Required.
 	CapacityBlocks int
 	// Endpoint is rank 0's PUB address; rank r binds the port plus r, as
-	// vLLM offsets data-parallel ranks (spec section 1.1). A port of 0
-	// gives every rank its own free port (see Engine.Endpoints).
+	// vLLM offsets data-parallel ranks (offset_endpoint_port in
+	// vllm-project/vllm:vllm/distributed/kv_events.py). A port of 0 gives
+	// every rank its own free port (see Engine.Endpoints).
 	Endpoint string
 	// ReplayEndpoint is rank 0's replay ROUTER address, offset the same
 	// way; "" disables replay. Its port range must not overlap Endpoint's.

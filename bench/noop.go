@@ -64,8 +64,9 @@ func StartNoop(addr string) (string, func(), error) {
 	}()
 	stop := func() {
 		_ = srv.Shutdown()
-		// A Shutdown that ran before Serve registered ln leaves Serve
-		// running: closing ln ends it either way.
+		// Shutdown closes only the listeners Serve has registered: a stop
+		// that races the goroutine's start would leave Serve running
+		// forever. Closing ln makes Serve return whenever it starts.
 		_ = ln.Close()
 		<-done
 	}

@@ -36,7 +36,7 @@ type countingTestServer struct {
 		calls    map[string]int // by route name (the report's names)
 		reserves int            // select_and_reserve calls seen
 		active   map[string]bool
-		workers  []workerRequest
+		workers  []WorkerRequest
 		badBody  int // bodies the server could not decode
 	}
 }
@@ -69,11 +69,16 @@ func startCountingTestServer(t *testing.T, configure func(*countingTestServer)) 
 
 // promptBody is what the server decodes from select bodies to check them.
 type promptBody struct {
-	SelectionID    string  `json:"selection_id"`
-	BlockHashes    []int64 `json:"block_hashes"`
-	SequenceHashes []int64 `json:"sequence_hashes"`
-	ISLTokens      int     `json:"isl_tokens"`
+	SelectionID    string   `json:"selection_id"`
+	BlockHashes    []int64  `json:"block_hashes"`
+	SequenceHashes []int64  `json:"sequence_hashes"`
+	ISLTokens      int      `json:"isl_tokens"`
+	TokenIDs       []uint32 `json:"token_ids"`
 }
+
+// selectAnswer is the server's selection response: worker 1 with a
+// matched overlap of 32 tokens (2 blocks of 16).
+const selectAnswer = `{"worker_id":1,"dp_rank":0,"overlap":{"longest_matched":32,"gpu":32,"dp":{"0":32},"cpu":32,"disk":32}}`
 
 func (s *countingTestServer) handle(ctx *fasthttp.RequestCtx) {
 	path := string(ctx.Path())
@@ -83,7 +88,7 @@ func (s *countingTestServer) handle(ctx *fasthttp.RequestCtx) {
 	okBody := func() { ctx.SetBodyString(`{"status":"ok"}`) }
 	switch {
 	case method == "POST" && path == "/workers":
-		var w workerRequest
+		var w WorkerRequest
 		if err := json.Unmarshal(ctx.PostBody(), &w); err != nil {
 			ctx.SetStatusCode(422)
 			return
@@ -110,7 +115,7 @@ func (s *countingTestServer) handle(ctx *fasthttp.RequestCtx) {
 			time.Sleep(s.stall) // the stall under test: hold this call only
 			s.mu.Lock()
 		}
-		ctx.SetBodyString(`{"worker_id":1,"dp_rank":0}`)
+		ctx.SetBodyString(selectAnswer)
 	case method == "POST" && path == "/select_and_reserve":
 		s.mu.calls["select_and_reserve"]++
 		s.mu.reserves++
@@ -129,7 +134,7 @@ func (s *countingTestServer) handle(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		s.mu.active[b.SelectionID] = true
-		ctx.SetBodyString(`{"worker_id":1,"dp_rank":0}`)
+		ctx.SetBodyString(selectAnswer)
 	case strings.HasPrefix(path, "/reservations/"):
 		rest := strings.TrimPrefix(path, "/reservations/")
 		id, op, _ := strings.Cut(rest, "/")
@@ -154,12 +159,16 @@ func (s *countingTestServer) handle(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// checkBody decodes a select body and counts it as bad unless the hash
-// arrays have equal lengths and the id is present exactly when wantID.
+// checkBody decodes a select body and counts it as bad unless it carries
+// token_ids alone or the hash trio (hash arrays of equal lengths) alone,
+// and the id is present exactly when wantID.
 func (s *countingTestServer) checkBody(ctx *fasthttp.RequestCtx, wantID bool) bool {
 	var b promptBody
-	if string(ctx.Request.Header.ContentType()) != "application/json" || json.Unmarshal(ctx.PostBody(), &b) != nil ||
-		len(b.BlockHashes) != len(b.SequenceHashes) || b.ISLTokens <= 0 || (b.SelectionID != "") != wantID {
+	err := json.Unmarshal(ctx.PostBody(), &b)
+	tokens := len(b.TokenIDs) > 0 && b.BlockHashes == nil && b.SequenceHashes == nil && b.ISLTokens == 0
+	hashes := b.TokenIDs == nil && len(b.BlockHashes) == len(b.SequenceHashes) && b.ISLTokens > 0
+	if string(ctx.Request.Header.ContentType()) != "application/json" || err != nil ||
+		!(tokens || hashes) || (b.SelectionID != "") != wantID {
 		s.mu.badBody++
 		ctx.SetStatusCode(400)
 		return false

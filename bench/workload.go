@@ -14,16 +14,19 @@ import (
 	"github.com/kvselect/kvselect/radix"
 )
 
-// Prompt is one request's prompt in the hash-only form of the selection API
-// (block_hashes, sequence_hashes, isl_tokens).
+// Prompt is one request's prompt and its request body.
 //
-// The harness sends hashes, not token_ids: a Mooncake trace has no tokens,
-// only block ids, and Dynamo's own callers hash once and send the trio. The
-// body is also 2.5 times smaller at block size 16 (two numbers per block
-// instead of sixteen), which keeps the client's share of the two cores down.
-// Every local hash is nevertheless the real XXH3 hash (radix.BlockHash, seed
-// 1337) of a concrete token block (SyntheticTokens, TraceBlockTokens), so a
-// simulated engine can publish KV events whose tokens hash to the same values.
+// The harness sends hashes by default (PromptHashes: block_hashes,
+// sequence_hashes, isl_tokens): a Mooncake trace has no tokens, only block
+// ids, and Dynamo's own callers hash once and send the trio; the body is
+// also 2.5 times smaller at block size 16 (two numbers per block instead of
+// sixteen), which keeps the client's share of the two cores down.
+// PromptTokens sends token_ids instead, so the selector's hashing and the
+// larger bodies are measured too. Every local hash is the real XXH3 hash
+// (radix.BlockHash, seed 1337) of a concrete token block (SyntheticTokens,
+// TraceBlockTokens), so both forms describe the same prompt, and a
+// simulated engine can publish KV events whose tokens hash to the same
+// values.
 type Prompt struct {
 	ISL          int      // input length in tokens (isl_tokens)
 	OutputTokens int      // expected output tokens (sent as expected_output_tokens when > 0)
@@ -40,13 +43,22 @@ type Prompt struct {
 	TraceIDs []uint64
 	// TimestampMs is a trace prompt's arrival from the trace start.
 	TimestampMs int64
-	// Body is the JSON object `{"block_hashes":[...],"sequence_hashes":[...],
-	// "isl_tokens":N[,"expected_output_tokens":M]}` (signed 64-bit numbers,
-	// the bits of the u64 hashes). Body[1:] is spliced after a selection_id.
+	// Body is the prompt's JSON object in one of the two forms
+	// (AppendPromptJSON, AppendPromptTokensJSON). Body[1:] is spliced after
+	// a selection_id.
 	Body []byte
 }
 
-// AppendPromptJSON appends p's request body (see Prompt.Body) to dst.
+// Prompt forms: how Config.PromptForm sends a prompt in selection bodies.
+const (
+	PromptHashes = "hashes" // block_hashes, sequence_hashes, isl_tokens
+	PromptTokens = "tokens" // token_ids; the selector hashes them
+)
+
+// AppendPromptJSON appends p's request body in the hash form to dst:
+// `{"block_hashes":[...],"sequence_hashes":[...],"isl_tokens":N
+// [,"expected_output_tokens":M]}`, the u64 hashes as signed 64-bit numbers
+// (their bits, as the selection API reads them).
 func AppendPromptJSON(dst []byte, p *Prompt) []byte {
 	dst = append(dst, `{"block_hashes":[`...)
 	dst = appendI64s(dst, p.Local)
@@ -54,6 +66,30 @@ func AppendPromptJSON(dst []byte, p *Prompt) []byte {
 	dst = appendI64s(dst, p.Seq)
 	dst = append(dst, `],"isl_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(p.ISL), 10)
+	if p.OutputTokens > 0 {
+		dst = append(dst, `,"expected_output_tokens":`...)
+		dst = strconv.AppendInt(dst, int64(p.OutputTokens), 10)
+	}
+	return append(dst, '}')
+}
+
+// AppendPromptTokensJSON appends p's request body in the token form to dst:
+// `{"token_ids":[...][,"expected_output_tokens":M]}` with the prompt's ISL
+// tokens (AppendAllTokens); the selector takes the input length from them
+// and hashes their full blocks to p.Local.
+func AppendPromptTokensJSON(dst []byte, p *Prompt) []byte {
+	dst = append(dst, `{"token_ids":[`...)
+	var buf [64]uint32
+	for pos := 0; pos < p.ISL; pos += len(buf) {
+		n := min(len(buf), p.ISL-pos)
+		for i, t := range p.appendTokenRange(buf[:0], pos, pos+n) {
+			if pos+i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = strconv.AppendUint(dst, uint64(t), 10)
+		}
+	}
+	dst = append(dst, ']')
 	if p.OutputTokens > 0 {
 		dst = append(dst, `,"expected_output_tokens":`...)
 		dst = strconv.AppendInt(dst, int64(p.OutputTokens), 10)
@@ -79,7 +115,11 @@ func LoadWorkload(cfg *Config) ([]Prompt, string, error) {
 	switch {
 	case cfg.Workload == "synthetic":
 		ps = Synthetic(cfg.Synthetic, cfg.BlockSize, cfg.Seed)
-		src = fmt.Sprintf("synthetic seed %d (%d families, %d conversations)", cfg.Seed, cfg.Synthetic.Families, ps[len(ps)-1].Conversation+1)
+		convs := 0
+		for i := range ps {
+			convs = max(convs, ps[i].Conversation+1)
+		}
+		src = fmt.Sprintf("synthetic seed %d (%d families, %d conversations)", cfg.Seed, cfg.Synthetic.Families, convs)
 	case strings.HasPrefix(cfg.Workload, "trace:"):
 		path := strings.TrimPrefix(cfg.Workload, "trace:")
 		f, err := os.Open(path)
@@ -104,14 +144,18 @@ func LoadWorkload(cfg *Config) ([]Prompt, string, error) {
 	}
 	var isl, blocks, size int
 	for i := range ps {
-		ps[i].Body = AppendPromptJSON(nil, &ps[i])
+		if cfg.PromptForm == PromptTokens {
+			ps[i].Body = AppendPromptTokensJSON(nil, &ps[i])
+		} else {
+			ps[i].Body = AppendPromptJSON(nil, &ps[i])
+		}
 		isl += ps[i].ISL
 		blocks += len(ps[i].Local)
 		size += len(ps[i].Body)
 	}
 	n := len(ps)
-	desc := fmt.Sprintf("%s: %d prompts, mean %d tokens, %d blocks, %d body bytes",
-		src, n, isl/n, blocks/n, size/n)
+	desc := fmt.Sprintf("%s: %d prompts, mean %d tokens, %d blocks, %d body bytes (%s)",
+		src, n, isl/n, blocks/n, size/n, cfg.PromptForm)
 	return ps, desc, nil
 }
 
@@ -315,15 +359,52 @@ func (p *Prompt) AppendTokens(dst []uint32, bs int) []uint32 {
 	return dst
 }
 
+// AppendAllTokens appends to dst the prompt's ISL tokens, what a token-form
+// body carries: its full blocks' tokens (those of AppendTokens at the block
+// size p was built with), then the tokens of its last, partial block.
+func (p *Prompt) AppendAllTokens(dst []uint32) []uint32 {
+	return p.appendTokenRange(dst, 0, p.ISL)
+}
+
+// appendTokenRange appends tokens [from, to) of the prompt: a synthetic
+// prompt's own tokens; a trace prompt's token at position i is token i%512
+// of hash id i/512 (TraceBlockTokens), and a position past the record's
+// hash ids (an input_length above 512 per id, which the Mooncake traces do
+// not have) gets a pseudo-random token of its own prompt.
+func (p *Prompt) appendTokenRange(dst []uint32, from, to int) []uint32 {
+	if p.TraceIDs == nil {
+		if len(p.Tokens) < to {
+			panic("BUG: bench: token range of a prompt without its tokens")
+		}
+		return append(dst, p.Tokens[from:to]...)
+	}
+	for i := from; i < to; i++ {
+		if b := i / MooncakeBlockTokens; b < len(p.TraceIDs) {
+			dst = append(dst, traceToken(p.TraceIDs[b], i%MooncakeBlockTokens))
+		} else {
+			dst = append(dst, uint32(splitmix64(^uint64(p.Index)<<24+uint64(i))%traceVocab))
+		}
+	}
+	return dst
+}
+
 // TraceBlockTokens appends to dst the bs tokens of sub-block j of trace hash
 // id: tokens j*bs .. j*bs+bs-1 of the 512 pseudo-random tokens that stand for
 // the id's content. The 512 tokens depend only on the id, so every block size
 // slices the same content.
 func TraceBlockTokens(dst []uint32, id uint64, j, bs int) []uint32 {
 	for p := j * bs; p < (j+1)*bs; p++ {
-		dst = append(dst, uint32(splitmix64(id*MooncakeBlockTokens+uint64(p))%128000))
+		dst = append(dst, traceToken(id, p))
 	}
 	return dst
+}
+
+// traceVocab bounds the token ids standing for a trace's content.
+const traceVocab = 128000
+
+// traceToken is token p (0 <= p < 512) of trace hash id's content.
+func traceToken(id uint64, p int) uint32 {
+	return uint32(splitmix64(id*MooncakeBlockTokens+uint64(p)) % traceVocab)
 }
 
 func splitmix64(x uint64) uint64 {

@@ -11,7 +11,10 @@ import (
 	"github.com/kvselect/kvselect/radix"
 )
 
-const mooncakePath = "../../shared/data/mooncake_trace_1000.jsonl"
+// mooncakePath is the first 200 requests of the public Mooncake trace
+// (mooncake_trace_1000.jsonl), kept in the repository so that the trace
+// tests run on a clean checkout.
+const mooncakePath = "testdata/mooncake_trace_200.jsonl"
 
 func smallSynthetic() SyntheticConfig {
 	c := DefaultSynthetic()
@@ -160,9 +163,6 @@ func TestTraceTokensIndependentOfBlockSize(t *testing.T) {
 
 func TestMooncakeTraceFile(t *testing.T) {
 	f, err := os.Open(mooncakePath)
-	if os.IsNotExist(err) {
-		t.Skipf("%s absent", mooncakePath)
-	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,8 +171,8 @@ func TestMooncakeTraceFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs) != 1000 {
-		t.Fatalf("%d records, want 1000", len(recs))
+	if len(recs) != 200 {
+		t.Fatalf("%d records, want 200", len(recs))
 	}
 	const bs = 16
 	ps, err := ExpandTrace(recs, bs)
@@ -235,5 +235,74 @@ func TestLoadWorkload(t *testing.T) {
 	cfg.Workload = "trace:/nonexistent"
 	if _, _, err := LoadWorkload(&cfg); err == nil {
 		t.Fatal("missing trace file must fail")
+	}
+}
+
+// TestPromptTokensHashLikeTheEngine checks that the tokens an engine is
+// served hash, as the engine hashes them, to the prompt's block_hashes: the
+// selector's index (fed by the engine's events) and the request agree.
+func TestPromptTokensHashLikeTheEngine(t *testing.T) {
+	const bs = 64
+	trace, err := ExpandTrace([]TraceRecord{
+		{InputLength: 1024, HashIDs: []uint64{1, 2}},
+		{InputLength: 1000, HashIDs: []uint64{3, 4}},
+		{InputLength: 1536, HashIDs: []uint64{1, 2, 5}},
+	}, bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syn := smallSynthetic()
+	syn.Prompts = 20
+	for _, p := range append(trace, Synthetic(syn, bs, 3)...) {
+		toks := p.AppendTokens(nil, bs)
+		if len(toks) != len(p.Local)*bs {
+			t.Fatalf("prompt %d: %d tokens for %d blocks", p.Index, len(toks), len(p.Local))
+		}
+		if got := radix.LocalHashes(nil, toks, bs, radix.HashSeed("", "")); !slices.Equal(got, p.Local) {
+			t.Fatalf("prompt %d: engine hashes differ from the prompt's", p.Index)
+		}
+	}
+}
+
+// TestPromptTokensJSON: a token-form body carries the prompt's ISL tokens,
+// whose full blocks hash (as the selector hashes token_ids) to the
+// prompt's block_hashes, for synthetic and trace prompts (whose last
+// 512-token block is partial), and its expected output.
+func TestPromptTokensJSON(t *testing.T) {
+	const bs = 16
+	trace, err := ExpandTrace([]TraceRecord{
+		{InputLength: 1000, OutputLength: 7, HashIDs: []uint64{3, 4}},
+		{InputLength: 512, HashIDs: []uint64{3}},
+	}, bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syn := smallSynthetic()
+	syn.Prompts = 30
+	for _, p := range append(trace, Synthetic(syn, bs, 5)...) {
+		b := AppendPromptTokensJSON(nil, &p)
+		var got struct {
+			TokenIDs []uint32 `json:"token_ids"`
+			Expected int      `json:"expected_output_tokens"`
+		}
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("%.200s: %v", b, err)
+		}
+		if len(got.TokenIDs) != p.ISL || got.Expected != p.OutputTokens || strings.Contains(string(b), "hashes") {
+			t.Fatalf("prompt %d: %d tokens of %d, expected output %d of %d", p.Index, len(got.TokenIDs), p.ISL, got.Expected, p.OutputTokens)
+		}
+		if h := radix.LocalHashes(nil, got.TokenIDs, bs, radix.Seed); !slices.Equal(h, p.Local) {
+			t.Fatalf("prompt %d: token_ids hash to %d blocks unlike the prompt's %d", p.Index, len(h), len(p.Local))
+		}
+		if !slices.Equal(got.TokenIDs[:len(p.Local)*bs], p.AppendTokens(nil, bs)) {
+			t.Fatalf("prompt %d: the body's full blocks are not the engine's tokens", p.Index)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.Synthetic = syn
+	cfg.PromptForm = PromptTokens
+	ps, desc, err := LoadWorkload(&cfg)
+	if err != nil || !strings.Contains(desc, "(tokens)") || !strings.HasPrefix(string(ps[0].Body), `{"token_ids":[`) {
+		t.Fatalf("%q, %v, %.40s", desc, err, ps[0].Body)
 	}
 }

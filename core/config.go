@@ -83,6 +83,10 @@ type Config struct {
 	// IndexShards is radix.Config.Shards of every partition's index; 0 picks
 	// radix.DefaultShards.
 	IndexShards int
+	// Disagg configures the disaggregation coordinator (zero values pick
+	// its defaults). The number of live plans is bounded by
+	// MaxReservations.
+	Disagg DisaggConfig
 }
 
 // DefaultConfig returns the reference service's defaults.
@@ -132,7 +136,7 @@ func (c *Config) Validate() error {
 	if err := (radix.ApproxConfig{TTL: c.ApproxTTL, MaxBlocks: c.ApproxMaxBlocks, Shards: c.IndexShards}).Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	return nil
+	return c.Disagg.validate()
 }
 
 // queueing reports whether queueing is enabled (router_queue_threshold

@@ -39,6 +39,55 @@
 //     ready), drain the front end, then close the Ingress (the host owns
 //     it).
 //
+// # Disaggregated plans
+//
+// A plan books one request in two pools, the partitions (model_name,
+// prefill routing group) and (model_name, decode routing group) of the
+// same Service (disagg*.go; Dynamo's DisaggCoordinator). A host:
+//
+//  1. Configures Config.Disagg (the order and prefill-failure policy of
+//     requests that name none) and the router's conditional-disaggregation
+//     fields in Config.Sched (policy, thresholds).
+//  2. Calls PlanDisagg(&DisaggRequest{...}) and routes by the returned
+//     DisaggPlanView: the decode leg's worker always, the prefill leg's
+//     when present, aggregated when Bypass. The plan is registered under
+//     its selection id only on success. With DeferDecode (prefill-anchored
+//     only) it books prefill alone and calls PlanDecode(id) later, before
+//     or after the hand-off.
+//  3. Calls DisaggPrefillComplete(id) when the first decode token or the
+//     hand-off is seen (it frees the prefill leg; idempotent), then
+//     ReleaseDisagg(id) when the request ends (frees what is left, removes
+//     the plan).
+//  4. Maps errors by class like every other: a *CoordinatorError wraps the
+//     pool's error for booking failures, ErrConflict for a plan_decode in
+//     the wrong state, ErrNotReady for a worker whose KV-transfer metadata
+//     is incomplete (fail closed); unknown ids are ErrNotFound.
+//
+// Each leg is an ordinary reservation under "<id>/prefill" or
+// "<id>/decode": it shows in Loads, replicates, and expires or ends with
+// its worker like any booking; its record carries the plan's leg as its
+// Lease, and the plan holds the record, not a copy of it. Sweep removes
+// plans older than the expiry guard. Plans live in this process only.
+//
+// # Membership from a discovery source
+//
+// A host with a discovery source (a workers file, a Kubernetes reflector)
+// implements CatalogSource (a channel of complete snapshots), builds
+// NewCatalogReconciler(s, ReconcilerConfig{Name, Exclusive, Observer}) and
+// runs Run(ctx, source) on a goroutine of its own:
+//
+//  1. The first snapshot is applied as soon as the source sends it (apply
+//     it before serving). Every snapshot is one pass: duplicates rejected
+//     first, one batch upsert, stale workers deleted; a pass that fails
+//     is applied again 5 s later unless a newer snapshot arrives.
+//  2. While an Exclusive reconciler is open, UpsertWorker, PatchWorker and
+//     DeleteWorker answer ErrConflict, "worker catalog is managed by
+//     <Name>".
+//  3. When the source closes its channel, Run deletes every worker the
+//     reconciler introduced (fail closed) and returns; a cancelled ctx
+//     returns at once and keeps the catalog. Close gives the ownership
+//     back.
+//
 // Errors carry the reference's exact message and wrap one class
 // (ErrBadRequest, ErrNotFound, ErrConflict, ErrNotReady, ErrOverloaded,
 // ErrCapacity, ErrInternal; ClassOf finds it). The host maps classes to its
@@ -95,7 +144,7 @@
 //
 // ReplicaSink receives admission, prefill-completion and free events
 // (never output blocks) for the replica mesh; Origin and Lease on the
-// record are for mirrored bookings and session affinity; session_id,
+// record are for mirrored bookings, session affinity and plan legs; session_id,
 // affinity_target and priority_jump/strict_priority are accepted and
 // ignored until session affinity and the router queue land.
 package core

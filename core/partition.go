@@ -123,6 +123,18 @@ func (s *Service) lookup(model, group string) *partition {
 	return (*s.parts.Load())[partKey{model, group}]
 }
 
+// publishLocked publishes p's snapshot, or, inside a batch of catalog
+// changes (Service.deferred non-nil), records p for one publish at the
+// batch's end. Under Service.mu.
+func (s *Service) publishLocked(p *partition) {
+	if s.deferred != nil {
+		s.deferred[p] = struct{}{}
+		return
+	}
+	p.publishLocked()
+	s.stats.publishes.Add(1)
+}
+
 // publishLocked rebuilds the partition's snapshot from its schedulable
 // workers. Every rank of a schedulable worker has a load (attachLocked).
 func (p *partition) publishLocked() {

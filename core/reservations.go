@@ -31,6 +31,11 @@ type booking struct {
 	// replayed, when set, is the pending entry a replay books: it is
 	// consumed after the slot is booked and before the record turns live.
 	replayed *pendingEntry
+	// lease, when set, is installed on the record at its claim (before
+	// any other goroutine can see it) and released when the record ends.
+	lease Lease
+	// rec is set by a successful book: the record it made live.
+	rec *reservation
 }
 
 // book claims b.id in the ledger, books the record's slot, turns it live
@@ -45,7 +50,7 @@ func (s *Service) book(b *booking) error {
 	now := s.clock().UnixNano()
 	s.maybeExpire(now)
 	r := &reservation{
-		id: strings.Clone(b.id), p: b.p, admitted: now, bytes: recordBytes(b.id, b.seq),
+		id: strings.Clone(b.id), p: b.p, admitted: now, bytes: recordBytes(b.id, b.seq), lease: b.lease,
 		lora: strings.Clone(b.lora), expected: b.expected, hasExpected: b.hasExpected, track: b.track, reuse: b.reuse, blocks: int32(min(len(b.seq), math.MaxInt32)),
 	}
 	if err := s.ledger.claim(r); err != nil {
@@ -88,6 +93,7 @@ func (s *Service) book(b *booking) error {
 	if p := b.p; p.records() {
 		p.record(b.worker, b.local, time.Unix(0, now))
 	}
+	b.rec = r
 	return nil
 }
 
@@ -327,9 +333,19 @@ func (s *Service) Free(id string) error {
 	if ok && s.afterLookup != nil {
 		s.afterLookup(id)
 	}
-	if !ok || !s.release(r, releasedFree) {
+	if !ok {
 		s.stats.lifecycle404.Add(1)
 		return errorf(ErrNotFound, "reservation %s not found", id)
+	}
+	return s.freeRecord(r)
+}
+
+// freeRecord releases exactly the booking r (not whatever booking its id
+// names now) and publishes the free; not found when r already ended.
+func (s *Service) freeRecord(r *reservation) error {
+	if !s.release(r, releasedFree) {
+		s.stats.lifecycle404.Add(1)
+		return errorf(ErrNotFound, "reservation %s not found", r.id)
 	}
 	s.stats.lifecycleOK.Add(1)
 	s.publish(ReplicaFree, r)

@@ -37,6 +37,8 @@ type env struct {
 	cfg     Config
 	ingress *recIngress
 	replica *recReplica
+	// recon is the scenario's catalog reconciler, once made.
+	recon *reconState
 }
 
 // recIngress records the Ingress calls and reports every synced rank as
@@ -244,8 +246,13 @@ func applyConfig(t *testing.T, cfg *Config, args string) {
 			for _, n := range strings.Split(v, ",") {
 				cfg.KVEndpointNetworks = append(cfg.KVEndpointNetworks, netip.MustParsePrefix(n))
 			}
+		case "reset":
+			*cfg = DefaultConfig()
+			cfg.UseKVEvents = false
 		default:
-			t.Fatalf("unknown config %q", k)
+			if !applyDisaggConfig(cfg, k, v) {
+				t.Fatalf("unknown config %q", k)
+			}
 		}
 	}
 }
@@ -542,8 +549,8 @@ func (e *env) run(line string) string {
 	case "limits":
 		st := s.Stats()
 		return fmt.Sprintf("reservations=%d/%d bytes=%d/%d listeners=%d/%d refused=%d", st.Reservations, st.MaxReservations, st.ReservationBytes, st.MaxReservationBytes, st.Listeners, st.MaxListeners, st.BookRefused)
-	case "apply":
-		// apply <add|prefill_completed|free> id=.. [model= group= bs= worker=w/r seq=.. eff=.. track= expected= origin=]
+	case "peer":
+		// peer <add|prefill_completed|free> id=.. [model= group= bs= worker=w/r seq=.. eff=.. track= expected= origin=]
 		kind, argv, _ := strings.Cut(rest, " ")
 		a := args(argv)
 		ev := ReplicaEvent{ModelName: orDefault(a["model"]), RoutingGroup: orDefault(a["group"]), RequestID: a["id"]}
@@ -592,6 +599,9 @@ func (e *env) run(line string) string {
 			fmt.Fprintf(&b, "%d: %v\n", r.WorkerID, r.Listeners)
 		}
 		return b.String()
+	}
+	if out, ok := e.runDisagg(cmd, rest, a); ok {
+		return out
 	}
 	e.t.Fatalf("unknown command %q", line)
 	return ""

@@ -165,7 +165,7 @@ func (s *Service) prepare(p *partition, sn *snapshot, pr *Prompt, ov *sched.Over
 // Select picks a worker without booking (POST /select). With a selection
 // id it caches the booking inputs for a later POST /reservations replay.
 func (s *Service) Select(req *SelectRequest, out *Selection) error {
-	err := s.selectWorker(req, out, false)
+	_, err := s.selectWorker(req, out, false, nil)
 	s.countSelect(err)
 	return err
 }
@@ -175,9 +175,17 @@ func (s *Service) Select(req *SelectRequest, out *Selection) error {
 // /select_and_reserve). A conflict when the id is already reserved or being
 // reserved, whatever the worker.
 func (s *Service) SelectAndReserve(req *SelectRequest, out *Selection) error {
-	err := s.selectWorker(req, out, true)
+	_, err := s.selectWorker(req, out, true, nil)
 	s.countSelect(err)
 	return err
+}
+
+// reserveWithLease is SelectAndReserve whose record carries lease from its
+// claim on; it returns the record it booked.
+func (s *Service) reserveWithLease(req *SelectRequest, out *Selection, lease Lease) (*reservation, error) {
+	r, err := s.selectWorker(req, out, true, lease)
+	s.countSelect(err)
+	return r, err
 }
 
 func (s *Service) countSelect(err error) {
@@ -188,13 +196,15 @@ func (s *Service) countSelect(err error) {
 	}
 }
 
-func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool) error {
+// selectWorker selects and, with book, books under lease (nil: none) and
+// returns the booked record.
+func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool, lease Lease) (*reservation, error) {
 	out.Reset()
 	model := cmp.Or(req.ModelName, DefaultPartition)
 	group := cmp.Or(req.RoutingGroup, DefaultPartition)
 	p, sn, err := s.readyPartition(model, group)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if book && req.HasSelectionID {
 		// Dynamo claims the id before scheduling: a claimed id is a conflict
@@ -202,7 +212,7 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool) er
 		// (book); this check answers the common case early.
 		if _, claimed := s.ledger.m.Load(req.SelectionID); claimed {
 			s.stats.bookConflict.Add(1)
-			return errorf(ErrConflict, "selection %s is already reserved or being reserved", req.SelectionID)
+			return nil, errorf(ErrConflict, "selection %s is already reserved or being reserved", req.SelectionID)
 		}
 	}
 	cons := sched.Constraints{RequiredTaints: req.RequiredTaints, PreferredTaints: req.PreferredTaints, Pinned: req.PinnedWorker}
@@ -216,7 +226,7 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool) er
 	defer s.putScratch(sc)
 	q, err := s.prepare(p, sn, &req.Prompt, req.Override, &cons, sc)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	params, cands, seq, isl, bs := &q.params, sc.cands, q.seq, q.req.ISLTokens, q.req.BlockSize
 	sc.costs = slices.Grow(sc.costs[:0], len(cands))[:len(cands)]
@@ -270,7 +280,7 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool) er
 			}
 			s.pending.insert(e, s.clock())
 		}
-		return nil
+		return nil, nil
 	}
 	id := req.SelectionID
 	if !req.HasSelectionID {
@@ -280,16 +290,16 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool) er
 	bk := booking{
 		p: p, id: id, worker: c.Worker, load: wl, seq: seq, local: q.local, effective: out.EffectivePrefillTokens,
 		track: params.TrackPrefillTokens, reuse: params.AssumeKVReuse, lora: req.LoraName,
-		expected: req.ExpectedOutputTokens, hasExpected: req.HasExpectedOutputTokens,
+		expected: req.ExpectedOutputTokens, hasExpected: req.HasExpectedOutputTokens, lease: lease,
 	}
 	if err := s.book(&bk); err != nil {
-		return err
+		return nil, err
 	}
 	out.Booked = true
 	out.SequenceHashes = append(out.SequenceHashes, seq...)
 	out.ISLTokens = isl
 	out.TrackPrefillTokens = params.TrackPrefillTokens
-	return nil
+	return bk.rec, nil
 }
 
 // summarize fills o with the overlap summary of worker w's ranks.

@@ -60,22 +60,37 @@ type Service struct {
 	// listeners is the number of KV-event listener ranks of attached
 	// workers (0 without KV events).
 	listeners int
+	// deferred, non-nil during a batch of catalog changes, collects the
+	// partitions to publish once at its end (publishLocked).
+	deferred map[*partition]struct{}
 
 	// schedulable counts schedulable workers over all partitions.
 	schedulable atomic.Int64
 	closed      atomic.Bool
 	// recovery is what the host's startup recovery restored (SetRecovery).
 	recovery atomic.Pointer[Recovery]
+	// owner, when set, names the source that owns the catalog: the public
+	// catalog mutations are refused (reconciler.go).
+	owner atomic.Pointer[string]
 
 	// ledger is the one table of live requests (ledger.go).
 	ledger  *ledger
 	pending *pendingCache
+	// plans are the live disaggregated plans (disagg_plans.go); their
+	// legs are records of the ledger.
+	plans *planRegistry
+	// disaggPolicy is the conditional-disaggregation policy
+	// (cfg.Sched.DisaggPolicy(); tests replace it before use).
+	disaggPolicy bypassPolicy
 
 	scratch sync.Pool // *scratch
 
 	// afterLookup, when set (tests only), runs in every lifecycle call
 	// between its ledger lookup and its use of the record.
 	afterLookup func(id string)
+	// failUpsert, when set (tests only), fails a batch upsert of a worker
+	// with the error it returns.
+	failUpsert func(id uint64) error
 
 	stats counters
 }
@@ -90,6 +105,11 @@ type counters struct {
 	released                  [numReleaseReasons]atomic.Uint64
 	replicaApplied            atomic.Uint64
 	replicaDropped            [NumReplicaDrops]atomic.Uint64
+	publishes                 atomic.Uint64
+	planOK, planFailed        atomic.Uint64
+	planExpired               atomic.Uint64
+	planProbeFailed           atomic.Uint64
+	planFreeFailed            atomic.Uint64
 }
 
 // New returns an empty service.
@@ -112,6 +132,9 @@ func New(cfg Config, opts Options) (*Service, error) {
 		catalog:   map[uint64]*catalogEntry{},
 		ledger:    newLedger(cfg.MaxReservations, cfg.MaxReservationBytes),
 		pending:   newPendingCache(cfg.SelectionCacheTTL, cfg.SelectionCacheMaxEntries, cfg.SelectionCacheMaxBytes),
+		plans:     newPlanRegistry(cfg.MaxReservations),
+
+		disaggPolicy: cfg.Sched.DisaggPolicy(),
 	}
 	if s.ingress == nil {
 		s.ingress = NopIngress{}
@@ -149,11 +172,12 @@ func (s *Service) Config() Config { return s.cfg }
 func (s *Service) Close() { s.closed.Store(true) }
 
 // Sweep runs the periodic maintenance at now: live reservations older than
-// the expiry guard are released (in-flight claims are kept), and expired
-// pending selections are removed. It returns the number of reservations
-// expired.
+// the expiry guard are released (in-flight claims are kept), then
+// disaggregated plans older than it, and expired pending selections are
+// removed. It returns the number of reservations expired.
 func (s *Service) Sweep(now time.Time) int {
 	n := s.expire(now.UnixNano())
+	s.expirePlans(now.UnixNano())
 	s.pending.sweep(now)
 	return n
 }
@@ -203,6 +227,19 @@ type Stats struct {
 	// Approx and Predicted sum the approximate primary indexes and the
 	// predicted-TTL side indexes over the partitions (zero when absent).
 	Approx, Predicted radix.ApproxStats
+	// CatalogPublishes counts the partition snapshots published by catalog
+	// changes (one per affected partition for a reconciler's batch).
+	CatalogPublishes uint64
+	// Plans are the live disaggregated plans (in-flight included);
+	// PlansOK and PlansFailed count PlanDisagg outcomes, PlansExpired the
+	// plans Sweep removed. PlanProbeFailed counts prefill-busy probes that
+	// failed (the signal is then unknown); PlanFreeFailed the compensating
+	// or releasing frees that found the booking already ended.
+	Plans                int64
+	PlansOK, PlansFailed uint64
+	PlansExpired         uint64
+	PlanProbeFailed      uint64
+	PlanFreeFailed       uint64
 }
 
 // Stats sums the partitions' index stats and the service's counters. It
@@ -231,6 +268,13 @@ func (s *Service) Stats() Stats {
 		MaxReservationBytes: s.ledger.maxBytes,
 		SchedulableWorkers:  s.schedulable.Load(),
 		MaxListeners:        s.cfg.MaxListeners,
+		CatalogPublishes:    s.stats.publishes.Load(),
+		Plans:               s.plans.count.Load(),
+		PlansOK:             s.stats.planOK.Load(),
+		PlansFailed:         s.stats.planFailed.Load(),
+		PlansExpired:        s.stats.planExpired.Load(),
+		PlanProbeFailed:     s.stats.planProbeFailed.Load(),
+		PlanFreeFailed:      s.stats.planFreeFailed.Load(),
 	}
 	st.Recovery = s.recovery.Load()
 	for d := range st.ReplicaDropped {

@@ -110,6 +110,9 @@ func (s *Service) UpsertWorker(spec *WorkerSpec) (WorkerRecord, error) {
 	if s.closed.Load() {
 		return WorkerRecord{}, errShuttingDown
 	}
+	if err := s.checkOwner(); err != nil {
+		return WorkerRecord{}, err
+	}
 	model := cmp.Or(spec.ModelName, DefaultPartition)
 	group := cmp.Or(spec.RoutingGroup, DefaultPartition)
 	if err := s.checkNetworks(spec.WorkerID, &spec.WorkerFields); err != nil {
@@ -133,6 +136,9 @@ func (s *Service) UpsertWorker(spec *WorkerSpec) (WorkerRecord, error) {
 func (s *Service) PatchWorker(id uint64, p *WorkerPatch) (WorkerRecord, error) {
 	if s.closed.Load() {
 		return WorkerRecord{}, errShuttingDown
+	}
+	if err := s.checkOwner(); err != nil {
+		return WorkerRecord{}, err
 	}
 	defer s.workerLocks.lock(id)()
 	s.mu.Lock()
@@ -163,6 +169,92 @@ func (s *Service) PatchWorker(id uint64, p *WorkerPatch) (WorkerRecord, error) {
 // listeners stopped, blocks dropped, bookings released. It returns the
 // final record, lifecycle unschedulable.
 func (s *Service) DeleteWorker(id uint64) (WorkerRecord, error) {
+	if err := s.checkOwner(); err != nil {
+		return WorkerRecord{}, err
+	}
+	return s.deleteWorker(id)
+}
+
+// checkOwner refuses a public catalog mutation while a source owns the
+// catalog (an exclusive CatalogReconciler): a conflict, "worker catalog is
+// managed by <source name>".
+func (s *Service) checkOwner() error {
+	if o := s.owner.Load(); o != nil {
+		return errorf(ErrConflict, "worker catalog is managed by %s", *o)
+	}
+	return nil
+}
+
+// upsertResult is one record's outcome in a batch.
+type upsertResult struct {
+	rec WorkerRecord
+	err error
+}
+
+// upsertWorkers upserts a batch of records (a membership snapshot) with
+// UpsertWorker's semantics for each, positionally: one failure does not
+// stop the others. The in-memory changes happen under one hold of
+// Service.mu and each affected partition publishes its snapshot once, at
+// the end (Dynamo's batch upsert publishes a partition move at once; here
+// every effect that could block runs after the publishes anyway). The
+// workers' locks are taken in ascending id order, so batches and single
+// changes never wait on each other in a cycle. Ids should be unique.
+func (s *Service) upsertWorkers(specs []WorkerSpec) []upsertResult {
+	res := make([]upsertResult, len(specs))
+	type prepared struct {
+		i            int
+		model, group string
+		f            WorkerFields
+	}
+	ok := make([]prepared, 0, len(specs))
+	for i := range specs {
+		sp := &specs[i]
+		if s.closed.Load() {
+			res[i].err = errShuttingDown
+			continue
+		}
+		if h := s.failUpsert; h != nil {
+			if err := h(sp.WorkerID); err != nil {
+				res[i].err = err
+				continue
+			}
+		}
+		if err := s.checkNetworks(sp.WorkerID, &sp.WorkerFields); err != nil {
+			res[i].err = err
+			continue
+		}
+		ok = append(ok, prepared{i, cmp.Or(sp.ModelName, DefaultPartition), cmp.Or(sp.RoutingGroup, DefaultPartition), sp.WorkerFields.clone()})
+	}
+	ids := make([]uint64, len(ok))
+	for j, p := range ok {
+		ids[j] = specs[p.i].WorkerID
+	}
+	slices.Sort(ids)
+	for _, id := range slices.Compact(ids) {
+		defer s.workerLocks.lock(id)()
+	}
+	effs := make([]effects, len(ok))
+	s.mu.Lock()
+	s.deferred = map[*partition]struct{}{}
+	for j, p := range ok {
+		res[p.i].rec, res[p.i].err = s.applyLocked(specs[p.i].WorkerID, p.model, p.group, p.f, &effs[j])
+	}
+	for p := range s.deferred {
+		p.publishLocked()
+		s.stats.publishes.Add(1)
+	}
+	s.deferred = nil
+	s.mu.Unlock()
+	for j, p := range ok {
+		if res[p.i].err == nil {
+			s.run(specs[p.i].WorkerID, &effs[j])
+		}
+	}
+	return res
+}
+
+// deleteWorker is DeleteWorker without the ownership check.
+func (s *Service) deleteWorker(id uint64) (WorkerRecord, error) {
 	defer s.workerLocks.lock(id)()
 	var eff effects
 	s.mu.Lock()
@@ -258,7 +350,7 @@ func (s *Service) attachLocked(id uint64, e *catalogEntry, eff *effects) {
 		s.listeners += int(size)
 	}
 	p.workers[id] = e
-	p.publishLocked()
+	s.publishLocked(p)
 	if s.listening {
 		eff.sync, eff.syncPart, eff.blockSize, eff.ranks = true, p, int(p.blockSize), e.rec.rankSources()
 	}
@@ -293,7 +385,7 @@ func (s *Service) detachLocked(id uint64, e *catalogEntry, eff *effects) {
 		s.retireLocked(p, radix.WorkerKey{WorkerID: id, DPRank: r})
 	}
 	s.removeListenersLocked(e)
-	p.publishLocked()
+	s.publishLocked(p)
 	eff.detach = p
 }
 

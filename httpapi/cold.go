@@ -32,28 +32,8 @@ var (
 // decodeWorker reads a WorkerRequest (POST /workers); worker_id is
 // required.
 func decodeWorker(body []byte) (core.WorkerSpec, error) {
-	var spec core.WorkerSpec
 	s := &scanner{b: body}
-	var seen uint64
-	hasID := false
-	err := s.object("struct WorkerRequest", func(key []byte) error {
-		if done, err := s.skipUnknown(s.field(workerFields, &seen, "", key)); done {
-			return err
-		}
-		var err error
-		switch string(key) {
-		case "worker_id":
-			spec.WorkerID, err = s.uint("worker_id", 1<<64-1, "u64")
-			hasID = true
-		case "model_name":
-			spec.ModelName, err = s.ownedStr("model_name")
-		case "routing_group":
-			spec.RoutingGroup, err = s.ownedStr("routing_group")
-		default:
-			err = decodeWorkerField(s, key, &spec.WorkerFields, false)
-		}
-		return err
-	})
+	spec, hasID, err := decodeWorkerObject(s, "")
 	if err != nil {
 		return spec, err
 	}
@@ -67,6 +47,32 @@ func decodeWorker(body []byte) (core.WorkerSpec, error) {
 	return spec, nil
 }
 
+// decodeWorkerObject reads one WorkerRequest object; path prefixes the
+// field names in messages ("" for a body, "workers[3]." in a workers
+// file). hasID reports whether worker_id was given.
+func decodeWorkerObject(s *scanner, path string) (spec core.WorkerSpec, hasID bool, err error) {
+	var seen uint64
+	err = s.object("struct WorkerRequest", func(key []byte) error {
+		if done, err := s.skipUnknown(s.field(workerFields, &seen, strings.TrimSuffix(path, "."), key)); done {
+			return err
+		}
+		var err error
+		switch string(key) {
+		case "worker_id":
+			spec.WorkerID, err = s.uint(path+"worker_id", 1<<64-1, "u64")
+			hasID = true
+		case "model_name":
+			spec.ModelName, err = s.ownedStr(path + "model_name")
+		case "routing_group":
+			spec.RoutingGroup, err = s.ownedStr(path + "routing_group")
+		default:
+			err = decodeWorkerField(s, path, key, &spec.WorkerFields, false)
+		}
+		return err
+	})
+	return spec, hasID, err
+}
+
 // decodePatch reads a WorkerPatchRequest (PATCH /workers/{id}): every field
 // optional, null is absent.
 func decodePatch(body []byte) (core.WorkerPatch, error) {
@@ -77,7 +83,7 @@ func decodePatch(body []byte) (core.WorkerPatch, error) {
 		if done, err := s.skipUnknown(s.field(patchFields, &seen, "", key)); done {
 			return err
 		}
-		return decodeWorkerField(s, key, &p, true)
+		return decodeWorkerField(s, "", key, &p, true)
 	})
 	if err != nil {
 		return p, err
@@ -85,12 +91,14 @@ func decodePatch(body []byte) (core.WorkerPatch, error) {
 	return p, s.end()
 }
 
-// decodeWorkerField reads one of workerFieldNames into f. The maps and the
-// taint set are Option in a patch (null is absent) and defaulted in a
-// WorkerRequest (null is a type error); present, they are non-nil even when
-// empty, so a patch can clear them.
-func decodeWorkerField(s *scanner, key []byte, f *core.WorkerFields, patch bool) (err error) {
-	switch k := string(key); k {
+// decodeWorkerField reads one of workerFieldNames into f; path prefixes
+// the field's name in messages. The maps and the taint set are Option in a
+// patch (null is absent) and defaulted in a WorkerRequest (null is a type
+// error); present, they are non-nil even when empty, so a patch can clear
+// them.
+func decodeWorkerField(s *scanner, path string, key []byte, f *core.WorkerFields, patch bool) (err error) {
+	k := path + string(key)
+	switch string(key) {
 	case "endpoint":
 		f.Endpoint, err = s.optStr(k)
 	case "kv_events_endpoint":
@@ -159,7 +167,7 @@ func decodeWorkerField(s *scanner, key []byte, f *core.WorkerFields, patch bool)
 	case "router_hint_source_control_endpoints":
 		f.RouterHintSourceControlEndpoints, err = s.rankMap(k, patch)
 	default:
-		panic("BUG: decodeWorkerField called with " + k)
+		panic("BUG: decodeWorkerField called with " + string(key))
 	}
 	return err
 }

@@ -130,10 +130,24 @@ type trackedConn struct {
 	// connection idle across two looks from one that served in between.
 	state    atomic.Int32
 	requests atomic.Uint64
-	// idleSeen is the requests count at the drain's last look when idle;
+	// reads counts the reads that returned data: fasthttp reports
+	// StateActive only after its read of a request's first byte returned,
+	// so between that read and the report a connection looks idle with
+	// nothing unread in its socket; a changed count tells the drain.
+	reads atomic.Uint64
+	// idleSeen is requests+reads at the drain's last look when idle;
 	// owned by the drain goroutine.
 	idleSeen  uint64
 	idleLooks int
+}
+
+// Read counts the reads that return data (see reads).
+func (c *trackedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.reads.Add(1)
+	}
+	return n, err
 }
 
 // Close closes the connection and unregisters it (once).

@@ -3,7 +3,11 @@
 // lib/kv-router/src/services/selection/server.rs), JSON decoding and
 // encoding, the one table from core's error classes to status codes
 // (classStatus),
-// /metrics and /debug/pprof.
+// /metrics and /debug/pprof. kvselect adds the /disagg routes over core's
+// disaggregated plans (Dynamo's coordinator has no HTTP surface): POST
+// /disagg/plan, POST /disagg/{id}/prefill_complete and /plan_decode, DELETE
+// and GET /disagg/{id}; a plan answers 200 with its view (core's
+// DisaggPlanView), errors their class's status like every route.
 //
 // # Request lifetime
 //

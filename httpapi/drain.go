@@ -65,12 +65,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // closeIdle closes the connections found idle at drainLooks consecutive
-// looks, with no request begun in between and no unread input.
+// looks, with no request begun and nothing read in between, and no unread
+// input.
 func (s *Server) closeIdle() {
 	var idle []*trackedConn
 	s.conns.each(func(c *trackedConn) {
 		st := fasthttp.ConnState(c.state.Load())
-		n := c.requests.Load()
+		n := c.requests.Load() + c.reads.Load()
 		if (st != fasthttp.StateIdle && st != fasthttp.StateNew) || n != c.idleSeen {
 			c.idleSeen, c.idleLooks = n, 0
 			return

@@ -224,3 +224,35 @@ func (s *Server) handlePeer(ctx *fasthttp.RequestCtx, register bool) {
 func (s *Server) handleDump(ctx *fasthttp.RequestCtx) {
 	s.writeRaw(ctx, 200, appendDump(nil, s.svc.Dump()))
 }
+
+// handleDisaggPlan serves POST /disagg/plan: decode into a pooled request,
+// plan in core (which copies the request), answer the plan's view.
+func (s *Server) handleDisaggPlan(ctx *fasthttp.RequestCtx) {
+	body, ok := s.jsonBody(ctx)
+	if !ok {
+		return
+	}
+	r := s.disaggPool.Get().(*disaggReq)
+	defer func() {
+		r.reset()
+		if r.retained() <= maxPooledBytes {
+			s.disaggPool.Put(r)
+		}
+	}()
+	if err := decodeDisagg(body, r); err != nil {
+		s.writeErr(ctx, err)
+		return
+	}
+	v, err := s.svc.PlanDisagg(&r.req)
+	s.writePlan(ctx, v, err)
+}
+
+// writePlan answers a plan's view (200), or the error alone: a failed
+// plan's final view is for audit in core, not part of the answer.
+func (s *Server) writePlan(ctx *fasthttp.RequestCtx, v core.DisaggPlanView, err error) {
+	if err != nil {
+		s.writeErr(ctx, err)
+		return
+	}
+	s.writeValue(ctx, 200, v)
+}

@@ -30,6 +30,11 @@ const (
 	rRegisterPeer
 	rDeregisterPeer
 	rPeers
+	rDisaggPlan
+	rDisaggPrefillComplete
+	rDisaggPlanDecode
+	rDisaggDelete
+	rDisaggGet
 	rMetrics
 	rPprof
 	rUnmatched
@@ -44,7 +49,8 @@ var routeNames = [numRoutes]string{
 	"POST /reservations/{selection_id}/prefill_complete", "POST /reservations/{selection_id}/output_block",
 	"DELETE /reservations/{selection_id}", "GET /loads", "POST /potential_loads", "POST /overlap_scores",
 	"GET /dump", "POST /replica_sync/register_peer", "POST /replica_sync/deregister_peer",
-	"GET /replica_sync/peers", "GET /metrics", "GET /debug/pprof/*", "unmatched", "shutting down", "unauthorized",
+	"GET /replica_sync/peers", "POST /disagg/plan", "POST /disagg/{selection_id}/prefill_complete",
+	"POST /disagg/{selection_id}/plan_decode", "DELETE /disagg/{selection_id}", "GET /disagg/{selection_id}", "GET /metrics", "GET /debug/pprof/*", "unmatched", "shutting down", "unauthorized",
 }
 
 var (
@@ -155,6 +161,13 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx) int {
 		}
 		s.writeValue(ctx, 200, peers)
 		return rPeers
+	case "/disagg/plan":
+		// POST plans; the other methods address a plan whose id is
+		// "plan" (below).
+		if post {
+			s.handleDisaggPlan(ctx)
+			return rDisaggPlan
+		}
 	case "/metrics":
 		if !get {
 			return s.notAllowed(ctx)
@@ -184,53 +197,14 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx) int {
 		}
 		return s.notAllowed(ctx)
 	}
-	// The selection id is one path segment, percent-decoded as axum's Path
-	// extractor decodes it: it is read from the original path, where %2F is
-	// not yet a separator (the normalized path has decoded it and dropped
-	// dot segments, so an id like "tenant/req-1" could never be freed).
-	rest, ok := bytes.CutPrefix(ctx.URI().PathOriginal(), []byte("/reservations/"))
-	escaped := ok
-	if !ok {
-		rest, ok = bytes.CutPrefix(path, []byte("/reservations/"))
-	}
-	if ok && len(rest) > 0 {
-		id, action, _ := bytes.Cut(rest, []byte("/"))
-		if escaped {
-			id = unescapeSegment(id)
+	if id, action, ok := idPath(ctx, "/reservations/"); ok {
+		if r, ok := s.dispatchReservation(ctx, id, string(action)); ok {
+			return r
 		}
-		if len(id) > 0 {
-			switch string(action) {
-			case "":
-				if bytes.IndexByte(rest, '/') >= 0 {
-					break
-				}
-				if string(m) != "DELETE" {
-					return s.notAllowed(ctx)
-				}
-				if s.badSelectionID(ctx, id) {
-					return rReservationDelete
-				}
-				s.writeStatusOK(ctx, s.svc.Free(b2s(id)))
-				return rReservationDelete
-			case "prefill_complete":
-				if !post {
-					return s.notAllowed(ctx)
-				}
-				if s.badSelectionID(ctx, id) {
-					return rPrefillComplete
-				}
-				s.writeStatusOK(ctx, s.svc.PrefillComplete(b2s(id)))
-				return rPrefillComplete
-			case "output_block":
-				if !post {
-					return s.notAllowed(ctx)
-				}
-				if s.badSelectionID(ctx, id) {
-					return rOutputBlock
-				}
-				s.handleOutputBlock(ctx, b2s(id))
-				return rOutputBlock
-			}
+	}
+	if id, action, ok := idPath(ctx, "/disagg/"); ok {
+		if r, ok := s.dispatchDisagg(ctx, id, string(action)); ok {
+			return r
 		}
 	}
 	if s.cfg.Pprof && perf.IsPprofPath(path) {
@@ -239,6 +213,109 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx) int {
 	}
 	s.writeRaw(ctx, 404, errRouteNotFound)
 	return rUnmatched
+}
+
+// dispatchReservation serves /reservations/{selection_id}[/action]; ok is
+// false when action names no route.
+func (s *Server) dispatchReservation(ctx *fasthttp.RequestCtx, id []byte, action string) (route int, ok bool) {
+	m := string(ctx.Method())
+	switch action {
+	case "":
+		if m != "DELETE" {
+			return s.notAllowed(ctx), true
+		}
+		if !s.badSelectionID(ctx, id) {
+			s.writeStatusOK(ctx, s.svc.Free(b2s(id)))
+		}
+		return rReservationDelete, true
+	case "prefill_complete":
+		if m != "POST" {
+			return s.notAllowed(ctx), true
+		}
+		if !s.badSelectionID(ctx, id) {
+			s.writeStatusOK(ctx, s.svc.PrefillComplete(b2s(id)))
+		}
+		return rPrefillComplete, true
+	case "output_block":
+		if m != "POST" {
+			return s.notAllowed(ctx), true
+		}
+		if !s.badSelectionID(ctx, id) {
+			s.handleOutputBlock(ctx, b2s(id))
+		}
+		return rOutputBlock, true
+	}
+	return 0, false
+}
+
+// dispatchDisagg serves /disagg/{selection_id}[/action] (kvselect's routes
+// over core's disaggregated plans); ok is false when action names no
+// route.
+func (s *Server) dispatchDisagg(ctx *fasthttp.RequestCtx, id []byte, action string) (route int, ok bool) {
+	m := string(ctx.Method())
+	switch action {
+	case "":
+		switch m {
+		case "GET", "HEAD":
+			route = rDisaggGet
+		case "DELETE":
+			route = rDisaggDelete
+		default:
+			return s.notAllowed(ctx), true
+		}
+	case "prefill_complete":
+		route = rDisaggPrefillComplete
+	case "plan_decode":
+		route = rDisaggPlanDecode
+	default:
+		return 0, false
+	}
+	if action != "" && m != "POST" {
+		return s.notAllowed(ctx), true
+	}
+	if s.badSelectionID(ctx, id) {
+		return route, true
+	}
+	sid := b2s(id)
+	switch route {
+	case rDisaggGet:
+		v, err := s.svc.DisaggPlan(sid)
+		s.writePlan(ctx, v, err)
+	case rDisaggDelete:
+		_, err := s.svc.ReleaseDisagg(sid)
+		s.writeStatusOK(ctx, err)
+	case rDisaggPrefillComplete:
+		s.writeStatusOK(ctx, s.svc.DisaggPrefillComplete(sid))
+	case rDisaggPlanDecode:
+		v, err := s.svc.PlanDecode(sid)
+		s.writePlan(ctx, v, err)
+	}
+	return route, true
+}
+
+// idPath splits a path prefix + "{selection_id}" [+ "/" + action]. The id
+// is one path segment, percent-decoded as axum's Path extractor decodes it:
+// it is read from the original path, where %2F is not yet a separator (the
+// normalized path has decoded it and dropped dot segments, so an id like
+// "tenant/req-1" could never be freed). ok is false for an empty id and for
+// a separator with no action after it.
+func idPath(ctx *fasthttp.RequestCtx, prefix string) (id, action []byte, ok bool) {
+	rest, ok := bytes.CutPrefix(ctx.URI().PathOriginal(), []byte(prefix))
+	escaped := ok
+	if !ok {
+		rest, ok = bytes.CutPrefix(ctx.Path(), []byte(prefix))
+	}
+	if !ok {
+		return nil, nil, false
+	}
+	id, action, sep := bytes.Cut(rest, []byte("/"))
+	if escaped {
+		id = unescapeSegment(id)
+	}
+	if len(id) == 0 || (sep && len(action) == 0) {
+		return nil, nil, false
+	}
+	return id, action, true
 }
 
 // workerIDParam parses the {worker_id} path segment as axum's Path<u64>

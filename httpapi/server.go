@@ -38,6 +38,7 @@ type Server struct {
 
 	selectPool  sync.Pool // *selectReq
 	reservePool sync.Pool // *reserveReq
+	disaggPool  sync.Pool // *disaggReq
 	bufPool     sync.Pool // *[]byte
 }
 
@@ -85,6 +86,7 @@ func newServer(cfg Config, table *routeTable) (*Server, error) {
 	s.reg.OnScrape(func(w io.Writer) { table.stats(s, w) })
 	s.selectPool.New = func() any { return new(selectReq) }
 	s.reservePool.New = func() any { return new(reserveReq) }
+	s.disaggPool.New = func() any { return new(disaggReq) }
 	s.bufPool.New = func() any { b := make([]byte, 0, 4096); return &b }
 	s.srv = &fasthttp.Server{
 		Handler:                       s.Handle,

@@ -94,21 +94,21 @@ func decodeSelectAs(body []byte, r *selectReq, fs *fieldSet) error {
 		case "pinned_worker":
 			var n bool
 			if n, err = s.null(); !n && err == nil {
-				err = decodeWorkerRank(s, "pinned_worker", "struct WorkerWithDpRank", &r.pin, true)
+				_, err = decodeWorkerRank(s, "pinned_worker", "struct WorkerWithDpRank", &r.pin, true)
 				q.PinnedWorker = &r.pin
 			}
 		case "affinity_target":
 			var n bool
 			if n, err = s.null(); !n && err == nil {
 				var k core.WorkerKey
-				err = decodeWorkerRank(s, "affinity_target", "struct WorkerAffinityTarget", &k, false)
+				_, err = decodeWorkerRank(s, "affinity_target", "struct WorkerAffinityTarget", &k, false)
 			}
 		case "allowed_worker_ids":
 			q.AllowedWorkerIDs, q.HasAllowedWorkerIDs, err = s.u64s("allowed_worker_ids", q.AllowedWorkerIDs[:0])
 		case "routing_constraints":
-			err = decodeConstraints(s, r)
+			err = decodeConstraints(s, &r.prefs, &q.RequiredTaints, &q.PreferredTaints)
 		case "session_context":
-			err = decodeSessionContext(s)
+			_, err = decodeSessionContext(s)
 		case "advisory":
 			var n bool
 			if n, err = s.null(); !n && err == nil {

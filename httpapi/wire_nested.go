@@ -82,11 +82,12 @@ func decodeOverride(s *scanner, ov *core.Override) (*core.Override, error) {
 }
 
 // decodeWorkerRank reads a {worker_id, dp_rank} pin (typeName names the
-// reference's struct); dp_rank is required when needRank.
-func decodeWorkerRank(s *scanner, field, typeName string, k *core.WorkerKey, needRank bool) error {
-	var hasID, hasRank bool
+// reference's struct); dp_rank is required when needRank. hasRank reports
+// whether dp_rank was given (not null).
+func decodeWorkerRank(s *scanner, field, typeName string, k *core.WorkerKey, needRank bool) (hasRank bool, err error) {
+	var hasID bool
 	var seen uint64
-	err := s.object(typeName, func(key []byte) error {
+	err = s.object(typeName, func(key []byte) error {
 		if done, err := s.skipUnknown(s.field(workerRankFields, &seen, field, key)); done {
 			return err
 		}
@@ -105,24 +106,25 @@ func decodeWorkerRank(s *scanner, field, typeName string, k *core.WorkerKey, nee
 		}
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
 	if !hasID {
-		return s.typeErr(field, "missing field `worker_id`")
+		return false, s.typeErr(field, "missing field `worker_id`")
 	}
 	if needRank && !hasRank {
-		return s.typeErr(field, "missing field `dp_rank`")
+		return false, s.typeErr(field, "missing field `dp_rank`")
 	}
-	return nil
+	return hasRank, nil
 }
 
-// decodeConstraints reads routing_constraints. preferred_taints is a map:
-// a repeated taint keeps the last weight, as serde's HashMap does.
-func decodeConstraints(s *scanner, r *selectReq) error {
+// decodeConstraints reads routing_constraints into required and preferred
+// (appended; preferred sorted by taint), with *prefs as the scratch map of
+// the pooled request. preferred_taints is a map: a repeated taint keeps the
+// last weight, as serde's HashMap does.
+func decodeConstraints(s *scanner, prefs *map[string]float64, required *[]string, preferred *[]core.PreferredTaint) error {
 	if n, err := s.null(); n || err != nil {
 		return err
 	}
-	q := &r.req
 	var seen uint64
 	return s.object("struct RoutingConstraints", func(key []byte) error {
 		if done, err := s.skipUnknown(s.field(constraintFields, &seen, "routing_constraints", key)); done {
@@ -131,7 +133,7 @@ func decodeConstraints(s *scanner, r *selectReq) error {
 		if string(key) == "required_taints" {
 			_, err := s.array("routing_constraints.required_taints", "a sequence", func() error {
 				v, _, err := s.str("routing_constraints.required_taints")
-				q.RequiredTaints = append(q.RequiredTaints, v)
+				*required = append(*required, v)
 				return err
 			})
 			return err
@@ -139,42 +141,46 @@ func decodeConstraints(s *scanner, r *selectReq) error {
 		if n, err := s.null(); n || err != nil {
 			return err
 		}
-		if r.prefs == nil {
-			r.prefs = map[string]float64{}
+		if *prefs == nil {
+			*prefs = map[string]float64{}
 		}
-		clear(r.prefs)
+		m := *prefs
+		clear(m)
 		err := s.object("a map", func(k []byte) error {
 			w, err := s.float("routing_constraints.preferred_taints")
-			r.prefs[string(k)] = w
+			m[string(k)] = w
 			return err
 		})
 		if err != nil {
 			return err
 		}
-		for t, w := range r.prefs {
-			q.PreferredTaints = append(q.PreferredTaints, core.PreferredTaint{Taint: t, Weight: w})
+		for t, w := range m {
+			*preferred = append(*preferred, core.PreferredTaint{Taint: t, Weight: w})
 		}
-		slices.SortFunc(q.PreferredTaints, func(a, b core.PreferredTaint) int { return strings.Compare(a.Taint, b.Taint) })
+		slices.SortFunc(*preferred, func(a, b core.PreferredTaint) int { return strings.Compare(a.Taint, b.Taint) })
 		return nil
 	})
 }
 
-// decodeSessionContext validates session_context (session_id required);
-// the content is ignored until session affinity lands.
-func decodeSessionContext(s *scanner) error {
+// decodeSessionContext validates session_context (session_id required)
+// and returns its session_id (aliasing the body); the rest is ignored until
+// session affinity lands.
+func decodeSessionContext(s *scanner) (id string, err error) {
 	if n, err := s.null(); n || err != nil {
-		return err
+		return "", err
 	}
 	has := false
 	var seen uint64
-	err := s.object("struct SelectionSessionContext", func(key []byte) error {
+	err = s.object("struct SelectionSessionContext", func(key []byte) error {
 		if done, err := s.skipUnknown(s.field(sessionContextFields, &seen, "session_context", key)); done {
 			return err
 		}
 		switch string(key) {
 		case "session_id":
-			_, set, err := s.str("session_context.session_id")
-			has = has || set
+			v, set, err := s.str("session_context.session_id")
+			if set {
+				id, has = v, true
+			}
 			return err
 		case "parent_session_id":
 			_, _, err := s.str("session_context.parent_session_id")
@@ -194,12 +200,12 @@ func decodeSessionContext(s *scanner) error {
 		}
 	})
 	if err != nil {
-		return err
+		return "", err
 	}
 	if !has {
-		return s.typeErr("session_context", "missing field `session_id`")
+		return "", s.typeErr("session_context", "missing field `session_id`")
 	}
-	return nil
+	return id, nil
 }
 
 // decodeMMRoutingInfo reads mm_routing_info (MmRoutingInfoRequest:

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"container/list"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"runtime"
@@ -252,15 +253,21 @@ func benchMixed(b *testing.B, shards, writers int) {
 	b.ReportMetric(float64(applied.Load())/elapsed.Seconds(), "applied_blocks/s")
 }
 
-// BenchmarkMooncakeReplay replays shared/data/mooncake_trace_1000.jsonl into
-// 8 simulated workers: each request's 512-token hash ids are expanded to
+// mooncakeTrace is the Mooncake JSONL trace BenchmarkMooncakeReplay
+// replays: by default the first 200 requests of the public
+// mooncake_trace_1000.jsonl, kept in testdata so the benchmark runs on a
+// clean checkout; -mooncake-trace FILE replays another (e.g. the whole
+// 1,000-request file).
+var mooncakeTrace = flag.String("mooncake-trace", "testdata/mooncake_trace_200.jsonl", "Mooncake JSONL trace for BenchmarkMooncakeReplay")
+
+// BenchmarkMooncakeReplay replays *mooncakeTrace into 8 simulated workers: each request's 512-token hash ids are expanded to
 // 16-token blocks (32 per id), matched against the index, routed to the
 // worker with the longest match (ties to the least-used), and the worker
 // stores the blocks it lacked, evicting least recently used leaf blocks
 // beyond 16,384 blocks (Removed events). Block ops = query blocks + stored
 // and removed blocks.
 func BenchmarkMooncakeReplay(b *testing.B) {
-	reqs := loadTrace(b, "../../shared/data/mooncake_trace_1000.jsonl", 32)
+	reqs := loadTrace(b, *mooncakeTrace, 32)
 	b.ReportAllocs()
 	var ops int64
 	var inIndex time.Duration
@@ -276,7 +283,7 @@ func BenchmarkMooncakeReplay(b *testing.B) {
 func loadTrace(b *testing.B, path string, factor uint64) [][]uint64 {
 	f, err := os.Open(path)
 	if err != nil {
-		b.Skipf("trace not found: %v", err)
+		b.Fatal(err)
 	}
 	defer f.Close()
 	var out [][]uint64
@@ -296,6 +303,9 @@ func loadTrace(b *testing.B, path string, factor uint64) [][]uint64 {
 			}
 		}
 		out = append(out, q)
+	}
+	if err := sc.Err(); err != nil || len(out) == 0 {
+		b.Fatalf("trace %s: %d requests, %v", path, len(out), err)
 	}
 	return out
 }

@@ -84,6 +84,19 @@ type Config struct {
 	// fraction of the worker's total KV blocks. Finite, >= 0 when set.
 	DecodeBusyThreshold *float64 `json:"conditional_disagg_decode_busy_threshold,omitempty"`
 
+	// ConditionalDisaggEnabled turns the conditional-disaggregation policy
+	// on (conditional_disagg_enabled); off, every disaggregated request
+	// books both pools.
+	ConditionalDisaggEnabled bool `json:"conditional_disagg_enabled"`
+	// ConditionalDisaggPolicy is the policy kind (DisaggPolicyKind).
+	ConditionalDisaggPolicy DisaggPolicyKind `json:"conditional_disagg_policy"`
+	// ConditionalDisaggEffISLThreshold is isl_bounding's bound on net-new
+	// prefill tokens (strict). Any value.
+	ConditionalDisaggEffISLThreshold uint64 `json:"conditional_disagg_eff_isl_threshold"`
+	// ConditionalDisaggEffISLRatioThreshold is isl_bounding's bound on
+	// net-new tokens over prompt tokens (strict). In [0, 1].
+	ConditionalDisaggEffISLRatioThreshold float64 `json:"conditional_disagg_eff_isl_ratio_threshold"`
+
 	// ActiveRequestExpiry force-frees a booking this long after admission
 	// (output progress does not refresh it). > 0. cmd reads whole seconds.
 	ActiveRequestExpiry time.Duration `json:"-"`
@@ -103,6 +116,10 @@ func DefaultConfig() Config {
 		AssumeKVReuse:       true,
 		ActiveRequestExpiry: DefaultActiveRequestExpiry,
 		ExpiryCheckInterval: DefaultExpiryCheckInterval,
+
+		ConditionalDisaggPolicy:               ISLBounding,
+		ConditionalDisaggEffISLThreshold:      DefaultConditionalDisaggEffISLThreshold,
+		ConditionalDisaggEffISLRatioThreshold: DefaultConditionalDisaggEffISLRatioThreshold,
 	}
 }
 
@@ -140,6 +157,9 @@ func (c *Config) Validate() error {
 				return err
 			}
 		}
+	}
+	if err := c.validateDisagg(); err != nil {
+		return err
 	}
 	if c.TrackOutputBlocks && !c.TrackActiveBlocks {
 		return fmt.Errorf("%w: router_track_output_blocks requires router_track_active_blocks", ErrInvalidConfig)

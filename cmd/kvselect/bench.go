@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvselect/kvselect/bench"
+	"github.com/kvselect/kvselect/bench/sim"
 )
 
 const benchUsage = `usage: kvselect bench [flags]
@@ -52,7 +53,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		serveNoop = fs.String("serve-noop", "", "instead of a run, serve the no-op baseline handler on this address until interrupted (to measure the client against a server in another process)")
 		synthetic = cfg.Synthetic
 		simulate  = fs.Bool("simulate", false, "routing quality instead of load: replay the workload in virtual time through simulated engines (LRU KV pools publishing real ZMQ KV events) routed by kvselect, round-robin and random, and report KV hit rate, simulated TTFT and load balance per policy")
-		sim       = cfg.Sim
+		simCfg    = sim.DefaultConfig()
 	)
 	fs.StringVar(&cfg.Target, "target", "", "base URL of a running selector, e.g. http://127.0.0.1:8092 (default: start one in-process)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "client goroutines (closed loop) or the pool serving the schedule (open loop)")
@@ -66,15 +67,18 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "workers registered with POST /workers before the run (0: none)")
 	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "KV block size in tokens registered for the workers (--simulate: default 64)")
 	fs.IntVar(&cfg.TotalKVBlocks, "total-kv-blocks", 0, "total_kv_blocks registered per worker (0: omitted)")
+	fs.StringVar(&cfg.PromptForm, "prompt-form", cfg.PromptForm, "how selection bodies carry a prompt: hashes (block_hashes, sequence_hashes, isl_tokens) or tokens (token_ids, hashed by the selector)")
+	fs.IntVar(&cfg.EngineBlocks, "engine-blocks", defaultEngineBlocks, "KV pool in blocks of the simulated engine started per worker, whose endpoint is registered as its kv_events_endpoints (0: no engines); with --target only when given")
+	fs.BoolVar(&cfg.Fill, "fill", true, "before the load, route every prompt once through the selector and serve it on the chosen worker's engine, whose KV events fill the selector's index (needs engines); false leaves the index empty")
 	fs.StringVar(&cfg.Baseline, "baseline", "", "noop: also drive an in-process no-op fasthttp server in the same run and report ratios")
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "write cpu, heap, mutex and block profiles of the server's measured window (from /debug/pprof) into this directory")
 	fs.StringVar(&cfg.PprofURL, "pprof", "", "pprof base URL for --profile (default: TARGET/debug/pprof)")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-call read and write timeout")
-	fs.IntVar(&sim.CapacityBlocks, "capacity-blocks", sim.CapacityBlocks, "--simulate: KV pool of each engine in blocks")
-	fs.Float64Var(&sim.PrefillTPS, "prefill-tps", sim.PrefillTPS, "--simulate: an engine's prefill speed in tokens/s (prefills run one at a time per engine)")
-	fs.Float64Var(&sim.DecodeTPS, "decode-tps", sim.DecodeTPS, "--simulate: one request's decode speed in tokens/s")
-	fs.Float64Var(&sim.TimeScale, "time-scale", sim.TimeScale, "--simulate: multiply the trace's timestamps by this (0.5 replays it twice as fast)")
-	fs.DurationVar(&sim.SyncTimeout, "sync-timeout", sim.SyncTimeout, "--simulate: how long to wait for the selector to apply one KV event batch")
+	fs.IntVar(&simCfg.CapacityBlocks, "capacity-blocks", simCfg.CapacityBlocks, "--simulate: KV pool of each engine in blocks")
+	fs.Float64Var(&simCfg.PrefillTPS, "prefill-tps", simCfg.PrefillTPS, "--simulate: an engine's prefill speed in tokens/s (prefills run one at a time per engine)")
+	fs.Float64Var(&simCfg.DecodeTPS, "decode-tps", simCfg.DecodeTPS, "--simulate: one request's decode speed in tokens/s")
+	fs.Float64Var(&simCfg.TimeScale, "time-scale", simCfg.TimeScale, "--simulate: multiply the trace's timestamps by this (0.5 replays it twice as fast)")
+	fs.DurationVar(&simCfg.SyncTimeout, "sync-timeout", simCfg.SyncTimeout, "--simulate: how long to wait for the selector to apply one KV event batch")
 	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", cfg.ReadyTimeout, "how long to wait for GET /ready after registration")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -96,38 +100,37 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	cfg.Mix = m
 	cfg.Synthetic = synthetic
-	cfg.Sim = sim
 	if *kvEvents != "" {
 		cfg.KVEventsEndpoints = strings.Split(*kvEvents, ",")
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *simulate {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		// The simulation brings its own engines, one set per policy.
+		cfg.EngineBlocks, cfg.Fill = 0, false
 		if !set["block-size"] {
 			cfg.BlockSize = simBlockSize
 		}
 		if set["rate"] {
-			cfg.Sim.ArrivalRate, cfg.Rate = cfg.Rate, 0
+			simCfg.ArrivalRate, cfg.Rate = cfg.Rate, 0
 		}
 		if cfg.Target == "" {
-			// The simulation brings its own engines and registers them.
 			cfg.StartServer = inProcessServer(stderr)
 		}
 		cfg.Log = stderr
 		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		return simulateMain(ctx, cfg, *jsonPath, stdout, stderr)
+		return simulateMain(ctx, cfg, simCfg, *jsonPath, stdout, stderr)
 	}
+	if len(cfg.KVEventsEndpoints) > 0 || (cfg.Target != "" && !set["engine-blocks"]) {
+		// Engines of the caller's, or a remote selector that may not reach
+		// this machine's loopback: no engines of the harness's, no fill.
+		cfg.EngineBlocks = 0
+	}
+	cfg.Fill = cfg.Fill && cfg.EngineBlocks > 0
 	if cfg.Target == "" {
-		// The default: kvselect in this process, with one idle simulated
-		// engine per worker so every worker has a live KV-event listener,
-		// as in production (see inprocess.go).
-		engines, err := startBenchEngines(&cfg)
-		if err != nil {
-			fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
-			return 2
-		}
-		defer engines.Close()
+		// The default: kvselect in this process, with one simulated engine
+		// per worker publishing real KV events (see inprocess.go).
 		var extra []string
 		if cfg.ProfileDir != "" {
 			// Sample contention so the mutex and block profiles are not empty.
@@ -164,6 +167,13 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return 0
 }
 
+// defaultEngineBlocks is --engine-blocks' default: 16,384 blocks of 16
+// tokens (262k tokens, the KV cache of a Llama-3-8B, 128 KiB per token, in
+// 32 GiB) per engine. The 8 engines of `make bench` hold 131k blocks
+// together, a large part of the default synthetic workload's distinct
+// content (the fill reports what it held and evicted).
+const defaultEngineBlocks = 16384
+
 // simBlockSize is --simulate's default block size: 64-token blocks keep a
 // Mooncake prompt (mean 9,792 tokens) at about 150 blocks, so the engines'
 // KV events and the selector's index stay small while a 512-token trace
@@ -173,8 +183,8 @@ const simBlockSize = 64
 // simulateMain is `kvselect bench --simulate`. Exit codes: 0 done, 1 the
 // kvselect policy left reservations, failed calls or unapplied batches, 2
 // the run could not be made.
-func simulateMain(ctx context.Context, cfg bench.Config, jsonPath string, stdout, stderr io.Writer) int {
-	rep, err := bench.Simulate(ctx, cfg)
+func simulateMain(ctx context.Context, cfg bench.Config, simCfg sim.Config, jsonPath string, stdout, stderr io.Writer) int {
+	rep, err := sim.Run(ctx, cfg, simCfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
 		return 2
@@ -183,7 +193,7 @@ func simulateMain(ctx context.Context, cfg bench.Config, jsonPath string, stdout
 		fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
 		return 2
 	}
-	if k := rep.Policies[bench.PolicyKVSelect]; k != nil && (k.LeakedReservations != 0 || len(k.Errors) > 0 || k.SyncTimeouts > 0) {
+	if k := rep.Policies[sim.PolicyKVSelect]; k != nil && (k.LeakedReservations != 0 || len(k.Errors) > 0 || k.SyncTimeouts > 0) {
 		fmt.Fprintln(stderr, "kvselect bench: FAIL: the kvselect policy leaked reservations, had failed calls or unapplied KV event batches (see the report)")
 		return 1
 	}

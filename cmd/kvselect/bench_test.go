@@ -39,33 +39,71 @@ func acceptAllTestServer(t *testing.T, active int) string {
 }
 
 // TestBenchInProcess runs `kvselect bench` the default way: kvselect in
-// this process with a live ZMQ listener per worker, the lifecycle mix, and
-// the same-run no-op baseline. No reservation may leak and no call may fail.
+// this process with a simulated engine per worker whose KV events fill the
+// index before the load, the lifecycle mix, and the same-run no-op
+// baseline. No reservation may leak and no call may fail; on the synthetic
+// workload, whose prompts share system prompts and grow turn by turn,
+// selections match real prefixes (mean_overlap_blocks > 0), with hash and
+// with token bodies. With --fill=false the engines publish nothing and
+// every selection matches nothing.
 func TestBenchInProcess(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "r.json")
-	var out, errw bytes.Buffer
-	args := []string{"--concurrency", "8", "--duration", "300ms", "--warmup", "50ms", "--workers", "3",
-		"--prompts", "40", "--baseline", "noop", "--json", path, "--no-progress"}
-	if code := benchMain(context.Background(), args, &out, &errw); code != 0 {
-		t.Fatalf("exit %d: %s", code, errw.String())
+	type report struct {
+		Requests    int64                           `json:"requests"`
+		Errors      map[string]int64                `json:"errors"`
+		Leaked      *int64                          `json:"leaked_reservations"`
+		PromptForm  string                          `json:"prompt_form"`
+		MeanOverlap *float64                        `json:"mean_overlap_blocks"`
+		MeanPrompt  float64                         `json:"mean_prompt_blocks"`
+		Fill        *struct{ Prompts, Batches int } `json:"fill"`
 	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
+	measure := func(extra ...string) (report, string) {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "r.json")
+		var out, errw bytes.Buffer
+		args := append([]string{"--concurrency", "8", "--duration", "300ms", "--warmup", "50ms", "--workers", "3",
+			"--prompts", "40", "--baseline", "noop", "--json", path, "--no-progress"}, extra...)
+		if code := benchMain(context.Background(), args, &out, &errw); code != 0 {
+			t.Fatalf("%q: exit %d: %s", extra, code, errw.String())
+		}
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep report
+		if err := json.Unmarshal(raw, &rep); err != nil {
+			t.Fatal(err)
+		}
+		if rep.Requests == 0 || len(rep.Errors) != 0 || rep.Leaked == nil || *rep.Leaked != 0 || rep.MeanOverlap == nil || rep.MeanPrompt == 0 {
+			t.Fatalf("%q: report %s", extra, raw)
+		}
+		return rep, out.String()
 	}
-	var rep struct {
-		Requests int64            `json:"requests"`
-		Errors   map[string]int64 `json:"errors"`
-		Leaked   *int64           `json:"leaked_reservations"`
+
+	rep, table := measure()
+	if rep.PromptForm != "hashes" || rep.Fill == nil || rep.Fill.Prompts != 40 || rep.Fill.Batches == 0 || !(*rep.MeanOverlap > 0) {
+		t.Fatalf("filled, hash bodies: form %q, fill %+v, mean overlap %v blocks", rep.PromptForm, rep.Fill, *rep.MeanOverlap)
 	}
-	if err := json.Unmarshal(raw, &rep); err != nil {
-		t.Fatal(err)
+	if !strings.Contains(table, "mean overlap blocks") || !strings.Contains(table, "index filled through KV events: 40 prompts") {
+		t.Fatalf("table:\n%s", table)
 	}
-	if rep.Requests == 0 || len(rep.Errors) != 0 || rep.Leaked == nil || *rep.Leaked != 0 {
-		t.Fatalf("report %s", raw)
+	t.Logf("hash bodies: mean overlap %.1f of %.1f prompt blocks", *rep.MeanOverlap, rep.MeanPrompt)
+
+	rep, _ = measure("--prompt-form", "tokens")
+	if rep.PromptForm != "tokens" || rep.Fill == nil || !(*rep.MeanOverlap > 0) {
+		t.Fatalf("filled, token bodies: form %q, fill %+v, mean overlap %v blocks", rep.PromptForm, rep.Fill, *rep.MeanOverlap)
 	}
+	t.Logf("token bodies: mean overlap %.1f of %.1f prompt blocks", *rep.MeanOverlap, rep.MeanPrompt)
+
+	rep, _ = measure("--fill=false")
+	if rep.Fill != nil || *rep.MeanOverlap != 0 {
+		t.Fatalf("empty index: fill %+v, mean overlap %v blocks", rep.Fill, *rep.MeanOverlap)
+	}
+
 	if code := run([]string{"bench", "--mix", "bogus"}); code != 2 {
 		t.Fatalf("bad --mix: exit %d", code)
+	}
+	if code := run([]string{"bench", "--prompt-form", "ids", "--target", "http://127.0.0.1:1"}); code != 2 {
+		t.Fatalf("bad --prompt-form: exit %d", code)
 	}
 }
 

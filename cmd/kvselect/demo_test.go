@@ -13,7 +13,8 @@ import (
 // TestServeDemo runs `kvselect serve --demo 3` the way `make run` does: real
 // simulated engines publish ZMQ KV events, the service ingests them, /ready
 // turns 200, and a selection for the demo conversation shows its overlap on
-// worker 1 (the README's curl example). /metrics exports the listeners.
+// worker 1 (the README's curl example). /metrics exports the listeners, the
+// connected ranks and the ingress's byte bounds, each series once.
 func TestServeDemo(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
@@ -82,7 +83,23 @@ func TestServeDemo(t *testing.T) {
 		t.Fatalf("/overlap_scores: want 4 device blocks on all 3 workers: %s", b)
 	}
 	code, metrics := get("/metrics")
-	if code != 200 || !strings.Contains(metrics, "kvselect_kv_listeners 3") || !strings.Contains(metrics, "kvselect_kv_batches_applied_total 3") {
-		t.Fatalf("/metrics %d lacks the ingress counters:\n%s", code, metrics)
+	// A scrape with a series twice is rejected by Prometheus.
+	seen := map[string]bool{}
+	for _, line := range strings.Split(metrics, "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name := line[:max(strings.LastIndexByte(line, ' '), 0)] // labels may hold spaces; the value may not
+		if seen[name] {
+			t.Errorf("/metrics has %s twice", name)
+		}
+		seen[name] = true
+	}
+	for _, want := range []string{"kvselect_kv_listeners 3\n", "kvselect_kv_listeners_running 3\n", "kvselect_kv_listeners_connected 3\n",
+		"kvselect_kv_batches_applied_total 3\n", `kvselect_kv_connections_dropped_total{reason="frame_too_large"} 0` + "\n",
+		"kvselect_kv_queue_bytes 0\n", "kvselect_kv_queue_bytes_limit_per_listener ", "kvselect_kv_queue_bytes_limit "} {
+		if code != 200 || !strings.Contains(metrics, want) {
+			t.Fatalf("/metrics %d lacks %q:\n%s", code, want, metrics)
+		}
 	}
 }

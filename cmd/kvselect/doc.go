@@ -16,7 +16,10 @@
 // --no-router-assume-kv-reuse) plus --host (0.0.0.0), --pprof,
 // --max-connections (default (soft RLIMIT_NOFILE - 128) * 3/4, see
 // defaultMaxConnections), --auth-token-file (bearer token on every route
-// but /health, /ready and /metrics) and --tls-cert/--tls-key (HTTPS). The
+// but /health, /ready and /metrics) and --tls-cert/--tls-key (HTTPS),
+// --disagg-order and --disagg-prefill-failure (the defaults of the /disagg
+// routes' plans) and --workers-file (the catalog's only source: a JSON file
+// of POST /workers bodies, polled every second; workersfile.go). The
 // router configuration comes from the DYN_ROUTER_* variables named by the
 // `env` tags of sched.Config. The index shape (indexflags.go) comes from
 // DYN_ROUTER_USE_KV_EVENTS (or DYN_USE_KV_EVENTS), DYN_ROUTER_TTL_SECS,
@@ -59,6 +62,15 @@
 //     an approximate or predicted-TTL index, a 100 ms ticker calling
 //     core.Service.ExpireIndex; owns nothing; stopped by cancelling its
 //     context after the HTTP drain.
+//   - --workers-file (two, when given): the poll loop (workersFile.watch),
+//     fed by a 1 s ticker, owns the file's last state and is the only
+//     sender on the source's channel (one snapshot slot, a newer snapshot
+//     replacing one not yet taken); the reconciler (core.CatalogReconciler.Run)
+//     receives the snapshots and applies them to the catalog, retrying a
+//     failed pass 5 s later. Both stop when serve cancels their context
+//     after the HTTP drain, keeping the catalog; if the poll loop stops on
+//     its own it sends an empty membership and closes the channel, and the
+//     reconciler deletes the file's workers and returns.
 //   - CPU profile / trace requests run net/http/pprof through fasthttp's
 //     adaptor on their own goroutine for the profile's duration.
 //   - KV-event ingress (zmqin.Ingress, unless DYN_USE_KV_EVENTS=false): per
@@ -74,9 +86,11 @@
 //
 // # kvselect bench and kvselect mocker
 //
-// bench runs, by default, a whole `serve` in this process (inprocess.go)
-// with one idle simulated engine per worker, its client goroutines, and the
-// no-op baseline server; bench/doc.go lists them. bench --simulate runs the
+// bench runs, by default, a whole `serve` in this process (inprocess.go),
+// one simulated engine per worker (bench.Run starts them; they publish
+// while the fill routes the workload, before the load), its client
+// goroutines, and the no-op baseline server; bench/doc.go lists them. bench --simulate (package
+// bench/sim) runs the
 // in-process serve without idle engines: the simulation creates its own,
 // one set per policy (each engine's publisher goroutines live until its
 // policy ends), and drives everything from the calling goroutine. mocker

@@ -18,6 +18,7 @@ import (
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/httpapi"
 	"github.com/kvselect/kvselect/sched"
+	"github.com/kvselect/kvselect/zmqin"
 )
 
 // serveOptions is everything `kvselect serve` reads from flags and the
@@ -37,12 +38,20 @@ type serveOptions struct {
 	pprofMutexFraction, pprofBlockRate int
 	// remote configures the remote primary index (--remote-indexer-url).
 	remote httpapi.RemoteIndexConfig
+	// replicaPort is --replica-sync-port (0: no mesh); replicaPeers the
+	// initial peers; noReplicaSnapshot turns the catch-up snapshot off.
+	replicaPort       int
+	replicaPeers      []string
+	noReplicaSnapshot bool
 	// indexerPeers are the base URLs to recover the KV index from at
 	// start-up (--indexer-peers), in order.
 	indexerPeers []string
 	// demo is the number of built-in simulated engines (--demo); 0 is none.
 	demo          int
 	demoBlockSize int
+	// workersFile is the --workers-file path: the catalog's only source
+	// while set; "" is none (workers come from POST /workers).
+	workersFile string
 }
 
 // parseServe parses the flags of `kvselect serve` (the reference's names
@@ -60,6 +69,7 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	indexerPeers := fs.String("indexer-peers", "", "comma-separated HTTP base URLs of selectors/indexers to recover the KV index from at start-up (GET {url}/dump)")
 	replicaPort := fs.Int("replica-sync-port", 0, "ZMQ PUB port of the replica-sync mesh (must be > 0 when set)")
 	replicaPeers := fs.String("replica-sync-peers", "", "comma-separated ZMQ endpoints of replica-sync peers; requires --replica-sync-port")
+	fs.BoolVar(&o.noReplicaSnapshot, "no-replica-snapshot", false, "do not serve or request kvselect's catch-up snapshot of live bookings on the replica mesh (Dynamo replicas never use it)")
 	ttl := fs.Float64("selection-cache-ttl-secs", o.core.SelectionCacheTTL.Seconds(), "pending-selection cache TTL in seconds")
 	fs.IntVar(&o.core.SelectionCacheMaxEntries, "selection-cache-max-entries", o.core.SelectionCacheMaxEntries, "pending-selection cache entry cap")
 	maxBytes := fs.Int64("selection-cache-max-bytes", o.core.SelectionCacheMaxBytes, "pending-selection cache byte budget")
@@ -85,6 +95,9 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	fs.IntVar(&o.demo, "demo", 0, "start N built-in simulated vLLM engines on loopback, publishing real ZMQ KV events, registered as workers 1..N (a working default for trying kvselect)")
 	fs.IntVar(&o.demoBlockSize, "demo-block-size", 16, "KV block size of the --demo engines")
 	ixf := addIndexFlags(fs)
+	disaggOrder := fs.String("disagg-order", "decode-anchored", "order of a /disagg/plan request that names none: decode-anchored (preview and book decode, then prefill in its KV-transfer domain) or prefill-anchored (book prefill, then decode in its domain)")
+	prefillFailure := fs.String("disagg-prefill-failure", "free-decode", "how a decode-anchored plan whose prefill booking fails ends, for a request that names none: free-decode (free decode, fail the plan) or bypass-on-decode (keep decode; prefill runs on the decode worker)")
+	fs.StringVar(&o.workersFile, "workers-file", "", "JSON file of the complete worker membership ({\"workers\": [POST /workers bodies]}), polled every second; it then owns the catalog (POST, PATCH and DELETE /workers answer 409)")
 	fs.IntVar(&o.pprofMutexFraction, "pprof-mutex-fraction", 0, "runtime.SetMutexProfileFraction for the mutex profile (0 = off)")
 	fs.IntVar(&o.pprofBlockRate, "pprof-block-rate", 0, "runtime.SetBlockProfileRate in ns for the block profile (0 = off)")
 	if err := fs.Parse(args); err != nil {
@@ -179,18 +192,18 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 		if *replicaPort <= 0 || *replicaPort > math.MaxUint16 {
 			return nil, errors.New("replica sync port must be greater than zero")
 		}
-		o.inactive = append(o.inactive, "--replica-sync-port (replica sync mesh; /replica_sync/* answer as disabled)")
+		o.replicaPort = *replicaPort
 	}
 	if *replicaPeers != "" {
 		if !set["replica-sync-port"] {
 			return nil, errors.New("--replica-sync-peers requires --replica-sync-port")
 		}
 		for _, p := range splitList(*replicaPeers) {
-			if !strings.HasPrefix(p, "tcp://") && !strings.HasPrefix(p, "ipc://") && !strings.HasPrefix(p, "inproc://") {
-				return nil, fmt.Errorf("--replica-sync-peers: invalid ZMQ endpoint %q", p)
+			if err := zmqin.ValidatePeer(p); err != nil {
+				return nil, fmt.Errorf("--replica-sync-peers: %v", err)
 			}
+			o.replicaPeers = append(o.replicaPeers, p)
 		}
-		o.inactive = append(o.inactive, "--replica-sync-peers")
 	}
 	if set["session-affinity-ttl-secs"] {
 		if !(*affinityTTL >= 1 && *affinityTTL <= 31_536_000) {
@@ -221,6 +234,23 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 			o.warnings = append(o.warnings, "--indexer-peers is ignored with --remote-indexer-url: the remote indexer holds the primary index")
 			o.indexerPeers = nil
 		}
+	}
+	// The coordinator's order and prefill-failure policy, named and
+	// parsed as Dynamo's EPP reads DYN_EPP_DISAGG_ORDER and
+	// DYN_EPP_DISAGG_PREFILL_FAILURE (ishandhanani/dynamo:deploy/
+	// inference-gateway/ext-proc/src/epp_standalone_config.rs).
+	var ok bool
+	if o.core.Disagg.Order, ok = core.ParseDisaggOrder(*disaggOrder); !ok {
+		return nil, fmt.Errorf("--disagg-order must be `decode-anchored` or `prefill-anchored`, got `%s`", *disaggOrder)
+	}
+	if o.core.Disagg.PrefillFailure, ok = core.ParsePrefillFailurePolicy(*prefillFailure); !ok {
+		return nil, fmt.Errorf("--disagg-prefill-failure must be `free-decode` or `bypass-on-decode`, got `%s`", *prefillFailure)
+	}
+	if set["workers-file"] && o.workersFile == "" {
+		return nil, errors.New("--workers-file needs a path")
+	}
+	if o.workersFile != "" && o.demo > 0 {
+		return nil, errors.New("--demo registers its engines itself: it cannot run with --workers-file")
 	}
 	if o.pprofMutexFraction < 0 || o.pprofBlockRate < 0 {
 		return nil, errors.New("--pprof-mutex-fraction and --pprof-block-rate must be >= 0")
@@ -279,12 +309,11 @@ func splitList(s string) []string {
 }
 
 // laterEnv are environment variables of features not built yet: reported as
-// not yet active when set.
+// not yet active when set. (The DYN_ROUTER_CONDITIONAL_DISAGG* names are
+// mapped by schedEnv and act on the /disagg routes.)
 var laterEnv = []string{
 	"DYN_ROUTER_REPLICA_SYNC",
 	"DYN_ROUTER_POLICY_CONFIG", "DYN_ROUTER_PREFILL_POLICY", "DYN_ROUTER_DECODE_POLICY",
-	"DYN_ROUTER_CONDITIONAL_DISAGG", "DYN_ROUTER_CONDITIONAL_DISAGG_POLICY",
-	"DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_THRESHOLD", "DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_RATIO_THRESHOLD",
 }
 
 // schedEnv maps Dynamo's environment variables onto sched.Config, the names
@@ -311,6 +340,24 @@ var schedEnv = []struct {
 	{[]string{"DYN_ROUTER_QUEUE_THRESHOLD"}, optFloatEnv(func(c *sched.Config) **float64 { return &c.QueueThreshold })},
 	{[]string{"DYN_ROUTER_CONDITIONAL_DISAGG_PREFILL_BUSY_THRESHOLD"}, optFloatEnv(func(c *sched.Config) **float64 { return &c.PrefillBusyThreshold })},
 	{[]string{"DYN_ROUTER_CONDITIONAL_DISAGG_DECODE_BUSY_THRESHOLD"}, optFloatEnv(func(c *sched.Config) **float64 { return &c.DecodeBusyThreshold })},
+	{[]string{"DYN_ROUTER_CONDITIONAL_DISAGG"}, boolEnv(func(c *sched.Config) *bool { return &c.ConditionalDisaggEnabled })},
+	{[]string{"DYN_ROUTER_CONDITIONAL_DISAGG_POLICY"}, func(c *sched.Config, _, s string) error {
+		// Dynamo's environment parser keeps the default for a value it
+		// cannot parse, silently; so do we.
+		if k, err := sched.ParseDisaggPolicyKind(s); err == nil {
+			c.ConditionalDisaggPolicy = k
+		}
+		return nil
+	}},
+	{[]string{"DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_THRESHOLD"}, func(c *sched.Config, name, s string) error {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not a whole number of tokens", name, s)
+		}
+		c.ConditionalDisaggEffISLThreshold = n
+		return nil
+	}},
+	{[]string{"DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_RATIO_THRESHOLD"}, floatEnv(func(c *sched.Config) *float64 { return &c.ConditionalDisaggEffISLRatioThreshold })},
 	{[]string{"DYN_ROUTER_ACTIVE_REQUEST_EXPIRY_SECS"}, func(c *sched.Config, _, s string) error {
 		// Whole seconds. Dynamo falls back to the default for an invalid
 		// or zero expiry; so do we.

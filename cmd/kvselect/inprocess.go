@@ -7,34 +7,7 @@ import (
 	"io"
 	"os"
 	"sync"
-
-	"github.com/kvselect/kvselect/bench"
 )
-
-// startBenchEngines starts one single-rank simulated engine per benchmark
-// worker and, unless the caller gave endpoints, registers their PUB
-// endpoints as the workers' kv_events_endpoints, so the in-process selector
-// runs a live ZMQ listener per worker as it would in production. The
-// engines publish nothing during a load run (the load prompts are hashes,
-// not tokens), so the index stays as the run leaves it; its lookup cost is
-// measured by the radix benchmarks, and routing with real events by
-// `kvselect bench --simulate`.
-func startBenchEngines(cfg *bench.Config) (*demoEngines, error) {
-	d := &demoEngines{}
-	if len(cfg.KVEventsEndpoints) > 0 {
-		return d, nil
-	}
-	for i := range cfg.Workers {
-		e, err := bench.NewEngine(bench.EngineConfig{Ranks: 1, BlockSize: cfg.BlockSize, CapacityBlocks: 1024, Endpoint: "tcp://127.0.0.1:0"})
-		if err != nil {
-			d.Close()
-			return nil, fmt.Errorf("engine %d: %w", i+1, err)
-		}
-		d.engines = append(d.engines, e)
-		cfg.KVEventsEndpoints = append(cfg.KVEventsEndpoints, e.Endpoints()[0])
-	}
-	return d, nil
-}
 
 // inProcessServer returns the bench.Config.StartServer hook: it runs
 // `kvselect serve` in this process on a free loopback port, with this

@@ -74,16 +74,37 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	if remote != nil {
 		primary = remote
 	}
-	svc, err := core.New(opts.core, core.Options{Ingress: ingress, Primary: primary})
+	var mesh *zmqin.Mesh
+	var replica core.ReplicaSink = core.NopReplicaSink{}
+	if opts.replicaPort > 0 {
+		mesh, err = zmqin.NewMesh(zmqin.MeshConfig{Bind: "tcp://*:" + strconv.Itoa(opts.replicaPort), Peers: opts.replicaPeers, NoSnapshot: opts.noReplicaSnapshot})
+		if err != nil {
+			logger.Printf("serve: replica sync: %v", err)
+			_ = ingress.Close()
+			return 1
+		}
+		replica = mesh
+	}
+	closeMesh := func() {
+		if mesh != nil {
+			_ = mesh.Close()
+		}
+	}
+	svc, err := core.New(opts.core, core.Options{Ingress: ingress, Replica: replica, Primary: primary})
 	if err != nil {
 		logger.Printf("serve: %v", err)
+		closeMesh()
 		_ = ingress.Close()
 		return 2
 	}
 	opts.http.Logf = logger.Printf
+	if mesh != nil {
+		opts.http.Peers = mesh
+	}
 	srv, err := httpapi.New(svc, opts.http)
 	if err != nil {
 		logger.Printf("serve: %v", err)
+		closeMesh()
 		_ = ingress.Close()
 		return 2
 	}
@@ -98,15 +119,47 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	}
 	if len(opts.indexerPeers) > 0 {
 		if !recoverIndex(ctx, svc, opts.indexerPeers, logger.Printf) {
+			closeMesh()
 			_ = ingress.Close()
 			return 1
 		}
 	}
+	// The workers file, when given, owns the catalog; its first version
+	// is applied before serving (and before the mesh applies peers'
+	// events, which need the workers).
+	var members *membership
+	if opts.workersFile != "" {
+		members, err = openMembership(svc, opts.workersFile, logger.Printf)
+		if err != nil {
+			logger.Printf("serve: %v", err)
+			closeMesh()
+			_ = ingress.Close()
+			return 2
+		}
+		srv.Registry().OnScrape(func(w io.Writer) { writeMembershipMetrics(w, members.file.stats(), members.rec.Stats()) })
+	}
+	if mesh != nil {
+		srv.Registry().OnScrape(func(w io.Writer) { writeMeshMetrics(w, mesh.Stats()) })
+		if err := mesh.Start(svc); err != nil {
+			logger.Printf("serve: replica sync: %v", err)
+			if members != nil {
+				members.stop()
+			}
+			closeMesh()
+			_ = ingress.Close()
+			return 1
+		}
+		logger.Printf("replica sync: publishing on %s as process %d; peers %v", mesh.Endpoint(), mesh.ProcessID(), opts.replicaPeers)
+	}
 
-	// 3. Start: listener, HTTP server, periodic sweep.
+	// 3. Start: listener, HTTP server, periodic sweep, workers file.
 	ln, err := net.Listen("tcp", net.JoinHostPort(opts.host, strconv.Itoa(int(opts.port))))
 	if err != nil {
 		logger.Printf("serve: %v", err)
+		if members != nil {
+			members.stop()
+		}
+		closeMesh()
 		_ = ingress.Close()
 		return 1
 	}
@@ -126,6 +179,11 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		defer close(sweepDone)
 		sweep(sweepCtx, svc, core.DefaultSweepInterval)
 	}()
+	var poll *time.Ticker
+	if members != nil {
+		poll = time.NewTicker(workersFilePoll)
+		members.start(poll.C)
+	}
 	var demo *demoEngines
 	if opts.demo > 0 {
 		demo, err = startDemo(svc, opts.demo, opts.demoBlockSize, logger.Printf)
@@ -135,6 +193,7 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 			_ = srv.Shutdown(context.Background())
 			stopSweep()
 			<-sweepDone
+			closeMesh()
 			_ = ingress.Close()
 			return 1
 		}
@@ -156,8 +215,9 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 
 	// 5. Stop in reverse order: drain HTTP (requests already in the
 	// handler finish against a live service, new ones get 503), refuse
-	// work that does not come over HTTP, stop the sweep, close the
-	// listeners of the ingress, then the demo engines.
+	// work that does not come over HTTP, stop the workers file (the
+	// catalog stays as it is) and the sweep, close the listeners of the
+	// ingress, then the demo engines.
 	shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(shCtx); err != nil {
@@ -171,8 +231,13 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 			code = 1
 		}
 	}
+	if members != nil {
+		poll.Stop()
+		members.stop()
+	}
 	stopSweep()
 	<-sweepDone
+	closeMesh()
 	if err := ingress.Close(); err != nil {
 		logger.Printf("ingress: %v", err)
 		code = 1

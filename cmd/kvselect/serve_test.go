@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvselect/kvselect/sched"
 )
 
 func envOf(m map[string]string) func(string) (string, bool) {
@@ -59,6 +61,7 @@ func TestParseServeErrors(t *testing.T) {
 	}{
 		{[]string{"--replica-sync-peers", "tcp://b:9092"}, nil, "--replica-sync-peers requires --replica-sync-port"},
 		{[]string{"--replica-sync-port", "0"}, nil, "replica sync port must be greater than zero"},
+		{[]string{"--replica-sync-port", "9092", "--replica-sync-peers", "udp://b:1"}, nil, "unsupported scheme `udp`"},
 		{[]string{"--router-assume-kv-reuse", "--no-router-assume-kv-reuse"}, nil, "mutually exclusive"},
 		{[]string{"--threads", "0"}, nil, "--threads"},
 		{[]string{"--selection-cache-ttl-secs", "0"}, nil, "ttl"},
@@ -73,6 +76,8 @@ func TestParseServeErrors(t *testing.T) {
 		{nil, map[string]string{"DYN_ROUTER_TEMPERATURE": "hot"}, "DYN_ROUTER_TEMPERATURE"},
 		{nil, map[string]string{"DYN_ROUTER_TEMPERATURE": "-1"}, "router_temperature"},
 		{nil, map[string]string{"DYN_USE_KV_EVENTS": "maybe"}, "DYN_USE_KV_EVENTS"},
+		{nil, map[string]string{"DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_RATIO_THRESHOLD": "1.5"}, "conditional_disagg_eff_isl_ratio_threshold must be between 0 and 1"},
+		{nil, map[string]string{"DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_THRESHOLD": "-1"}, "DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_THRESHOLD"},
 	} {
 		_, err := parseServe(tc.args, envOf(tc.env), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -82,14 +87,12 @@ func TestParseServeErrors(t *testing.T) {
 }
 
 func TestParseServeLaterFeaturesReported(t *testing.T) {
-	o, err := parseServe([]string{"--replica-sync-port", "9092", "--replica-sync-peers", "tcp://b:9092",
-		"--session-affinity-ttl-secs", "60"},
-		envOf(nil), io.Discard)
+	o, err := parseServe([]string{"--session-affinity-ttl-secs", "60"}, envOf(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Join(o.inactive, "\n")
-	for _, want := range []string{"--replica-sync-port", "--replica-sync-peers", "--session-affinity-ttl-secs"} {
+	for _, want := range []string{"--session-affinity-ttl-secs"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("%q not reported as inactive in\n%s", want, got)
 		}
@@ -113,6 +116,24 @@ func TestEnvMapping(t *testing.T) {
 		s.DecodeBusyThreshold == nil || *s.DecodeBusyThreshold != 0.9 || s.ActiveRequestExpiry != 300*time.Second || o.core.UseKVEvents {
 		t.Fatalf("%+v", s)
 	}
+	o, err = parseServe(nil, envOf(map[string]string{
+		"DYN_ROUTER_CONDITIONAL_DISAGG":                         "true",
+		"DYN_ROUTER_CONDITIONAL_DISAGG_POLICY":                  "isl_or_load",
+		"DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_THRESHOLD":       "100",
+		"DYN_ROUTER_CONDITIONAL_DISAGG_EFF_ISL_RATIO_THRESHOLD": "0.5",
+	}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := o.core.Sched.DisaggPolicy(); p != (sched.DisaggPolicy{Kind: sched.ISLOrLoad, Enabled: true, EffISLThreshold: 100, EffISLRatioThreshold: 0.5}) {
+		t.Fatalf("policy %+v", p)
+	}
+	// An unparsable policy keeps the default, silently, as Dynamo's
+	// environment parser does.
+	o, err = parseServe(nil, envOf(map[string]string{"DYN_ROUTER_CONDITIONAL_DISAGG_POLICY": "fastest"}), io.Discard)
+	if err != nil || o.core.Sched.ConditionalDisaggPolicy != sched.ISLBounding {
+		t.Fatalf("unparsable policy: %v %v", err, o)
+	}
 	o, _ = parseServe(nil, envOf(map[string]string{"DYN_ROUTER_ACTIVE_REQUEST_EXPIRY_SECS": "42"}), io.Discard)
 	if o.core.Sched.ActiveRequestExpiry != 42*time.Second {
 		t.Fatal(o.core.Sched.ActiveRequestExpiry)
@@ -130,7 +151,7 @@ func TestEveryEnvRowSetsItsField(t *testing.T) {
 	for _, row := range schedEnv {
 		for _, name := range row.names {
 			changed := false
-			for _, v := range []string{"0.25", "0.5", "false", "true", "7"} {
+			for _, v := range []string{"0.25", "0.5", "false", "true", "7", "prefill_load"} {
 				o, err := parseServe(nil, envOf(map[string]string{name: v}), io.Discard)
 				if err == nil && !reflect.DeepEqual(o.core.Sched, def.core.Sched) {
 					changed = true
@@ -169,7 +190,7 @@ func TestServeLifecycle(t *testing.T) {
 	var logs syncBuf
 	done := make(chan int, 1)
 	go func() {
-		done <- serve(ctx, []string{"--host", "127.0.0.1", "--port", "0", "--replica-sync-port", "9092"}, envOf(map[string]string{"DYN_USE_KV_EVENTS": "false"}), &logs, ready)
+		done <- serve(ctx, []string{"--host", "127.0.0.1", "--port", "0", "--session-affinity-ttl-secs", "60"}, envOf(map[string]string{"DYN_USE_KV_EVENTS": "false"}), &logs, ready)
 	}()
 	var addr string
 	select {
@@ -196,7 +217,7 @@ func TestServeLifecycle(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve did not stop")
 	}
-	if !strings.Contains(logs.String(), "accepted but not yet active: --replica-sync-port") {
+	if !strings.Contains(logs.String(), "accepted but not yet active: --session-affinity-ttl-secs") {
 		t.Fatalf("inactive flag not logged: %s", logs.String())
 	}
 	if _, err := http.Get("http://" + addr + "/health"); err == nil {

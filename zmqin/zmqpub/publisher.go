@@ -6,19 +6,17 @@
 // kept out of zmqin, the ingress, and speaks ZMTP through zmqin.Conn (zmqin
 // remains the only package that imports a ZMQ library).
 //
-// Goroutines of a Publisher: one accept loop per bound socket; per
-// subscriber, a reader (its subscriptions) and a writer (drains its
-// bounded queue); per replay client, one goroutine answering its
-// requests. Close stops all of them and returns when they have exited.
+// Goroutines of a Publisher: those of its zmqin.PubSocket (an accept loop;
+// per subscriber, a reader and a writer), the replay accept loop and one
+// goroutine per replay client. Close stops all of them and returns when
+// they have exited.
 package zmqpub
 
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -84,7 +82,7 @@ type Stats struct {
 // a request of any other shape gets no answer.
 type Publisher struct {
 	cfg      Config
-	pubLn    net.Listener
+	pub      *zmqin.PubSocket
 	replayLn net.Listener
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -94,47 +92,22 @@ type Publisher struct {
 		sync.Mutex
 		next   uint64 // the seq of the next batch
 		ring   []ringEntry
-		head   int // ring[head] is the oldest entry once the ring is full
-		subs   map[*subscriber]struct{}
+		head   int                      // ring[head] is the oldest entry once the ring is full
 		conns  map[*zmqin.Conn]struct{} // replay clients, for Close
 		closed bool
 	}
 
-	dropped        atomic.Uint64
 	replayRequests atomic.Uint64
 	replayedBatch  atomic.Uint64
 }
 
-// publisherLimits bound what a Publisher reads from its peers:
-// subscriptions (one frame) and replay requests (two) are a few bytes.
+// publisherLimits bound what the replay side reads from its clients:
+// replay requests (two frames) are a few bytes.
 var publisherLimits = zmqin.Limits{MaxFrames: 2, MaxFrameSize: 4 << 10, MaxMessageSize: 8 << 10}
 
 type ringEntry struct {
 	seq     uint64
 	payload []byte // immutable once published
-}
-
-// subscriber is one connected SUB peer. Its writer goroutine owns the
-// connection's write side; its reader goroutine the read side.
-type subscriber struct {
-	zc   *zmqin.Conn
-	q    chan [][]byte // bounded by HWM; frames are shared and immutable
-	done chan struct{} // closed when the subscriber's reader exits
-	gone chan struct{} // closed once the subscriber is out of Publisher.mu.subs
-
-	mu     sync.Mutex
-	topics []string // subscribed prefixes; guarded by mu
-}
-
-func (s *subscriber) matches(topic string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, t := range s.topics {
-		if strings.HasPrefix(topic, t) {
-			return true
-		}
-	}
-	return false
 }
 
 // New binds the PUB (and replay) sockets and starts accepting.
@@ -150,22 +123,19 @@ func New(cfg Config) (*Publisher, error) {
 	}
 	p := &Publisher{cfg: cfg}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
-	p.mu.subs = make(map[*subscriber]struct{})
 	p.mu.conns = make(map[*zmqin.Conn]struct{})
 	var err error
-	if p.pubLn, err = listen(cfg.Endpoint); err != nil {
+	if p.pub, err = zmqin.ListenPub(zmqin.PubConfig{Endpoint: cfg.Endpoint, HWM: cfg.HWM}); err != nil {
 		return nil, err
 	}
 	if cfg.ReplayEndpoint != "" {
 		if p.replayLn, err = listen(cfg.ReplayEndpoint); err != nil {
-			_ = p.pubLn.Close()
+			_ = p.pub.Close()
 			return nil, err
 		}
 		p.wg.Add(1)
 		go p.acceptReplay()
 	}
-	p.wg.Add(1)
-	go p.acceptSubs()
 	return p, nil
 }
 
@@ -181,23 +151,12 @@ func listen(ep string) (net.Listener, error) {
 	return ln, nil
 }
 
-func endpointOf(ln net.Listener) string {
-	if ln == nil {
-		return ""
-	}
-	a := ln.Addr()
-	if a.Network() == "unix" {
-		return "ipc://" + a.String()
-	}
-	return "tcp://" + a.String()
-}
-
 // Endpoint returns the bound PUB address (with the real port when the
 // configured port was 0), suitable for a listener to dial.
-func (p *Publisher) Endpoint() string { return endpointOf(p.pubLn) }
+func (p *Publisher) Endpoint() string { return p.pub.Endpoint() }
 
 // ReplayEndpoint returns the bound replay address, or "" without replay.
-func (p *Publisher) ReplayEndpoint() string { return endpointOf(p.replayLn) }
+func (p *Publisher) ReplayEndpoint() string { return zmqin.EndpointOf(p.replayLn) }
 
 // Publish encodes b with the configured Encoder and publishes it; it
 // returns the batch's sequence number.
@@ -239,41 +198,21 @@ func (p *Publisher) publish(payload []byte, live bool) uint64 {
 		return seq
 	}
 	binary.BigEndian.PutUint64(s[:], seq)
-	frames := [][]byte{[]byte(p.cfg.Topic), s[:], payload}
-	for sub := range p.mu.subs {
-		if !sub.matches(p.cfg.Topic) {
-			continue
-		}
-		select {
-		case sub.q <- frames:
-		default:
-			p.dropped.Add(1)
-		}
-	}
+	p.pub.Send(p.cfg.Topic, [][]byte{[]byte(p.cfg.Topic), s[:], payload})
 	return seq
 }
 
 // Stats returns the cumulative counters.
 func (p *Publisher) Stats() Stats {
 	st := Stats{
-		Dropped:        p.dropped.Load(),
+		Dropped:        p.pub.Dropped(),
+		Subscribers:    p.pub.Subscribers(),
 		ReplayRequests: p.replayRequests.Load(),
 		ReplayedBatch:  p.replayedBatch.Load(),
 	}
 	p.mu.Lock()
 	st.Published = p.mu.next
-	subs := make([]*subscriber, 0, len(p.mu.subs))
-	for s := range p.mu.subs {
-		subs = append(subs, s)
-	}
 	p.mu.Unlock()
-	for _, s := range subs {
-		s.mu.Lock()
-		if len(s.topics) > 0 {
-			st.Subscribers++
-		}
-		s.mu.Unlock()
-	}
 	return st
 }
 
@@ -283,19 +222,7 @@ func (p *Publisher) Stats() Stats {
 // Publisher has forgotten them, so that Stats().Subscribers counts only
 // subscribers connected afterwards. Fault injection for tests and the
 // mocker.
-func (p *Publisher) DropSubscribers() int {
-	p.mu.Lock()
-	old := make([]*subscriber, 0, len(p.mu.subs))
-	for s := range p.mu.subs {
-		_ = s.zc.Close()
-		old = append(old, s)
-	}
-	p.mu.Unlock()
-	for _, s := range old {
-		<-s.gone
-	}
-	return len(old)
-}
+func (p *Publisher) DropSubscribers() int { return p.pub.DropPeers() }
 
 // Close stops accepting, disconnects every peer and returns when every
 // goroutine of the Publisher has exited.
@@ -307,113 +234,14 @@ func (p *Publisher) Close() error {
 	}
 	p.mu.closed = true
 	p.cancel()
-	_ = p.pubLn.Close()
 	if p.replayLn != nil {
 		_ = p.replayLn.Close()
-	}
-	for s := range p.mu.subs {
-		_ = s.zc.Close()
 	}
 	for c := range p.mu.conns {
 		_ = c.Close()
 	}
 	p.mu.Unlock()
+	_ = p.pub.Close()
 	p.wg.Wait()
 	return nil
-}
-
-func (p *Publisher) acceptSubs() {
-	defer p.wg.Done()
-	for {
-		c, err := p.pubLn.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			continue
-		}
-		p.wg.Add(1)
-		go p.serveSub(c)
-	}
-}
-
-// serveSub handshakes with a new SUB peer, registers it and runs its writer;
-// a reader goroutine applies its subscriptions. Either side's error drops
-// the subscriber.
-func (p *Publisher) serveSub(c net.Conn) {
-	defer p.wg.Done()
-	zc, err := zmqin.Open(p.ctx, c, zmqin.Pub, true, publisherLimits)
-	if err != nil {
-		return
-	}
-	s := &subscriber{zc: zc, q: make(chan [][]byte, p.cfg.HWM), done: make(chan struct{}), gone: make(chan struct{})}
-	p.mu.Lock()
-	if p.mu.closed {
-		p.mu.Unlock()
-		_ = zc.Close()
-		return
-	}
-	p.mu.subs[s] = struct{}{}
-	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		delete(p.mu.subs, s)
-		p.mu.Unlock()
-		_ = zc.Close()
-		close(s.gone)
-	}()
-
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		defer close(s.done)
-		var frames [][]byte
-		for {
-			var err error
-			frames, err = zc.Recv(frames)
-			if err != nil {
-				_ = zc.Close()
-				return
-			}
-			// ZMTP 3.0 subscriptions: one frame, 1 or 0 then the topic.
-			if len(frames) != 1 || len(frames[0]) == 0 {
-				continue
-			}
-			f := frames[0]
-			topic := string(f[1:])
-			s.mu.Lock()
-			switch f[0] {
-			case 1:
-				s.topics = append(s.topics, topic)
-			case 0:
-				for i, t := range s.topics {
-					if t == topic {
-						s.topics = append(s.topics[:i], s.topics[i+1:]...)
-						break
-					}
-				}
-			}
-			s.mu.Unlock()
-		}
-	}()
-
-	for {
-		select {
-		case <-s.done:
-			return
-		case frames := <-s.q:
-			err := zc.SendHeld(frames)
-			// Drain what is already queued before one flush: a burst
-			// costs one write call, not one per message.
-			for n := len(s.q); err == nil && n > 0; n-- {
-				err = zc.SendHeld(<-s.q)
-			}
-			if err == nil {
-				err = zc.Flush()
-			}
-			if err != nil {
-				return
-			}
-		}
-	}
 }

@@ -1,4 +1,4 @@
-package bench
+package sim
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/kvselect/kvselect/radix"
+	"github.com/kvselect/kvselect/bench"
 )
 
 func TestPrefillQueueFIFO(t *testing.T) {
@@ -26,31 +26,32 @@ func TestPrefillQueueFIFO(t *testing.T) {
 
 // simTestConfig is a small trace: four requests on a 64-token block size,
 // the third repeating the first's prefix.
-func simTestConfig(workers int) (*Config, []Prompt) {
+func simTestConfig(workers int) (*bench.Config, *Config, []bench.Prompt) {
+	load := bench.DefaultConfig()
+	load.Workers = workers
+	load.BlockSize = 64
 	cfg := DefaultConfig()
-	cfg.Workers = workers
-	cfg.BlockSize = 64
-	cfg.Sim.CapacityBlocks = 64
-	cfg.Sim.PrefillTPS = 1000
-	cfg.Sim.DecodeTPS = 100
-	recs := []TraceRecord{
+	cfg.CapacityBlocks = 64
+	cfg.PrefillTPS = 1000
+	cfg.DecodeTPS = 100
+	recs := []bench.TraceRecord{
 		{Timestamp: 0, InputLength: 1024, OutputLength: 100, HashIDs: []uint64{1, 2}},
 		{Timestamp: 0, InputLength: 1000, OutputLength: 10, HashIDs: []uint64{3, 4}},
 		{Timestamp: 5000, InputLength: 1536, OutputLength: 0, HashIDs: []uint64{1, 2, 5}},
 		{Timestamp: 5000, InputLength: 512, OutputLength: 0, HashIDs: []uint64{3}},
 	}
-	ps, err := ExpandTrace(recs, cfg.BlockSize)
+	ps, err := bench.ExpandTrace(recs, load.BlockSize)
 	if err != nil {
 		panic(err)
 	}
-	return &cfg, ps
+	return &load, &cfg, ps
 }
 
-func newTestEngines(t *testing.T, cfg *Config) []*Engine {
+func newTestEngines(t *testing.T, load *bench.Config, cfg *Config) []*bench.Engine {
 	t.Helper()
-	es := make([]*Engine, cfg.Workers)
+	es := make([]*bench.Engine, load.Workers)
 	for i := range es {
-		e, err := NewEngine(EngineConfig{BlockSize: cfg.BlockSize, CapacityBlocks: cfg.Sim.CapacityBlocks, Endpoint: "tcp://127.0.0.1:0"})
+		e, err := bench.NewEngine(bench.EngineConfig{BlockSize: load.BlockSize, CapacityBlocks: cfg.CapacityBlocks, Endpoint: "tcp://127.0.0.1:0"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,9 +67,9 @@ func newTestEngines(t *testing.T, cfg *Config) []*Engine {
 // its first 16 blocks cached and prefills 512 tokens (0.512 s), request 3
 // finds its 8 blocks cached (prefill 0) but queues behind request 2.
 func TestSimTimingModel(t *testing.T) {
-	cfg, ps := simTestConfig(1)
+	load, cfg, ps := simTestConfig(1)
 	reqs := simRequests(ps, cfg)
-	res, err := runSim(context.Background(), cfg, reqs, newTestEngines(t, cfg), &roundRobin{n: 1})
+	res, err := runSim(context.Background(), load.BlockSize, cfg, reqs, newTestEngines(t, load, cfg), &roundRobin{n: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,8 +94,9 @@ func TestSimTimingModel(t *testing.T) {
 type lifecycleRecorder struct {
 	roundRobin
 	t       *testing.T
-	engines []*Engine
+	engines []*bench.Engine
 	bs      int
+	cap     int // the engines' capacity in blocks
 	calls   []string
 	before  int // the chosen engine's Cached count before serving
 }
@@ -108,7 +110,7 @@ func (r *lifecycleRecorder) pick(i int, q *simRequest) (int, error) {
 
 func (r *lifecycleRecorder) served(i int, q *simRequest, w, hit, stored int) error {
 	after := r.engines[w].Cached(0, q.p.AppendTokens(nil, r.bs))
-	if hit != r.before || after != hit+stored || after != min(len(q.p.Local), r.engines[w].cfg.CapacityBlocks) {
+	if hit != r.before || after != hit+stored || after != min(len(q.p.Local), r.cap) {
 		r.t.Errorf("request %d: hit %d stored %d; engine held %d blocks before, %d after", i, hit, stored, r.before, after)
 	}
 	return nil
@@ -125,10 +127,10 @@ func (r *lifecycleRecorder) finished(i int) error {
 func itoa(i int) string { return string(rune('0' + i)) }
 
 func TestSimLifecycleOrder(t *testing.T) {
-	cfg, ps := simTestConfig(1)
-	es := newTestEngines(t, cfg)
-	rec := &lifecycleRecorder{roundRobin: roundRobin{n: 1}, t: t, engines: es, bs: cfg.BlockSize}
-	if _, err := runSim(context.Background(), cfg, simRequests(ps, cfg), es, rec); err != nil {
+	load, cfg, ps := simTestConfig(1)
+	es := newTestEngines(t, load, cfg)
+	rec := &lifecycleRecorder{roundRobin: roundRobin{n: 1}, t: t, engines: es, bs: load.BlockSize, cap: cfg.CapacityBlocks}
+	if _, err := runSim(context.Background(), load.BlockSize, cfg, simRequests(ps, cfg), es, rec); err != nil {
 		t.Fatal(err)
 	}
 	// Request 0: prefill ends 1.024, done 2.024; request 1: 2.024 and
@@ -145,13 +147,14 @@ func TestSimLifecycleOrder(t *testing.T) {
 // per local policy: the results are equal, and the hit count equals the
 // sum of the engines' own HitBlocks.
 func TestSimPoliciesDeterministicAndCounted(t *testing.T) {
+	load := bench.DefaultConfig()
+	load.Workers = 4
+	load.BlockSize = 32
+	load.Synthetic.Prompts = 300
+	load.Synthetic.Families = 6
 	cfg := DefaultConfig()
-	cfg.Workers = 4
-	cfg.BlockSize = 32
-	cfg.Sim.CapacityBlocks = 256
-	cfg.Synthetic.Prompts = 300
-	cfg.Synthetic.Families = 6
-	ps, _, err := LoadWorkload(&cfg)
+	cfg.CapacityBlocks = 256
+	ps, _, err := bench.LoadWorkload(&load)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,12 +162,12 @@ func TestSimPoliciesDeterministicAndCounted(t *testing.T) {
 	for _, name := range []string{PolicyRoundRobin, PolicyRandom} {
 		var first *PolicyResult
 		for range 2 {
-			es := newTestEngines(t, &cfg)
-			var rt router = &roundRobin{n: cfg.Workers}
+			es := newTestEngines(t, &load, &cfg)
+			var rt router = &roundRobin{n: load.Workers}
 			if name == PolicyRandom {
-				rt = &randomPick{n: cfg.Workers, rng: newSimRand(cfg.Seed)}
+				rt = &randomPick{n: load.Workers, rng: newSimRand(load.Seed)}
 			}
-			res, err := runSim(context.Background(), &cfg, reqs, es, rt)
+			res, err := runSim(context.Background(), load.BlockSize, &cfg, reqs, es, rt)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -189,38 +192,20 @@ func TestSimPoliciesDeterministicAndCounted(t *testing.T) {
 	}
 }
 
-// TestPromptTokensHashLikeTheEngine checks that the tokens an engine is
-// served hash, as the engine hashes them, to the prompt's block_hashes: the
-// selector's index (fed by the engine's events) and the request agree.
-func TestPromptTokensHashLikeTheEngine(t *testing.T) {
-	cfg, trace := simTestConfig(1)
-	cfg.Synthetic.Prompts = 20
-	syn := Synthetic(cfg.Synthetic, cfg.BlockSize, 3)
-	for _, p := range append(trace, syn...) {
-		toks := p.AppendTokens(nil, cfg.BlockSize)
-		if len(toks) != len(p.Local)*cfg.BlockSize {
-			t.Fatalf("prompt %d: %d tokens for %d blocks", p.Index, len(toks), len(p.Local))
-		}
-		if got := radix.LocalHashes(nil, toks, cfg.BlockSize, radix.HashSeed("", "")); !reflect.DeepEqual(got, p.Local) {
-			t.Fatalf("prompt %d: engine hashes differ from the prompt's", p.Index)
-		}
-	}
-}
-
 func TestSimConfigValidate(t *testing.T) {
-	ok := DefaultSim()
+	ok := DefaultConfig()
 	if err := ok.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	for _, mut := range []func(*SimConfig){
-		func(s *SimConfig) { s.CapacityBlocks = 0 },
-		func(s *SimConfig) { s.PrefillTPS = 0 },
-		func(s *SimConfig) { s.DecodeTPS = math.NaN() },
-		func(s *SimConfig) { s.TimeScale = -1 },
-		func(s *SimConfig) { s.ArrivalRate = 0 },
-		func(s *SimConfig) { s.SyncTimeout = 0 },
+	for _, mut := range []func(*Config){
+		func(s *Config) { s.CapacityBlocks = 0 },
+		func(s *Config) { s.PrefillTPS = 0 },
+		func(s *Config) { s.DecodeTPS = math.NaN() },
+		func(s *Config) { s.TimeScale = -1 },
+		func(s *Config) { s.ArrivalRate = 0 },
+		func(s *Config) { s.SyncTimeout = 0 },
 	} {
-		s := DefaultSim()
+		s := DefaultConfig()
 		mut(&s)
 		if err := s.Validate(); err == nil {
 			t.Fatalf("%+v accepted", s)

@@ -1,0 +1,129 @@
+package zmqin
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvselect/kvselect/core"
+)
+
+// TestMeshInteropLibzmq: a Dynamo-style peer on libzmq (pyzmq), whose
+// envelopes are msgpack dicts in Rust declaration order, and kvselect's
+// mesh exchange lifecycle events both ways: the peer checks the exact bytes
+// kvselect publishes for an admission, a completion and a free; kvselect
+// applies the peer's admission, completion and free, and drops the peer's
+// legacy tenant_id envelope and an envelope carrying kvselect's own process
+// id.
+func TestMeshInteropLibzmq(t *testing.T) {
+	requireDebianPyzmq(t)
+	checkNoLeak(t)
+	const id = 99
+	k := newReplica(t, MeshConfig{ProcessID: id})
+	cmd := exec.Command(debianPython, "testdata/replica_peer.py", k.mesh.Endpoint(), fmt.Sprint(id))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("peer script: %v", err)
+		}
+	})
+	out := bufio.NewReader(stdout)
+	line, err := out.ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the script's port: %v", err)
+	}
+	var port int
+	if _, err := fmt.Sscanf(line, "port %d", &port); err != nil {
+		t.Fatalf("script said %q: %v", line, err)
+	}
+	ask := func(cmd string) string {
+		t.Helper()
+		if _, err := io.WriteString(stdin, cmd+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		ans, err := out.ReadString('\n')
+		if err != nil {
+			t.Fatalf("%s: %v", cmd, err)
+		}
+		return strings.TrimSpace(ans)
+	}
+
+	// kvselect -> peer, byte for byte.
+	waitFor(t, "the peer's subscription", func() bool { return k.mesh.Stats().Subscribers == 1 })
+	eo := uint32(16)
+	if _, err := k.svc.Reserve(&core.ReservationRequest{SelectionID: "go-1", WorkerID: 1, HasWorkerID: true, ExpectedOutputTokens: eo, HasExpectedOutputTokens: true,
+		Prompt: core.Prompt{SequenceHashes: []uint64{11, 22}, HasSequenceHashes: true, ISLTokens: 8, HasISLTokens: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if ans := ask("expect go_add"); ans != "ok" {
+		t.Fatalf("admission: %s", ans)
+	}
+	if err := k.svc.PrefillComplete("go-1"); err != nil {
+		t.Fatal(err)
+	}
+	if ans := ask("expect go_prefill"); ans != "ok" {
+		t.Fatalf("completion: %s", ans)
+	}
+	if err := k.svc.Free("go-1"); err != nil {
+		t.Fatal(err)
+	}
+	if ans := ask("expect go_free"); ans != "ok" {
+		t.Fatalf("free: %s", ans)
+	}
+
+	// peer -> kvselect. A libzmq PUB drops what it sends before our
+	// subscription reaches it, so probe until an admission lands.
+	if _, err := k.mesh.Register(fmt.Sprintf("tcp://127.0.0.1:%d", port)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for k.svc.Stats().ReplicaApplied == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no probe reached kvselect")
+		}
+		ask("send probe")
+		waitBriefly(k)
+	}
+	ask("send probe_free")
+	wantLoads(t, k, "the probe freed", 0, 0, 0)
+	for _, name := range []string{"legacy", "own", "py_add"} {
+		ask("send " + name)
+	}
+	wantLoads(t, k, "the peer's admission", 12, 3, 1)
+	ask("send py_prefill")
+	wantLoads(t, k, "the peer's completion", 0, 3, 1)
+	ask("send py_free")
+	wantLoads(t, k, "the peer's free", 0, 0, 0)
+	st := k.mesh.Stats()
+	if st.Dropped[MeshDropLegacy] != 1 || st.Dropped[MeshDropOwn] != 1 || st.Dropped[MeshDropUndecodable] != 0 {
+		t.Fatalf("drops %v", st.Dropped)
+	}
+}
+
+// waitBriefly gives a probe a moment to arrive before the next one: it
+// returns as soon as the service applied an event, or after 20 ms.
+func waitBriefly(r *replica) {
+	for range 10 {
+		if r.svc.Stats().ReplicaApplied > 0 {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

@@ -1,0 +1,213 @@
+package zmqin
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvselect/kvselect/core"
+)
+
+// The SUB side of a Mesh: the peer set and one dial-and-receive loop per
+// peer.
+
+// ValidatePeer checks a peer endpoint with the reference's rules and texts
+// (ai-dynamo/dynamo:lib/kv-router/src/services/common/zmq.rs,
+// validate_endpoint): tcp://host:port (an IPv6 host in brackets), ipc://.
+// inproc:// names a socket inside one process, which no kvselect peer is.
+func ValidatePeer(ep string) error {
+	scheme, addr, ok := strings.Cut(ep, "://")
+	if !ok {
+		return fmt.Errorf("invalid ZMQ endpoint `%s`: missing scheme", ep)
+	}
+	if addr == "" {
+		return fmt.Errorf("invalid ZMQ endpoint `%s`: missing address", ep)
+	}
+	switch scheme {
+	case "tcp":
+		i := strings.LastIndexByte(addr, ':')
+		if i < 0 {
+			return fmt.Errorf("invalid ZMQ endpoint `%s`: missing TCP port", ep)
+		}
+		host, port := addr[:i], addr[i+1:]
+		switch {
+		case host == "":
+			return fmt.Errorf("invalid ZMQ endpoint `%s`: missing TCP host", ep)
+		case strings.HasPrefix(host, "[") && !strings.HasSuffix(host, "]"):
+			return fmt.Errorf("invalid ZMQ endpoint `%s`: missing closing `]`", ep)
+		case !strings.HasPrefix(host, "[") && strings.Contains(host, ":"):
+			return fmt.Errorf("invalid ZMQ endpoint `%s`: missing TCP port", ep)
+		}
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return fmt.Errorf("invalid ZMQ endpoint `%s`: invalid TCP port: %s", ep, rustParseIntError(port, err))
+		}
+		return nil
+	case "ipc":
+		return nil
+	case "inproc":
+		return fmt.Errorf("invalid ZMQ endpoint `%s`: inproc endpoints name a socket inside one process; kvselect's peers are other processes", ep)
+	}
+	return fmt.Errorf("invalid ZMQ endpoint `%s`: unsupported scheme `%s`", ep, scheme)
+}
+
+// rustParseIntError words a u16 parse failure as Rust's ParseIntError does.
+func rustParseIntError(s string, err error) string {
+	switch {
+	case s == "":
+		return "cannot parse integer from empty string"
+	case errors.Is(err, strconv.ErrRange):
+		return "number too large to fit in target type"
+	}
+	return "invalid digit found in string"
+}
+
+// Register adds a peer and starts dialing it; added is false when it is
+// already a peer. An invalid endpoint is a bad request.
+func (m *Mesh) Register(ep string) (added bool, err error) {
+	if err := ValidatePeer(ep); err != nil {
+		return false, &core.Error{Class: core.ErrBadRequest, Msg: err.Error()}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.mu.peers[ep]; ok {
+		return false, nil
+	}
+	if m.ctx.Err() != nil {
+		return false, &core.Error{Class: core.ErrNotReady, Msg: "replica peer manager is unavailable"}
+	}
+	if len(m.mu.peers) >= m.cfg.MaxPeers {
+		return false, &core.Error{Class: core.ErrBadRequest, Msg: fmt.Sprintf("too many replica peers (limit %d)", m.cfg.MaxPeers)}
+	}
+	ctx, cancel := context.WithCancel(m.ctx)
+	p := &meshPeer{cancel: cancel, done: make(chan struct{})}
+	m.mu.peers[ep] = p
+	m.wg.Add(1)
+	go m.receive(ctx, ep, p)
+	return true, nil
+}
+
+// Deregister stops receiving from a peer and returns once its connection
+// is closed.
+func (m *Mesh) Deregister(ep string) error {
+	m.mu.Lock()
+	p, ok := m.mu.peers[ep]
+	delete(m.mu.peers, ep)
+	m.mu.Unlock()
+	if !ok {
+		return &core.Error{Class: core.ErrNotFound, Msg: "peer not found"}
+	}
+	p.cancel()
+	if c := p.conn.Load(); c != nil {
+		_ = c.Close()
+	}
+	<-p.done
+	return nil
+}
+
+// List returns the peers, sorted.
+func (m *Mesh) List() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]string, 0, len(m.mu.peers))
+	for ep := range m.mu.peers {
+		out = append(out, ep)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// receive dials peer ep, subscribes and queues its events until ctx ends,
+// redialing with backoff (go-zeromq does not reconnect; this loop is the
+// reconnect of libzmq's SUB socket).
+func (m *Mesh) receive(ctx context.Context, ep string, p *meshPeer) {
+	defer m.wg.Done()
+	defer close(p.done)
+	lim := Limits{MaxFrames: 2, MaxFrameSize: m.cfg.MaxMessage, MaxMessageSize: m.cfg.MaxMessage + 64}
+	backoff := m.cfg.BackoffMin
+	var frames [][]byte
+	for ctx.Err() == nil {
+		zc, err := Dial(ctx, ep, Sub, lim)
+		if err == nil {
+			err = zc.Send(append([]byte{1}, replicaTopicBytes...))
+			if err == nil && !m.cfg.NoSnapshot {
+				err = zc.Send(append([]byte{1}, snapshotTopicBytes...))
+			}
+			if err != nil {
+				_ = zc.Close()
+			}
+		}
+		if err != nil {
+			m.st.dialErrors.Add(1)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(jitter(backoff)):
+			}
+			backoff = min(2*backoff, m.cfg.BackoffMax)
+			continue
+		}
+		p.conn.Store(zc)
+		if ctx.Err() != nil { // Deregister raced the dial
+			_ = zc.Close()
+			return
+		}
+		m.st.connects.Add(1)
+		p.live.Store(true)
+		backoff = m.cfg.BackoffMin
+		for {
+			frames, err = zc.Recv(frames)
+			if err != nil {
+				break
+			}
+			m.st.received.Add(1)
+			m.handle(frames)
+		}
+		p.live.Store(false)
+		p.conn.Store(nil)
+		_ = zc.Close()
+		m.st.disconnects.Add(1)
+	}
+}
+
+// jitter spreads redials of many peers: d plus up to a quarter of d.
+func jitter(d time.Duration) time.Duration {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return d + time.Duration(binary.LittleEndian.Uint64(b[:])%uint64(d/4+1))
+}
+
+// handle decodes one message and queues its event.
+func (m *Mesh) handle(frames [][]byte) {
+	if len(frames) != 2 {
+		m.st.dropped[MeshDropFrames].Add(1)
+		return
+	}
+	if t := string(frames[0]); t != ReplicaTopic && t != SnapshotTopic {
+		m.st.dropped[MeshDropTopic].Add(1)
+		return
+	}
+	var ev core.ReplicaEvent
+	if err := DecodeEnvelope(frames[1], &ev); err != nil {
+		if errors.Is(err, ErrLegacyEnvelope) {
+			m.st.dropped[MeshDropLegacy].Add(1)
+		} else {
+			m.st.dropped[MeshDropUndecodable].Add(1)
+		}
+		return
+	}
+	if uint64(ev.Origin) == m.id {
+		m.st.dropped[MeshDropOwn].Add(1)
+		return
+	}
+	select {
+	case m.in <- ev:
+	default:
+		m.st.dropped[MeshDropFull].Add(1)
+	}
+}

@@ -1,0 +1,418 @@
+package zmqin
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/kvselect/kvselect/core"
+)
+
+// The replica-sync envelope, as Dynamo's selectors exchange it on topic
+// dynamo.slot-tracker.v1 (ai-dynamo/dynamo:
+// lib/kv-router/src/services/common/replica_sync.rs, ScopedReplicaEvent,
+// and lib/kv-router/src/protocols.rs, ActiveSequenceEvent), written the
+// way rmp_serde::to_vec_named writes it: structs as maps keyed by field
+// name in declaration order, Option::None as nil, integers in their
+// smallest encoding, unit enum variants as their name, struct variants as
+// a one-entry map from the variant name to the struct:
+//
+//	{model_name: str, routing_group: str, block_size: u32,
+//	 event: {request_id: str, worker: {worker_id: u64, dp_rank: u32},
+//	         data: "Free" | "MarkPrefillCompleted" |
+//	               {"AddRequest": {token_sequence: [u64] | nil,
+//	                               track_prefill_tokens: bool,
+//	                               expected_output_tokens: u32 | nil,
+//	                               prefill_load_hint: {initial_effective_prefill_tokens: uint,
+//	                                                   expected_prefill_duration: nil} | nil}},
+//	         router_id: u64, lora_name: str | nil}}
+//
+// A decoder accepts what rmp_serde accepts: maps in any key order with
+// unknown keys skipped, or positional arrays; missing optional fields as
+// None; track_prefill_tokens defaulting to true. A legacy envelope that
+// names tenant_id instead of routing_group lacks a required field and is
+// rejected (Dynamo's legacy_replica_event_wire_schema_is_rejected).
+
+// Replica-sync topics.
+const (
+	// ReplicaTopic carries active-sequence lifecycle events (Dynamo's).
+	ReplicaTopic = "dynamo.slot-tracker.v1"
+	// AffinityTopic carries session bindings; reserved for session
+	// affinity (Dynamo's), never subscribed to today.
+	AffinityTopic = "dynamo.session-affinity.v1"
+	// SnapshotTopic is kvselect's own: a peer that subscribes to it gets the
+	// live local bookings once, so a joining replica catches up. Dynamo's
+	// replicas never subscribe to it, so they never see it.
+	SnapshotTopic = "kvselect.slot-snapshot.v1"
+)
+
+// Envelope decode errors.
+var (
+	// ErrEnvelope marks a payload that is not a replica envelope.
+	ErrEnvelope = errors.New("zmqin: malformed replica envelope")
+	// ErrLegacyEnvelope marks an envelope with tenant_id and no
+	// routing_group (the schema before Dynamo's rename).
+	ErrLegacyEnvelope = errors.New("zmqin: legacy replica envelope (tenant_id)")
+)
+
+func appendMapHeader(dst []byte, n int) []byte {
+	switch {
+	case n < 16:
+		return append(dst, 0x80|byte(n))
+	case n <= math.MaxUint16:
+		return append(dst, 0xde, byte(n>>8), byte(n))
+	}
+	return append(dst, 0xdf, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+}
+
+func appendBool(dst []byte, b bool) []byte {
+	if b {
+		return append(dst, 0xc3)
+	}
+	return append(dst, 0xc2)
+}
+
+// AppendEnvelope appends ev's envelope, with routerID as its sender.
+func AppendEnvelope(dst []byte, ev *core.ReplicaEvent, routerID uint64) []byte {
+	dst = appendMapHeader(dst, 4)
+	dst = appendStr(dst, "model_name")
+	dst = appendStr(dst, ev.ModelName)
+	dst = appendStr(dst, "routing_group")
+	dst = appendStr(dst, ev.RoutingGroup)
+	dst = appendStr(dst, "block_size")
+	dst = appendUint(dst, uint64(ev.BlockSize))
+	dst = appendStr(dst, "event")
+	dst = appendMapHeader(dst, 5)
+	dst = appendStr(dst, "request_id")
+	dst = appendStr(dst, ev.RequestID)
+	dst = appendStr(dst, "worker")
+	dst = appendMapHeader(dst, 2)
+	dst = appendStr(dst, "worker_id")
+	dst = appendUint(dst, ev.Worker.WorkerID)
+	dst = appendStr(dst, "dp_rank")
+	dst = appendUint(dst, uint64(ev.Worker.DPRank))
+	dst = appendStr(dst, "data")
+	switch ev.Kind {
+	case core.ReplicaAdd:
+		dst = appendMapHeader(dst, 1)
+		dst = appendStr(dst, "AddRequest")
+		dst = appendMapHeader(dst, 4)
+		dst = appendStr(dst, "token_sequence")
+		dst = appendArrayHeader(dst, len(ev.SequenceHashes))
+		for _, h := range ev.SequenceHashes {
+			dst = appendUint(dst, h)
+		}
+		dst = appendStr(dst, "track_prefill_tokens")
+		dst = appendBool(dst, ev.TrackPrefillTokens)
+		dst = appendStr(dst, "expected_output_tokens")
+		if ev.ExpectedOutputTokens != nil {
+			dst = appendUint(dst, uint64(*ev.ExpectedOutputTokens))
+		} else {
+			dst = append(dst, 0xc0)
+		}
+		dst = appendStr(dst, "prefill_load_hint")
+		if ev.TrackPrefillTokens {
+			dst = appendMapHeader(dst, 2)
+			dst = appendStr(dst, "initial_effective_prefill_tokens")
+			dst = appendUint(dst, uint64(max(0, ev.EffectivePrefillTokens)))
+			dst = appendStr(dst, "expected_prefill_duration")
+			dst = append(dst, 0xc0)
+		} else {
+			dst = append(dst, 0xc0)
+		}
+	case core.ReplicaPrefillCompleted:
+		dst = appendStr(dst, "MarkPrefillCompleted")
+	default:
+		dst = appendStr(dst, "Free")
+	}
+	dst = appendStr(dst, "router_id")
+	dst = appendUint(dst, routerID)
+	dst = appendStr(dst, "lora_name")
+	return appendOptStr(dst, ev.LoraName)
+}
+
+// DecodeEnvelope decodes one envelope into ev (strings and hashes freshly
+// allocated: ev keeps nothing of payload). ev.Origin is the sender's
+// router_id.
+func DecodeEnvelope(payload []byte, ev *core.ReplicaEvent) error {
+	*ev = core.ReplicaEvent{}
+	r := &reader{b: payload}
+	var have [len(envelopeFields)]bool
+	tenant := false
+	err := structFields(r, envelopeFields[:], func(i int) error {
+		have[i] = true
+		switch i {
+		case 0:
+			return strField(r, &ev.ModelName)
+		case 1:
+			return strField(r, &ev.RoutingGroup)
+		case 2:
+			v, err := r.u32()
+			ev.BlockSize = v
+			return err
+		case 3:
+			return decodeEvent(r, ev)
+		case 4:
+			tenant = true
+			return r.skip()
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrEnvelope, err)
+	}
+	if r.left() != 0 {
+		return fmt.Errorf("%w: trailing bytes", ErrEnvelope)
+	}
+	if !have[1] && tenant {
+		return ErrLegacyEnvelope
+	}
+	for i, ok := range have[:4] {
+		if !ok {
+			return fmt.Errorf("%w: missing field %s", ErrEnvelope, envelopeFields[i])
+		}
+	}
+	return nil
+}
+
+// envelopeFields are ScopedReplicaEvent's fields in declaration order (an
+// array form is positional), then the legacy key recognized to name the
+// failure.
+var envelopeFields = [...]string{"model_name", "routing_group", "block_size", "event", "tenant_id"}
+
+var eventFields = [...]string{"request_id", "worker", "data", "router_id", "lora_name"}
+
+var workerFields = [...]string{"worker_id", "dp_rank"}
+
+var addFields = [...]string{"token_sequence", "track_prefill_tokens", "expected_output_tokens", "prefill_load_hint"}
+
+var hintFields = [...]string{"initial_effective_prefill_tokens", "expected_prefill_duration"}
+
+func decodeEvent(r *reader, ev *core.ReplicaEvent) error {
+	var have [5]bool
+	err := structFields(r, eventFields[:], func(i int) error {
+		have[i] = true
+		switch i {
+		case 0:
+			return strField(r, &ev.RequestID)
+		case 1:
+			var seen [2]bool
+			err := structFields(r, workerFields[:], func(j int) error {
+				seen[j] = true
+				if j == 0 {
+					v, neg, err := r.integer()
+					if err == nil && neg {
+						err = errType
+					}
+					ev.Worker.WorkerID = v
+					return err
+				}
+				v, err := r.u32()
+				ev.Worker.DPRank = v
+				return err
+			})
+			if err == nil && !seen[0] {
+				err = errors.New("worker without worker_id")
+			}
+			return err
+		case 2:
+			return decodeData(r, ev)
+		case 3:
+			v, neg, err := r.integer()
+			if err == nil && neg {
+				err = errType
+			}
+			ev.Origin = core.Origin(v)
+			return err
+		case 4:
+			if r.isNil() {
+				return nil
+			}
+			return strField(r, &ev.LoraName)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i, ok := range have[:4] {
+		if !ok {
+			return fmt.Errorf("event without %s", eventFields[i])
+		}
+	}
+	return nil
+}
+
+// decodeData reads an ActiveSequenceEventData: a unit variant as its name
+// (or a one-entry map to nil), AddRequest as a one-entry map.
+func decodeData(r *reader, ev *core.ReplicaEvent) error {
+	c, err := r.peek()
+	if err != nil {
+		return err
+	}
+	if c == 0xc0 {
+		return errors.New("data is nil")
+	}
+	var name []byte
+	isMap := false
+	if n, err := r.mapLen(); err == nil {
+		if n != 1 {
+			return errors.New("data is not a one-entry map")
+		}
+		isMap = true
+	} else if err != errType {
+		return err
+	}
+	if name, err = r.str(); err != nil {
+		return err
+	}
+	switch string(name) {
+	case "Free":
+		ev.Kind = core.ReplicaFree
+	case "MarkPrefillCompleted":
+		ev.Kind = core.ReplicaPrefillCompleted
+	case "AddRequest":
+		if !isMap {
+			return errors.New("AddRequest without its fields")
+		}
+		ev.Kind = core.ReplicaAdd
+		return decodeAdd(r, ev)
+	default:
+		return fmt.Errorf("unknown event %q", name)
+	}
+	if isMap {
+		// A unit variant written as {"Free": nil}.
+		return r.skip()
+	}
+	return nil
+}
+
+func decodeAdd(r *reader, ev *core.ReplicaEvent) error {
+	ev.TrackPrefillTokens = true // serde default
+	return structFields(r, addFields[:], func(i int) error {
+		switch i {
+		case 0:
+			if r.isNil() {
+				return nil
+			}
+			n, err := r.arrayLen()
+			if err != nil {
+				return err
+			}
+			ev.SequenceHashes = make([]uint64, n)
+			for k := range ev.SequenceHashes {
+				v, neg, err := r.integer()
+				if err == nil && neg {
+					err = errType
+				}
+				if err != nil {
+					return err
+				}
+				ev.SequenceHashes[k] = v
+			}
+			return nil
+		case 1:
+			c, err := r.peek()
+			if err != nil {
+				return err
+			}
+			if c != 0xc2 && c != 0xc3 {
+				return errType
+			}
+			r.off++
+			ev.TrackPrefillTokens = c == 0xc3
+			return nil
+		case 2:
+			if r.isNil() {
+				return nil
+			}
+			v, err := r.u32()
+			ev.ExpectedOutputTokens = &v
+			return err
+		case 3:
+			if r.isNil() {
+				return nil
+			}
+			return structFields(r, hintFields[:], func(j int) error {
+				if j == 0 {
+					v, neg, err := r.integer()
+					if err == nil && (neg || v > math.MaxInt64) {
+						err = errType
+					}
+					ev.EffectivePrefillTokens = int64(v)
+					return err
+				}
+				return r.skip()
+			})
+		}
+		return nil
+	})
+}
+
+// structFields reads a struct written as a map (keys in any order, unknown
+// keys skipped) or as a positional array, calling field(i) with the cursor
+// on the value of fields[i]; field must consume it. A field given twice is
+// an error, as serde rejects it.
+func structFields(r *reader, fields []string, field func(i int) error) error {
+	if n, err := r.mapLen(); err == nil {
+		var seen uint32
+		for range n {
+			k, err := r.str()
+			if err != nil {
+				return err
+			}
+			i := indexOf(fields, k)
+			if i < 0 {
+				if err := r.skip(); err != nil {
+					return err
+				}
+				continue
+			}
+			if seen&(1<<i) != 0 {
+				return fmt.Errorf("duplicate field %s", fields[i])
+			}
+			seen |= 1 << i
+			if err := field(i); err != nil {
+				return fmt.Errorf("%s: %w", fields[i], err)
+			}
+		}
+		return nil
+	} else if err != errType {
+		return err
+	}
+	n, err := r.arrayLen()
+	if err != nil {
+		return err
+	}
+	for i := range n {
+		if i >= len(fields) {
+			if err := r.skip(); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := field(i); err != nil {
+			return fmt.Errorf("%s: %w", fields[i], err)
+		}
+	}
+	return nil
+}
+
+func indexOf(fields []string, k []byte) int {
+	for i, f := range fields {
+		if f == string(k) {
+			return i
+		}
+	}
+	return -1
+}
+
+// strField reads a str into *dst (a copy).
+func strField(r *reader, dst *string) error {
+	b, err := r.str()
+	if err != nil {
+		return err
+	}
+	*dst = string(b)
+	return nil
+}

@@ -140,6 +140,13 @@
 // The ledger and the pending-selection cache (sharded by id) take no global
 // lock.
 //
+// # The standalone indexer
+//
+// Indexer (indexer.go) is Dynamo's standalone indexer as a library: a
+// registry of worker ranks over the same Ingress, radix index, hashing and
+// dump format as Service, without catalog, loads or reservations. Its
+// host contract is on the type.
+//
 // # Seams for later issues
 //
 // ReplicaSink receives admission, prefill-completion and free events

@@ -256,3 +256,22 @@ func BenchmarkRemoteIndexSelect(b *testing.B) {
 		})
 	}
 }
+
+// TestRemoteIndexSelectAllocs: a warmed-up selection over the remote index
+// allocates nothing, client and indexer server together (the counts are
+// process-wide).
+func TestRemoteIndexSelectAllocs(t *testing.T) {
+	if httpapi.RaceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	f := newRemoteFixture(t, 2, 4, 4)
+	req := core.SelectRequest{ModelName: "m", RoutingGroup: "g", Prompt: core.Prompt{TokenIDs: f.prompts[0], HasTokenIDs: true}}
+	var out core.Selection
+	if n := testing.AllocsPerRun(200, func() {
+		if err := f.remote.Select(&req, &out); err != nil {
+			t.Fatal(err)
+		}
+	}); n > 0 {
+		t.Errorf("%v allocations per remote selection", n)
+	}
+}

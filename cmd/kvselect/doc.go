@@ -30,8 +30,7 @@
 // --router-tracking-hash keyed-xxh3-v1, --router-tracking-key-file (exactly
 // 32 raw bytes) and --router-tracking-key-id, over DYN_ROUTER_TRACKING_*.
 // Settings that belong to
-// features not built yet (peer recovery, replica sync, session affinity,
-// remote indexer, queue policies) are validated and
+// features not built yet (session affinity, queue policies) are validated and
 // logged as "accepted but not yet active", never silently ignored.
 //
 // SIGINT or SIGTERM: the HTTP server drains (httpapi.Server.Shutdown): it
@@ -83,6 +82,22 @@
 //     the end of the shutdown. zmqin/doc.go has the details.
 //   - --demo engines: each simulated engine's publisher runs an accept loop
 //     and one goroutine per subscriber (zmqpub.Publisher); closed last.
+//
+// With --remote-indexer-url the primary index is a standalone indexer
+// (httpapi.RemoteIndex, --remote-indexer-timeout, --remote-indexer-max-conns):
+// no KV-event ingress is started and --indexer-peers is ignored.
+//
+// # kvselect indexer
+//
+// The standalone indexer of `python -m dynamo.indexer` (indexer.go): its
+// flags (--block-size, --port 8090, --threads, --workers, --model-name,
+// --routing-group, --peers) and DYN_ROUTER_MIN_INITIAL_WORKERS; a
+// core.Indexer over a zmqin.Ingress, served by httpapi.NewIndexer. Order:
+// parse, construct, recover from --peers (before any listener, so live
+// events follow the recovered state), register the --workers, serve until
+// SIGINT or SIGTERM, drain HTTP, close the ingress. Its goroutines: the
+// HTTP serve loop and connection workers, and the ingress's listeners and
+// writers, as serve's below.
 //
 // # kvselect bench and kvselect mocker
 //

@@ -57,8 +57,8 @@
 //     connection over --max-connections with a 503, reads what the client
 //     sent for up to 1 s, and closes it.
 //   - sweep (one): a 60 s ticker calling core.Service.Sweep (expiry of stale
-//     reservations, reservation-index cleanup, pending-cache TTL) and, with
-//     an approximate or predicted-TTL index, a 100 ms ticker calling
+//     reservations and of the pending cache's entries) and, with an
+//     approximate or predicted-TTL index, a 100 ms ticker calling
 //     core.Service.ExpireIndex; owns nothing; stopped by cancelling its
 //     context after the HTTP drain.
 //   - --workers-file (two, when given): the poll loop (workersFile.watch),
@@ -80,6 +80,11 @@
 //     indexes (a worker always maps to the same writer). Started by
 //     Ingress.Sync on registration, stopped by Detach or by Ingress.Close at
 //     the end of the shutdown. zmqin/doc.go has the details.
+//   - replica mesh (zmqin.Mesh, with --replica-sync-port): the PUB socket's
+//     accept loop and, per subscribed peer, a reader and a writer; one
+//     publisher draining the outbound queue; one drainer applying peers'
+//     events to the service; one dial-and-receive loop per peer. Closed
+//     after the HTTP drain and the sweep, before the ingress.
 //   - --demo engines: each simulated engine's publisher runs an accept loop
 //     and one goroutine per subscriber (zmqpub.Publisher); closed last.
 //

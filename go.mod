@@ -12,6 +12,7 @@ require (
 	github.com/puzpuzpuz/xsync/v3 v3.5.1
 	github.com/valyala/fasthttp v1.78.0
 	github.com/zeebo/xxh3 v1.1.0
+	lukechampine.com/blake3 v1.4.1
 )
 
 require (

@@ -18,6 +18,12 @@ type (
 	PreferredTaint = sched.PreferredTaint
 	// Event is one KV event (a /dump RouterEvent).
 	Event = radix.Event
+	// Match is one worker rank's tiered match (IndexerMatch.Matches).
+	Match = radix.Match
+	// MatchResult is what a PrimaryIndex fills.
+	MatchResult = radix.Result
+	// ApproxStats are an approximate index's counters (Stats.Approx).
+	ApproxStats = radix.ApproxStats
 )
 
 // NumTiers is the length of Stats.IndexBlocks.

@@ -18,8 +18,17 @@ type partKey struct{ model, group string }
 // does).
 type partition struct {
 	model, group string
-	index        *radix.Index
-	sink         *partitionSink
+	// index is the local primary index: event-driven, or approx's index
+	// (written only through approx) when the primary is approximate. With
+	// a remote primary it stays empty.
+	index *radix.Index
+	// approx is the approximate primary (no KV events), else nil; side is
+	// the predicted-TTL side index, else nil (index.go).
+	approx, side *radix.Approx
+	// primary is what selections match against: localIndex{index} or the
+	// service's remote index.
+	primary PrimaryIndex
+	sink    *partitionSink
 
 	// snap is the immutable schedulable view the selection paths read
 	// without a lock; rebuilt by publishLocked on every catalog change.
@@ -95,11 +104,8 @@ func (s *Service) partitionLocked(model, group string) *partition {
 	if p, ok := (*s.parts.Load())[k]; ok {
 		return p
 	}
-	ix, err := radix.New(radix.Config{Shards: s.cfg.IndexShards})
-	if err != nil {
-		panic("BUG: radix config validated by Config.Validate: " + err.Error())
-	}
-	p := &partition{model: model, group: group, index: ix, workers: map[uint64]*catalogEntry{}, loads: map[radix.WorkerKey]*sched.WorkerLoad{}}
+	p := &partition{model: model, group: group, workers: map[uint64]*catalogEntry{}, loads: map[radix.WorkerKey]*sched.WorkerLoad{}}
+	s.newIndexes(p)
 	p.sink = &partitionSink{p: p}
 	p.snap.Store(&snapshot{})
 	// Copy on write: readers load the map pointer without a lock.
@@ -164,5 +170,13 @@ type partitionSink struct{ p *partition }
 func (ps *partitionSink) ApplyBatch(evs []radix.Event) { ps.p.index.ApplyBatch(evs) }
 
 func (ps *partitionSink) ClearRank(w radix.WorkerKey) {
-	ps.p.index.Apply(&radix.Event{Worker: w, Kind: radix.Cleared})
+	p := ps.p
+	if p.approx != nil {
+		p.approx.ClearRank(w)
+	} else {
+		p.index.Apply(&radix.Event{Worker: w, Kind: radix.Cleared})
+	}
+	if p.side != nil {
+		p.side.ClearRank(w)
+	}
 }

@@ -35,6 +35,12 @@ var statsDescs = []perf.Desc{
 	{Name: "kvselect_pending_selection_bytes", Kind: perf.Gauge, Help: "Approximate bytes the pending-selection cache holds (its budget is --selection-cache-max-bytes)."},
 	{Name: "kvselect_schedulable_workers", Kind: perf.Gauge, Help: "Workers whose lifecycle is schedulable, over all partitions."},
 	{Name: "kvselect_partitions", Kind: perf.Gauge, Help: "Routing partitions (model_name, routing_group)."},
+	{Name: "kvselect_approx_index_blocks", Kind: perf.Gauge, Help: "(worker rank, block) pairs the approximate indexes predict, by index: primary (without KV events) or predicted (the predicted-TTL side index)."},
+	{Name: "kvselect_approx_index_blocks_limit", Kind: perf.Gauge, Help: "The (worker rank, block) pairs an approximate index holds at most before pruning, by index."},
+	{Name: "kvselect_approx_index_recordings_total", Kind: perf.Counter, Help: "Bookings recorded into the approximate indexes, by index."},
+	{Name: "kvselect_approx_index_expired_blocks_total", Kind: perf.Counter, Help: "Predicted blocks expired by their TTL, by index."},
+	{Name: "kvselect_approx_index_pruned_blocks_total", Kind: perf.Counter, Help: "Predicted blocks pruned at the cap, by index."},
+	{Name: "kvselect_approx_index_prunes_total", Kind: perf.Counter, Help: "Prunes of an approximate index at its cap, by index."},
 	{Name: "kvselect_index_blocks", Kind: perf.Gauge, Help: "(worker rank, block) pairs in the KV index, by storage tier."},
 	{Name: "kvselect_index_events_applied_total", Kind: perf.Counter, Help: "KV events (stored, removed, cleared) the index processed, some possibly in part (see kvselect_index_events_dropped_total)."},
 	{Name: "kvselect_index_events_dropped_total", Kind: perf.Counter, Help: "KV events, or single block hashes of a removal, the index did not apply, by reason: parent_not_found, invalid_block_sequence, hash_conflict, block_not_found, unknown_event."},
@@ -96,10 +102,30 @@ func (s *Server) writeStats(w io.Writer) {
 	for t := range st.IndexBlocks {
 		perf.WriteGauge(w, tierNames[t], float64(st.IndexBlocks[t]))
 	}
+	for i, a := range [...]struct {
+		name string
+		st   *core.ApproxStats
+	}{{"primary", &st.Approx}, {"predicted", &st.Predicted}} {
+		if a.st.MaxBlocks == 0 {
+			continue // no such index
+		}
+		perf.WriteGaugeUint(w, approxNames[i][0], uint64(a.st.Blocks))
+		perf.WriteGaugeUint(w, approxNames[i][1], uint64(a.st.MaxBlocks))
+		perf.WriteCounter(w, approxNames[i][2], a.st.Recorded)
+		perf.WriteCounter(w, approxNames[i][3], a.st.Expired)
+		perf.WriteCounter(w, approxNames[i][4], a.st.Pruned)
+		perf.WriteCounter(w, approxNames[i][5], a.st.Prunes)
+	}
 	perf.WriteCounter(w, `kvselect_index_events_applied_total`, st.EventsApplied)
 	for r, n := range st.EventsDropped {
 		perf.WriteCounter(w, indexDropNames[r], n)
 	}
+	s.writeConnStats(w)
+}
+
+// writeConnStats exports the connection cap, the rejecters, the body limit
+// and the drain state.
+func (s *Server) writeConnStats(w io.Writer) {
 	c := s.conns
 	perf.WriteGaugeUint(w, `kvselect_http_connections_open`, uint64(max(c.open.Load(), 0)))
 	perf.WriteGaugeUint(w, `kvselect_http_connections_max`, uint64(c.max))
@@ -125,6 +151,19 @@ var tierNames = func() (out [core.NumTiers]string) {
 var indexDropNames = func() (out [core.NumDropReasons]string) {
 	for r := range out {
 		out[r] = perf.Label("kvselect_index_events_dropped_total", "reason", core.DropReasonName(r))
+	}
+	return out
+}()
+
+// approxNames are the metrics of the approximate indexes, primary (no KV
+// events) and predicted (the side index), in ApproxStats' order.
+var approxNames = func() (out [2][6]string) {
+	for i, index := range [2]string{"primary", "predicted"} {
+		for j, m := range [6]string{"kvselect_approx_index_blocks", "kvselect_approx_index_blocks_limit",
+			"kvselect_approx_index_recordings_total", "kvselect_approx_index_expired_blocks_total",
+			"kvselect_approx_index_pruned_blocks_total", "kvselect_approx_index_prunes_total"} {
+			out[i][j] = perf.Label(m, "index", index)
+		}
 	}
 	return out
 }()

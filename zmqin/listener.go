@@ -208,9 +208,10 @@ func (l *rankListener) run() {
 		if l.ctx.Err() != nil {
 			return
 		}
+		// The error first: whoever sees the counters move sees it.
+		l.setErr(fmt.Errorf("receive from %s: %w", l.src.Endpoint, err))
 		l.in.st.recvErrors.Add(1)
 		l.in.countLimit(err)
-		l.setErr(fmt.Errorf("receive from %s: %w", l.src.Endpoint, err))
 		l.lg.logAt(slog.LevelWarn, "kv listener disconnected; redialing", "err", err, "delivered", delivered)
 		if delivered {
 			backoff, paced = 0, false

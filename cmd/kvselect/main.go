@@ -7,10 +7,11 @@ import (
 )
 
 // usage is printed for -h and for an unknown subcommand.
-const usage = `usage: kvselect [serve|bench|mocker|health] [flags]
+const usage = `usage: kvselect [serve|indexer|bench|mocker|health] [flags]
        kvselect --version
 
   serve   the selection service (default)
+  indexer the standalone KV indexer (python -m dynamo.indexer)
   bench   the load and routing-quality harness
   mocker  simulated vLLM engines publishing real ZMQ KV events
   health  GET a selector's /health (or --path); exit 0 on a 200 (container health checks)
@@ -31,6 +32,8 @@ func run(args []string) int {
 	switch cmd {
 	case "serve":
 		return serveMain(args)
+	case "indexer":
+		return indexerMain(args)
 	case "mocker":
 		return runMocker(args)
 	case "bench":

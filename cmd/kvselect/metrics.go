@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/httpapi"
 	"github.com/kvselect/kvselect/perf"
 	"github.com/kvselect/kvselect/zmqin"
 )
@@ -81,6 +82,7 @@ var meshDescs = []perf.Desc{
 	{Name: "kvselect_replica_events_published_total", Kind: perf.Counter, Help: "Lifecycle events (admission, prefill complete, free) published to replica peers."},
 	{Name: "kvselect_replica_events_not_sent_total", Kind: perf.Counter, Help: "Lifecycle events not sent to peers, by reason: outbound_full (the publisher's queue) or subscriber_queue_full (one peer's queue)."},
 	{Name: "kvselect_replica_snapshot_events_sent_total", Kind: perf.Counter, Help: "Booking events sent in catch-up snapshots to joining peers."},
+	{Name: "kvselect_replica_snapshot_requests_total", Kind: perf.Counter, Help: "Catch-up snapshots asked again of a peer once workers this process lacked were registered."},
 	{Name: "kvselect_replica_messages_received_total", Kind: perf.Counter, Help: "Messages received from replica peers."},
 	{Name: "kvselect_replica_messages_dropped_total", Kind: perf.Counter, Help: "Messages from replica peers dropped before applying, by reason."},
 	{Name: "kvselect_replica_apply_batches_total", Kind: perf.Counter, Help: "Batches of peer events applied."},
@@ -102,6 +104,7 @@ func writeMeshMetrics(w io.Writer, st zmqin.MeshStats) {
 	perf.WriteCounter(w, `kvselect_replica_events_not_sent_total{reason="outbound_full"}`, st.OutboundDropped)
 	perf.WriteCounter(w, `kvselect_replica_events_not_sent_total{reason="subscriber_queue_full"}`, st.PeerQueueDropped)
 	perf.WriteCounter(w, "kvselect_replica_snapshot_events_sent_total", st.SnapshotEvents)
+	perf.WriteCounter(w, "kvselect_replica_snapshot_requests_total", st.SnapshotRequests)
 	perf.WriteCounter(w, "kvselect_replica_messages_received_total", st.Received)
 	for d, n := range st.Dropped {
 		perf.WriteCounter(w, perf.Label("kvselect_replica_messages_dropped_total", "reason", zmqin.MeshDrop(d).String()), n)
@@ -167,4 +170,20 @@ func b2u(b bool) uint64 {
 		return 1
 	}
 	return 0
+}
+
+// writeRemoteIndexMetrics exports the remote primary index's calls by
+// outcome.
+// remoteIndexDescs describe the family writeRemoteIndexMetrics writes.
+var remoteIndexDescs = []perf.Desc{
+	{Name: "kvselect_remote_index_calls_total", Kind: perf.Counter, Help: "Queries of the standalone indexer (--remote-indexer-url), by outcome: ok, refused, deadline, status (an error status), decode (an undecodable body)."},
+}
+
+func writeRemoteIndexMetrics(w io.Writer, st httpapi.RemoteIndexStats) {
+	for _, c := range []struct {
+		outcome string
+		n       uint64
+	}{{"ok", st.OK}, {"refused", st.Refused}, {"deadline", st.Deadline}, {"status", st.Status}, {"decode", st.Decode}} {
+		perf.WriteCounter(w, perf.Label("kvselect_remote_index_calls_total", "outcome", c.outcome), c.n)
+	}
 }

@@ -55,19 +55,38 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	for _, s := range opts.inactive {
 		log.Warn("accepted but not yet active", "setting", s)
 	}
+	for _, s := range opts.warnings {
+		log.Warn(s)
+	}
 	opts.http.Logger = logs.logger("kvselect::httpapi")
 	// 2. Construct: the KV-event ingress, the service, the HTTP front end.
 	var ingress core.Ingress = core.NopIngress{}
 	var zing *zmqin.Ingress
-	if opts.core.UseKVEvents {
+	var remote *httpapi.RemoteIndex
+	switch {
+	case opts.remote.URL != "":
+		// The standalone indexer listens to the workers; this process
+		// listens to nothing.
+		remote, err = httpapi.NewRemoteIndex(opts.remote)
+		if err != nil {
+			log.Error("serve: --remote-indexer-url", "err", err)
+			return 2
+		}
+		defer remote.Close()
+		log.Info("primary index: the standalone indexer; no KV-event listeners", "url", opts.remote.URL, "timeout", opts.remote.Timeout.String(), "max_conns", opts.remote.MaxConns)
+	case opts.core.UseKVEvents:
 		zing, err = zmqin.New(zmqin.Config{Logger: logs.logger("kvselect::zmqin")})
 		if err != nil {
 			log.Error("serve: KV-event ingress", "err", err)
 			return 2
 		}
 		ingress = zing
-	} else {
-		log.Warn("DYN_USE_KV_EVENTS=false: approximate mode is not built yet; workers need no kv_events endpoint and the index stays empty")
+	default:
+		log.Info("KV events off: approximate index (bookings predict each worker's cache); workers need no kv_events endpoint", "ttl", opts.core.ApproxTTL.String())
+	}
+	var primary core.PrimaryIndex
+	if remote != nil {
+		primary = remote
 	}
 	var mesh *zmqin.Mesh
 	var replica core.ReplicaSink = core.NopReplicaSink{}
@@ -88,7 +107,7 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 			_ = mesh.Close()
 		}
 	}
-	svc, err := core.New(opts.core, core.Options{Ingress: ingress, Replica: replica})
+	svc, err := core.New(opts.core, core.Options{Ingress: ingress, Replica: replica, Primary: primary})
 	if err != nil {
 		log.Error("serve: invalid configuration", "err", err)
 		closeMesh()
@@ -110,6 +129,10 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	if zing != nil {
 		srv.Registry().Describe(ingressDescs...)
 		srv.Registry().OnScrape(func(w io.Writer) { writeIngressMetrics(w, zing.Stats()) })
+	}
+	if remote != nil {
+		srv.Registry().Describe(remoteIndexDescs...)
+		srv.Registry().OnScrape(func(w io.Writer) { writeRemoteIndexMetrics(w, remote.Stats()) })
 	}
 	if len(opts.indexerPeers) > 0 {
 		if !recoverIndex(ctx, svc, opts.indexerPeers, logs.logger("kvselect::recovery")) {
@@ -280,8 +303,8 @@ func startAttrs(o *serveOptions, b buildInfo) []any {
 	if len(c.KVEndpointNetworks) > 0 {
 		attrs = append(attrs, "kv_endpoint_networks", c.KVEndpointNetworks)
 	}
-	if o.remoteIndexer != "" {
-		attrs = append(attrs, "remote_indexer_url", o.remoteIndexer)
+	if o.remote.URL != "" {
+		attrs = append(attrs, "remote_indexer_url", o.remote.URL, "remote_indexer_timeout", o.remote.Timeout.String(), "remote_indexer_max_conns", o.remote.MaxConns)
 	}
 	return attrs
 }
@@ -358,16 +381,26 @@ func recoverIndex(ctx context.Context, svc *core.Service, peers []string, log *s
 	return true
 }
 
-// sweep calls svc.Sweep every interval until ctx ends.
+// sweep calls svc.Sweep every interval, and svc.ExpireIndex every
+// core.ApproxExpiryInterval when the service has expiring index entries,
+// until ctx ends.
 func sweep(ctx context.Context, svc *core.Service, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var expire <-chan time.Time
+	if svc.ExpiresIndex() {
+		et := time.NewTicker(core.ApproxExpiryInterval)
+		defer et.Stop()
+		expire = et.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
 			svc.Sweep(now)
+		case now := <-expire:
+			svc.ExpireIndex(now)
 		}
 	}
 }

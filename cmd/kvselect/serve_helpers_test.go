@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -22,26 +21,36 @@ type running struct {
 // (--pprof=true --debug-addr 127.0.0.1:0).
 func startServe(t *testing.T, args []string, env map[string]string) *running {
 	t.Helper()
+	return startRun(t, serve, args, env)
+}
+
+// startIndexerRun is startServe for `kvselect indexer`.
+func startIndexerRun(t *testing.T, args []string, env map[string]string) *running {
+	t.Helper()
+	return startRun(t, runIndexer, args, env)
+}
+
+func startRun(t *testing.T, run func(context.Context, []string, func(string) (string, bool), io.Writer, chan<- bound) int, args []string, env map[string]string) *running {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan bound, 1)
 	logs := &syncBuf{}
 	done := make(chan int, 1)
 	go func() {
-		done <- serve(ctx, append([]string{"--host", "127.0.0.1", "--port", "0", "--pprof=false"}, args...), envOf(env), logs, ready)
+		done <- run(ctx, append([]string{"--host", "127.0.0.1", "--port", "0", "--pprof=false"}, args...), envOf(env), logs, ready)
 	}()
 	r := &running{t: t, logs: logs}
 	select {
 	case b := <-ready:
-		addr := b.http
-		r.base = "http://" + addr
+		r.base, r.debug = "http://"+b.http, b.debug
 	case code := <-done:
 		cancel()
-		t.Fatalf("serve exited %d: %s", code, logs.String())
+		t.Fatalf("exited %d: %s", code, logs.String())
 	}
 	t.Cleanup(func() {
 		cancel()
 		if code := <-done; code != 0 {
-			t.Errorf("serve exited %d: %s", code, logs.String())
+			t.Errorf("exited %d: %s", code, logs.String())
 		}
 	})
 	return r
@@ -65,17 +74,4 @@ func (r *running) do(method, path, body string) (int, string) {
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
 	return res.StatusCode, string(b)
-}
-
-// freePort returns a loopback TCP port that was free a moment ago (for
-// flags that take a port, not an address, such as --replica-sync-port).
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return port
 }

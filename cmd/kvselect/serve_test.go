@@ -88,14 +88,12 @@ func TestParseServeErrors(t *testing.T) {
 }
 
 func TestParseServeLaterFeaturesReported(t *testing.T) {
-	o, err := parseServe([]string{
-		"--session-affinity-ttl-secs", "60", "--router-tracking-hash", "keyed-xxh3-v1"},
-		envOf(map[string]string{"DYN_ROUTER_PREDICTED_TTL_SECS": "5"}), io.Discard)
+	o, err := parseServe([]string{"--session-affinity-ttl-secs", "60"}, envOf(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Join(o.inactive, "\n")
-	for _, want := range []string{"--session-affinity-ttl-secs", "keyed-xxh3-v1", "DYN_ROUTER_PREDICTED_TTL_SECS"} {
+	for _, want := range []string{"--session-affinity-ttl-secs"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("%q not reported as inactive in\n%s", want, got)
 		}

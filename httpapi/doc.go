@@ -3,7 +3,9 @@
 // lib/kv-router/src/services/selection/server.rs), JSON decoding and
 // encoding, the one table from core's error classes to status codes
 // (classStatus),
-// /metrics. Profiling is not served here: perf.DebugServer serves
+// /metrics and GET /openapi.json (openapi.json, the OpenAPI 3.1
+// description of every route, field, status and error body, kept in step
+// by TestOpenAPIDescribesResponses). Profiling is not served here: perf.DebugServer serves
 // /debug/pprof on a listener of its own. The same server machinery serves
 // a second route table: NewIndexer, the standalone indexer's routes over a
 // core.Indexer (indexer.go). Client side: Recover (a peer's /dump, for

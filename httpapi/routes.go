@@ -35,6 +35,7 @@ const (
 	rDisaggDelete
 	rDisaggGet
 	rMetrics
+	rOpenAPI
 	rUnmatched
 	rDraining
 	rUnauthorized
@@ -48,7 +49,7 @@ var routeNames = [numRoutes]string{
 	"DELETE /reservations/{selection_id}", "GET /loads", "POST /potential_loads", "POST /overlap_scores",
 	"GET /dump", "POST /replica_sync/register_peer", "POST /replica_sync/deregister_peer",
 	"GET /replica_sync/peers", "POST /disagg/plan", "POST /disagg/{selection_id}/prefill_complete",
-	"POST /disagg/{selection_id}/plan_decode", "DELETE /disagg/{selection_id}", "GET /disagg/{selection_id}", "GET /metrics", "unmatched", "shutting down", "unauthorized",
+	"POST /disagg/{selection_id}/plan_decode", "DELETE /disagg/{selection_id}", "GET /disagg/{selection_id}", "GET /metrics", "GET /openapi.json", "unmatched", "shutting down", "unauthorized",
 }
 
 var (
@@ -166,6 +167,12 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx) int {
 			s.handleDisaggPlan(ctx)
 			return rDisaggPlan
 		}
+	case "/openapi.json":
+		if !get {
+			return s.notAllowed(ctx)
+		}
+		s.writeRaw(ctx, 200, openAPI)
+		return rOpenAPI
 	case "/metrics":
 		if !get {
 			return s.notAllowed(ctx)

@@ -64,6 +64,8 @@ var externalOnly = []struct {
 	{"flag", []string{"cmd/kvselect"}},
 	// The Prometheus parser is a test tool: it stays out of the binary.
 	{"github.com/prometheus/", []string{"perf/promcheck"}},
+	// The JSON-schema validator checks the OpenAPI document in tests only.
+	{"github.com/santhosh-tekuri/jsonschema", []string{}},
 }
 
 // TestImportDirection enforces the import rules above on every non-test Go

@@ -1,0 +1,16 @@
+package httpapi
+
+import _ "embed"
+
+// openAPI is the OpenAPI 3.1 description of the selector's routes, served
+// at GET /openapi.json. It is kept by hand; TestOpenAPIDescribesResponses
+// validates real responses of every route against it (and its request
+// schemas against the requests that produced them), so it cannot drift
+// from the server.
+//
+//go:embed openapi.json
+var openAPI []byte
+
+// OpenAPI returns the OpenAPI 3.1 document of the selector's routes. The
+// caller must not modify it.
+func OpenAPI() []byte { return openAPI }

@@ -29,7 +29,9 @@ var allowedInRepo = map[string][]string{
 	"zmqin":        {"core", "radix"},
 	"zmqin/zmqpub": {"zmqin", "core", "radix"},
 	"httpapi":      {"core", "perf"},
-	"perf":         {},
+	// The client is for callers: the standard library only.
+	"httpapi/client": {},
+	"perf":           {},
 	// perf/promcheck reads expositions for tests only (expfmt).
 	"perf/promcheck": {},
 	"bench":          {"radix", "zmqin", "zmqin/zmqpub"},

@@ -61,3 +61,29 @@ func (h *Histogram) Max() time.Duration { return time.Duration(h.h.Max()) * time
 func (h *Histogram) Mean() time.Duration {
 	return time.Duration(h.h.Mean() * float64(time.Microsecond))
 }
+
+// CDFPoint is one step of a latency distribution: Fraction of the samples
+// took at most Ms milliseconds (within the histogram's 1% precision).
+type CDFPoint struct {
+	Ms       float64 `json:"ms"`
+	Fraction float64 `json:"fraction"`
+}
+
+// CDF returns the distribution of the samples, one point per recorded
+// bucket, ascending (nil when empty).
+func (h *Histogram) CDF() []CDFPoint {
+	total := h.h.TotalCount()
+	if total == 0 {
+		return nil
+	}
+	var out []CDFPoint
+	var seen int64
+	for _, b := range h.h.Distribution() {
+		if b.Count == 0 {
+			continue
+		}
+		seen += b.Count
+		out = append(out, CDFPoint{Ms: float64(b.To) / 1000, Fraction: float64(seen) / float64(total)})
+	}
+	return out
+}

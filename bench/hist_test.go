@@ -61,3 +61,33 @@ func TestHistogramClamps(t *testing.T) {
 		t.Fatalf("count %d clamped %d min %v max %v", h.Count(), h.Clamped, h.Quantile(0), h.Max())
 	}
 }
+
+// TestHistogramCDF: the CDF ascends to 1, and its fraction at a sample's
+// value agrees with Quantile.
+func TestHistogramCDF(t *testing.T) {
+	h := NewHistogram()
+	if h.CDF() != nil {
+		t.Fatal("an empty histogram has a CDF")
+	}
+	for i := 1; i <= 1000; i++ {
+		h.Record(time.Duration(i) * time.Microsecond)
+	}
+	cdf := h.CDF()
+	for i := 1; i < len(cdf); i++ {
+		if cdf[i].Ms <= cdf[i-1].Ms || cdf[i].Fraction <= cdf[i-1].Fraction {
+			t.Fatalf("not ascending at %d: %v %v", i, cdf[i-1], cdf[i])
+		}
+	}
+	if last := cdf[len(cdf)-1]; last.Fraction != 1 || math.Abs(last.Ms-1.0) > 0.011 {
+		t.Fatalf("last point %v, want fraction 1 at ~1 ms", last)
+	}
+	p99 := float64(h.Quantile(0.99).Microseconds()) / 1000
+	for _, p := range cdf {
+		if p.Ms >= p99 {
+			if p.Fraction < 0.99 || p.Fraction > 0.995 {
+				t.Fatalf("fraction %v at the p99 %v ms", p.Fraction, p99)
+			}
+			break
+		}
+	}
+}

@@ -43,6 +43,9 @@ type Result struct {
 	ScheduleLagMaxMs float64     `json:"schedule_lag_max_ms,omitempty"`
 	LateOps          int64       `json:"late_ops,omitempty"` // first call sent > 1 ms after its intended time
 	Client           ClientStats `json:"client"`
+	// LatencyCDF is the distribution of every call's latency (what P50ms
+	// and the rest summarize), for plots.
+	LatencyCDF []CDFPoint `json:"latency_cdf,omitempty"`
 }
 
 // ClientStats is how much of the machine the client itself used.
@@ -70,6 +73,7 @@ func (r *Result) setLatency(all, sel *Histogram) {
 	r.SelectP50ms = ms(sel.Quantile(0.50))
 	r.SelectP99ms = ms(sel.Quantile(0.99))
 	r.SelectP999ms = ms(sel.Quantile(0.999))
+	r.LatencyCDF = all.CDF()
 }
 
 // ErrorCount is the number of failed calls.

@@ -220,6 +220,10 @@ func (res *PolicyResult) finish(ttft []float64) {
 			sum += v
 		}
 		res.TTFTMeanms = 1000 * sum / float64(len(ttft))
+		res.TTFTms = make([]float64, len(ttft))
+		for i, v := range ttft {
+			res.TTFTms[i] = 1000 * v
+		}
 	}
 	var maxReq int
 	for _, c := range res.RequestsPerWorker {

@@ -23,6 +23,9 @@ type PolicyResult struct {
 	TTFTp99ms     float64 `json:"ttft_p99_ms"`
 	TTFTMeanms    float64 `json:"ttft_mean_ms"`
 	TTFTMaxms     float64 `json:"ttft_max_ms"`
+	// TTFTms are every request's simulated TTFT, ascending, for plots
+	// (kvselect bench --plot); not in the JSON report.
+	TTFTms []float64 `json:"-"`
 	// RequestsPerWorker and PrefillTokensPerWorker are by worker (id-1).
 	RequestsPerWorker      []int   `json:"requests_per_worker"`
 	PrefillTokensPerWorker []int64 `json:"prefill_tokens_per_worker"`

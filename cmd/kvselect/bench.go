@@ -48,6 +48,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var (
 		mix       = fs.String("mix", cfg.Mix.String(), "calls per operation: select, reserve (select_and_reserve + DELETE) or lifecycle (select_and_reserve, prefill_complete, output_block x N, DELETE)")
 		jsonPath  = fs.String("json", "", "write the report as JSON to this file")
+		plotPath  = fs.String("plot", "", "draw the run into this file, .svg or .html (self-contained): the latency CDF of the selector and the no-op baseline (log latency, p50/p99/p99.9 marked); with --simulate, every policy's TTFT CDF and per-worker load bars")
 		kvEvents  = fs.String("kv-events-endpoints", "", "comma-separated ZMQ endpoints; worker i registers endpoint i mod n as its rank-0 kv_events_endpoints (default: none sent)")
 		noBar     = fs.Bool("no-progress", false, "no progress bar even on a terminal")
 		serveNoop = fs.String("serve-noop", "", "instead of a run, serve the no-op baseline handler on this address until interrupted (to measure the client against a server in another process)")
@@ -94,6 +95,12 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *serveNoop != "" {
 		return serveNoopUntilSignal(ctx, *serveNoop, stderr)
 	}
+	if *plotPath != "" {
+		if err := checkPlotPath(*plotPath); err != nil {
+			fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
+			return 2
+		}
+	}
 	m, err := bench.ParseMix(*mix)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
@@ -128,7 +135,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		cfg.Log = stderr
 		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		return simulateMain(ctx, cfg, simCfg, *jsonPath, stdout, stderr)
+		return simulateMain(ctx, cfg, simCfg, *jsonPath, *plotPath, stdout, stderr)
 	}
 	if len(cfg.KVEventsEndpoints) > 0 || (cfg.Target != "" && !set["engine-blocks"]) {
 		// Engines of the caller's, or a remote selector that may not reach
@@ -163,6 +170,13 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
 		return 2
 	}
+	if *plotPath != "" {
+		if err := plotLoad(*plotPath, rep); err != nil {
+			fmt.Fprintf(stderr, "kvselect bench: --plot: %v\n", err)
+			return 2
+		}
+		fmt.Fprintf(stderr, "kvselect bench: plot written to %s\n", *plotPath)
+	}
 	fmt.Fprintf(stderr, "kvselect bench: done in %.1f s\n", time.Since(start).Seconds())
 	switch {
 	case rep.LeakedReservations < 0:
@@ -191,7 +205,7 @@ const simBlockSize = 64
 // simulateMain is `kvselect bench --simulate`. Exit codes: 0 done, 1 the
 // kvselect policy left reservations, failed calls or unapplied batches, 2
 // the run could not be made.
-func simulateMain(ctx context.Context, cfg bench.Config, simCfg sim.Config, jsonPath string, stdout, stderr io.Writer) int {
+func simulateMain(ctx context.Context, cfg bench.Config, simCfg sim.Config, jsonPath, plotPath string, stdout, stderr io.Writer) int {
 	rep, err := sim.Run(ctx, cfg, simCfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
@@ -200,6 +214,13 @@ func simulateMain(ctx context.Context, cfg bench.Config, simCfg sim.Config, json
 	if err := writeReport(rep, jsonPath, stdout); err != nil {
 		fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
 		return 2
+	}
+	if plotPath != "" {
+		if err := plotSimulation(plotPath, rep); err != nil {
+			fmt.Fprintf(stderr, "kvselect bench: --plot: %v\n", err)
+			return 2
+		}
+		fmt.Fprintf(stderr, "kvselect bench: plot written to %s\n", plotPath)
 	}
 	if k := rep.Policies[sim.PolicyKVSelect]; k != nil && (k.LeakedReservations != 0 || len(k.Errors) > 0 || k.SyncTimeouts > 0) {
 		fmt.Fprintln(stderr, "kvselect bench: FAIL: the kvselect policy leaked reservations, had failed calls or unapplied KV event batches (see the report)")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/xml"
 	"io"
 	"net"
 	"os"
@@ -79,7 +80,11 @@ func TestBenchInProcess(t *testing.T) {
 		return rep, out.String()
 	}
 
-	rep, table := measure()
+	svgPath := filepath.Join(t.TempDir(), "latency.svg")
+	rep, table := measure("--plot", svgPath)
+	if series, texts := svgFile(t, svgPath); strings.Join(series, ",") != "selector,no-op baseline" || !strings.Contains(texts, "p99.9 ") {
+		t.Fatalf("--plot: series %v, texts %s", series, texts)
+	}
 	if rep.PromptForm != "hashes" || rep.Fill == nil || rep.Fill.Prompts != 40 || rep.Fill.Batches == 0 || !(*rep.MeanOverlap > 0) {
 		t.Fatalf("filled, hash bodies: form %q, fill %+v, mean overlap %v blocks", rep.PromptForm, rep.Fill, *rep.MeanOverlap)
 	}
@@ -172,11 +177,27 @@ func TestBenchSimulateEndToEnd(t *testing.T) {
 	// the selector's random tie-breaks seldom matter: the kvselect row was
 	// the same in every run (hit rate 0.246 against round-robin's 0.241); at
 	// time scale 1 it varied from 0.245 to 0.252.
-	args := []string{"--simulate", "--time-scale", "0.5", "--workload", "trace:testdata/mooncake_trace_200.jsonl", "--json", path}
+	plotPath := filepath.Join(t.TempDir(), "sim.html")
+	args := []string{"--simulate", "--time-scale", "0.5", "--workload", "trace:testdata/mooncake_trace_200.jsonl", "--json", path, "--plot", plotPath}
 	if code := benchMain(context.Background(), args, &out, &errw); code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, errw.String(), out.String())
 	}
 	t.Logf("\n%s", out.String())
+	page, err := os.ReadFile(plotPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(strings.ToLower(string(page)), "<script") || strings.Count(string(page), "<svg ") != 3 {
+		t.Fatalf("--plot page: %.300s", page)
+	}
+	first := string(page)[strings.Index(string(page), "<svg "):]
+	first = first[:strings.Index(first, "</svg>")+len("</svg>")]
+	if series, texts := svgSeries(t, []byte(first)); strings.Join(series, ",") != "kvselect,approximate,random,round_robin" || !strings.Contains(texts, "p99 ") {
+		t.Fatalf("--plot TTFT chart: series %v, texts %s", series, texts)
+	}
+	if !strings.Contains(string(page), "requests per worker") || !strings.Contains(string(page), ">w8<") {
+		t.Fatalf("--plot: no per-worker bars")
+	}
 	for _, s := range []string{"kvselect", "approximate", "round_robin", "random", "hit rate", "TTFT p50 ms"} {
 		if !strings.Contains(out.String(), s) {
 			t.Fatalf("table lacks %q:\n%s", s, out.String())
@@ -263,4 +284,49 @@ func TestBenchProfileInProcess(t *testing.T) {
 	if code := benchMain(context.Background(), args, io.Discard, &errw); code != 2 || !strings.Contains(errw.String(), "--pprof") {
 		t.Fatalf("--profile against a target without --pprof: exit %d: %s", code, errw.String())
 	}
+}
+
+// svgFile reads an SVG written by --plot (svgSeries).
+func svgFile(t *testing.T, path string) (series []string, texts string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svgSeries(t, b)
+}
+
+// svgSeries parses an SVG as strict XML, failing the test if it is not
+// well-formed, and returns its polylines' data-series and its texts.
+func svgSeries(t *testing.T, doc []byte) (series []string, texts string) {
+	t.Helper()
+	d := xml.NewDecoder(bytes.NewReader(doc))
+	var b strings.Builder
+	inText := false
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("--plot output is not well-formed XML: %v", err)
+		}
+		switch tk := tok.(type) {
+		case xml.StartElement:
+			inText = tk.Name.Local == "text"
+			for _, a := range tk.Attr {
+				if tk.Name.Local == "polyline" && a.Name.Local == "data-series" {
+					series = append(series, a.Value)
+				}
+			}
+		case xml.CharData:
+			if inText {
+				b.Write(tk)
+				b.WriteByte('|')
+			}
+		case xml.EndElement:
+			inText = false
+		}
+	}
+	return series, b.String()
 }

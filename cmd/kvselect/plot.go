@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/kvselect/kvselect/bench"
+	"github.com/kvselect/kvselect/bench/plot"
+	"github.com/kvselect/kvselect/bench/sim"
+)
+
+// checkPlotPath validates --plot before the run: .svg or .html.
+func checkPlotPath(path string) error {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".svg", ".html", ".htm":
+		return nil
+	}
+	return fmt.Errorf("--plot %s: the file must end in .svg or .html", path)
+}
+
+// writePlot writes charts to path: one SVG, or an HTML page of SVGs.
+func writePlot(path, title string, charts ...plot.Chart) error {
+	var b bytes.Buffer
+	var err error
+	if strings.EqualFold(filepath.Ext(path), ".svg") {
+		err = plot.WriteSVG(&b, charts...)
+	} else {
+		err = plot.WriteHTML(&b, title, charts...)
+	}
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b.Bytes(), 0o644)
+}
+
+// latencySeries turns a bench latency distribution into a plot series
+// with its p50, p99 and p99.9 marked.
+func latencySeries(name string, cdf []bench.CDFPoint) plot.Series {
+	pts := make([]plot.Point, len(cdf))
+	for i, p := range cdf {
+		pts[i] = plot.Point{Value: p.Ms, Fraction: p.Fraction}
+	}
+	return plot.Series{Name: name, Points: pts, Marks: plot.QuantileMarks(pts, 0.5, 0.99, 0.999)}
+}
+
+// plotLoad is --plot for a load run: the latency CDF of the selector and,
+// in the same run, of the no-op baseline, on one chart.
+func plotLoad(path string, rep *bench.Report) error {
+	c := &plot.CDF{Title: fmt.Sprintf("kvselect bench: latency per call, %s mix, %d clients", rep.Mix, rep.Concurrency), XLabel: "latency (ms)", Unit: "ms",
+		Series: []plot.Series{latencySeries("selector", rep.LatencyCDF)}}
+	if rep.Baseline != nil {
+		c.Series = append(c.Series, latencySeries("no-op baseline", rep.Baseline.LatencyCDF))
+	}
+	return writePlot(path, "kvselect bench", c)
+}
+
+// plotSimulation is --plot for --simulate: every policy's TTFT CDF, then
+// the requests and the prefilled tokens per worker, one bar per policy.
+func plotSimulation(path string, rep *sim.Report) error {
+	names := make([]string, 0, len(rep.Policies))
+	for name := range rep.Policies {
+		names = append(names, name)
+	}
+	// kvselect first, then the others by name: the same colors every run.
+	slices.SortFunc(names, func(a, b string) int {
+		switch {
+		case a == sim.PolicyKVSelect:
+			return -1
+		case b == sim.PolicyKVSelect:
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	cdf := &plot.CDF{Title: "kvselect bench --simulate: time to first token per policy", XLabel: "simulated TTFT (ms)", Unit: "ms"}
+	reqs := &plot.Bars{Title: "requests per worker", YLabel: "requests"}
+	prefill := &plot.Bars{Title: "prefilled tokens per worker (not cached)", YLabel: "tokens"}
+	for i := range rep.Workers {
+		cat := "w" + strconv.Itoa(i+1)
+		reqs.Categories = append(reqs.Categories, cat)
+		prefill.Categories = append(prefill.Categories, cat)
+	}
+	for _, name := range names {
+		r := rep.Policies[name]
+		pts := plot.CDFOf(r.TTFTms)
+		cdf.Series = append(cdf.Series, plot.Series{Name: name, Points: pts, Marks: plot.QuantileMarks(pts, 0.5, 0.99)})
+		rs, ps := plot.BarSeries{Name: name}, plot.BarSeries{Name: name}
+		for _, n := range r.RequestsPerWorker {
+			rs.Values = append(rs.Values, float64(n))
+		}
+		for _, n := range r.PrefillTokensPerWorker {
+			ps.Values = append(ps.Values, float64(n))
+		}
+		reqs.Series = append(reqs.Series, rs)
+		prefill.Series = append(prefill.Series, ps)
+	}
+	return writePlot(path, "kvselect bench --simulate", cdf, reqs, prefill)
+}

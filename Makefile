@@ -5,8 +5,12 @@ GO      ?= go
 PKGS    := ./...
 FUZZTIME ?= 30s
 BENCHTIME ?= 1s
+# static: where the binary goes, and the version it reports (--version,
+# kvselect_build_info).
+STATIC_OUT ?= bin/kvselect
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: help run test bench microbench fuzz lint profile
+.PHONY: help run test bench microbench fuzz lint profile static
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -55,3 +59,6 @@ profile: ## short C1024 bench capturing the server's cpu, heap, mutex and block 
 	mkdir -p profiles
 	$(GO) run ./cmd/kvselect bench --duration 10s --warmup 2s --concurrency 1024 --mix lifecycle --workers 8 --profile profiles --no-progress
 	@echo "read them with: go tool pprof -top profiles/cpu.pprof"
+
+static: ## the container image's build step: a static (CGO_ENABLED=0), stripped kvselect at STATIC_OUT
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X main.version=$(VERSION)' -o $(STATIC_OUT) ./cmd/kvselect

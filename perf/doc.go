@@ -12,5 +12,10 @@
 // wherever they were written, under one # HELP and one # TYPE line, so a
 // labelled family filled by several scrape writers is still one family to
 // Prometheus. perf/promcheck checks an exposition the way a strict scraper
-// reads it (tests only).
+// reads it (tests only). grafana/kvselect.json is a dashboard of the
+// families the hosts export (cmd's TestDashboardQueriesExportedMetrics
+// checks it against real scrapes).
+//
+// DebugServer serves the pprof handlers, and nothing else, on a listener
+// of its own: profiling is never on the API's port.
 package perf

@@ -68,6 +68,7 @@ func mocker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	log := newLogs(stderr, parseLogEnv(os.LookupEnv)).logger("kvselect::mocker")
 	enc := zmqin.Encoder{}
 	switch *encoding {
 	case "map":
@@ -75,7 +76,7 @@ func mocker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "array":
 		enc.Encoding = zmqin.EncodingArray
 	default:
-		fmt.Fprintf(stderr, "kvselect mocker: -encoding %q: want map or array\n", *encoding)
+		log.Error("mocker: -encoding: want map or array", "encoding", *encoding)
 		return 2
 	}
 	switch *hashes {
@@ -86,11 +87,11 @@ func mocker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "bytes":
 		enc.Hashes = zmqin.HashBytes
 	default:
-		fmt.Fprintf(stderr, "kvselect mocker: -hashes %q: want unsigned, signed or bytes\n", *hashes)
+		log.Error("mocker: -hashes: want unsigned, signed or bytes", "hashes", *hashes)
 		return 2
 	}
 	if *engines < 1 || *ranks < 1 || *rate < 0 {
-		fmt.Fprintln(stderr, "kvselect mocker: -engines and -ranks must be >= 1, -rate >= 0")
+		log.Error("mocker: -engines and -ranks must be >= 1, -rate >= 0")
 		return 2
 	}
 	ep := func(base, e int) string {
@@ -120,7 +121,7 @@ func mocker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		e, err := bench.NewEngine(cfg)
 		if err != nil {
-			fmt.Fprintf(stderr, "kvselect mocker: engine %d: %v\n", i, err)
+			log.Error("mocker: engine", "engine", i, "err", err)
 			return 1
 		}
 		all = append(all, e)
@@ -136,7 +137,7 @@ func mocker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			w.ReplayEndpoint = e.ReplayEndpoints()[0]
 		}
 		if err := out.Encode(w); err != nil {
-			fmt.Fprintf(stderr, "kvselect mocker: %v\n", err)
+			log.Error("mocker: writing the worker description", "err", err)
 			return 1
 		}
 	}
@@ -149,7 +150,7 @@ func mocker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				BlockSize: *blockSize, Seed: *seed + uint64(i),
 			})
 			if err != nil {
-				fmt.Fprintf(stderr, "kvselect mocker: %v\n", err)
+				log.Error("mocker: workload", "err", err)
 				return 2
 			}
 			wg.Add(1)
@@ -163,8 +164,7 @@ func mocker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	wg.Wait()
 	for i, e := range all {
 		st := e.Stats()
-		fmt.Fprintf(stderr, "kvselect mocker: engine %d: %d prompts, %d hit blocks, %d stored, %d evicted, %d batches\n",
-			i, st.Prompts, st.HitBlocks, st.Stored, st.Evicted, st.Batches)
+		log.Info("mocker: engine done", "engine", i, "prompts", st.Prompts, "hit_blocks", st.HitBlocks, "stored", st.Stored, "evicted", st.Evicted, "batches", st.Batches)
 	}
 	return 0
 }

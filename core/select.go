@@ -228,10 +228,11 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool, le
 	out.DecodeBusy, out.DecodeBusyKnown = sched.DecodeBusy(out.PotentialDecodeBlocks, v.totalKVBlocks, s.cfg.Sched.DecodeBusyThreshold)
 	summarize(&out.Overlap, sc.res.Matches, c.Worker, bs)
 	if req.Advisory && !book {
+		// The worker's booked prefill, without this request's own prompt:
+		// the reference's advisory load is the scheduler's view before
+		// admission (ai-dynamo/dynamo:lib/kv-router/src/scheduling/queue.rs,
+		// select_without_admission), so an idle worker reports 0.
 		ap := c.ActivePrefillTokens
-		if params.TrackPrefillTokens {
-			ap += out.EffectivePrefillTokens
-		}
 		wli := &out.WorkerLoad
 		out.HasWorkerLoad = true
 		wli.ActivePrefillTokens = ap

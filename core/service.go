@@ -18,6 +18,13 @@ type Options struct {
 	Clock func() time.Time
 	// Rand breaks ties and samples the softmax picker.
 	Rand sched.Rand
+	// Affinity receives the session bindings to replicate (nil: none);
+	// WriterID is this replica's id in their versions (the mesh's process
+	// id), and ApplyAffinity drops events that carry it.
+	Affinity AffinitySink
+	WriterID uint64
+	// Logf receives the service's rare warnings (nil: discarded).
+	Logf func(format string, args ...any)
 }
 
 // Service is the selection service. All methods are safe for concurrent
@@ -31,6 +38,16 @@ type Service struct {
 	publishing bool
 	clock      func() time.Time
 	rng        sched.Rand
+	logf       func(format string, args ...any)
+
+	// affinitySink and writerID replicate session bindings (nil: no
+	// replication); affinityStats count every table's outcomes.
+	affinitySink  AffinitySink
+	writerID      uint64
+	affinityStats affinityCounters
+	queueStats    queueCounters
+	// hintWarned makes the no-index kv hint warning once-only.
+	hintWarned sync.Once
 
 	// parts is a copy-on-write map (written under mu, read lock-free).
 	parts atomic.Pointer[map[partKey]*partition]
@@ -97,6 +114,7 @@ type counters struct {
 	planExpired               atomic.Uint64
 	planProbeFailed           atomic.Uint64
 	planFreeFailed            atomic.Uint64
+	hints, hintsNoIndex       atomic.Uint64
 }
 
 // New returns an empty service.
@@ -117,6 +135,10 @@ func New(cfg Config, opts Options) (*Service, error) {
 		ledger:  newLedger(cfg.MaxReservations, cfg.MaxReservationBytes),
 		pending: newPendingCache(cfg.SelectionCacheTTL, cfg.SelectionCacheMaxEntries, cfg.SelectionCacheMaxBytes),
 		plans:   newPlanRegistry(cfg.MaxReservations),
+		logf:    opts.Logf,
+
+		affinitySink: opts.Affinity,
+		writerID:     opts.WriterID,
 
 		disaggPolicy: cfg.Sched.DisaggPolicy(),
 	}
@@ -133,6 +155,9 @@ func New(cfg Config, opts Options) (*Service, error) {
 	}
 	if s.rng == nil {
 		s.rng = sched.RuntimeRand{}
+	}
+	if s.logf == nil {
+		s.logf = func(string, ...any) {}
 	}
 	m := map[partKey]*partition{}
 	s.parts.Store(&m)
@@ -157,6 +182,10 @@ func (s *Service) Sweep(now time.Time) int {
 	n := s.expire(now.UnixNano())
 	s.expirePlans(now.UnixNano())
 	s.pending.sweep(now)
+	// The router queue's periodic recheck (Dynamo's runs every 60 s).
+	for _, p := range *s.parts.Load() {
+		p.kick()
+	}
 	return n
 }
 
@@ -215,6 +244,10 @@ type Stats struct {
 	PlansExpired         uint64
 	PlanProbeFailed      uint64
 	PlanFreeFailed       uint64
+	// Hints counts booking responses that carried a kv_hint;
+	// HintsNoIndex bookings of a hint-capable partition that could not
+	// look for one (no local event-driven index).
+	Hints, HintsNoIndex uint64
 }
 
 // Stats sums the partitions' index stats and the service's counters. It
@@ -250,6 +283,8 @@ func (s *Service) Stats() Stats {
 		PlansExpired:        s.stats.planExpired.Load(),
 		PlanProbeFailed:     s.stats.planProbeFailed.Load(),
 		PlanFreeFailed:      s.stats.planFreeFailed.Load(),
+		Hints:               s.stats.hints.Load(),
+		HintsNoIndex:        s.stats.hintsNoIndex.Load(),
 	}
 	st.Recovery = s.recovery.Load()
 	for d := range st.ReplicaDropped {

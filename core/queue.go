@@ -152,7 +152,8 @@ func (p *partition) kick() {
 // wait parks a selection of class c until it is popped (nil: the caller
 // selects, then must call q.done) or ctx ends (errCancelled). A class at a
 // cap refuses it at once (a *sched.QueueRejection of class ErrOverloaded).
-func (q *routerQueue) wait(ctx context.Context, now func() time.Time, c, workers int, cost sched.QueueCost, jump float64, strict uint32, pin *WorkerKey, w *waiter) error {
+// Close ends every wait (errShuttingDown).
+func (q *routerQueue) wait(ctx context.Context, closing <-chan struct{}, now func() time.Time, c, workers int, cost sched.QueueCost, jump float64, strict uint32, pin *WorkerKey, w *waiter) error {
 	start := now()
 	w.ready = make(chan struct{})
 	w.class = &q.profile.Classes[c]
@@ -175,12 +176,15 @@ func (q *routerQueue) wait(ctx context.Context, now func() time.Time, c, workers
 	// Capacity may have freed between the decision and the enqueue, and
 	// its kick found nothing waiting.
 	q.kick()
+	ended := errCancelled
 	select {
 	case <-w.ready:
 		q.st.dispatched.Add(1)
 		q.st.observeWait(now().Sub(start))
 		return nil
 	case <-ctx.Done():
+	case <-closing:
+		ended = errShuttingDown
 	}
 	q.mu.Lock()
 	removed := q.mu.q.Remove(e)
@@ -193,7 +197,7 @@ func (q *routerQueue) wait(ctx context.Context, now func() time.Time, c, workers
 		// Popped while the caller went away: pass the turn on.
 		q.done()
 	}
-	return errCancelled
+	return ended
 }
 
 // AsQueueRejection returns the queue rejection err carries (a 429's
@@ -244,7 +248,7 @@ func (s *Service) admit(ctx context.Context, p *partition, q *scored, req *Selec
 		return false, nil
 	}
 	start := s.clock()
-	if err := rq.wait(ctx, s.clock, c, len(q.sn.workers), cost, req.PriorityJump, req.StrictPriority, req.PinnedWorker, w); err != nil {
+	if err := rq.wait(ctx, s.closing, s.clock, c, len(q.sn.workers), cost, req.PriorityJump, req.StrictPriority, req.PinnedWorker, w); err != nil {
 		return false, err
 	}
 	sn := p.snap.Load()

@@ -71,6 +71,13 @@ type Service struct {
 	// schedulable counts schedulable workers over all partitions.
 	schedulable atomic.Int64
 	closed      atomic.Bool
+	// closing is closed by Close: selections waiting (in a router queue,
+	// for a session's initialization) end as shutting down.
+	closing   chan struct{}
+	closeOnce sync.Once
+	// mayWait: the configuration lets a selection wait (queueing or
+	// session affinity), so a host should pass a caller context.
+	mayWait bool
 	// recovery is what the host's startup recovery restored (SetRecovery).
 	recovery atomic.Pointer[Recovery]
 	// owner, when set, names the source that owns the catalog: the public
@@ -139,6 +146,8 @@ func New(cfg Config, opts Options) (*Service, error) {
 
 		affinitySink: opts.Affinity,
 		writerID:     opts.WriterID,
+		closing:      make(chan struct{}),
+		mayWait:      cfg.Sched.QueueThreshold != nil || cfg.Sched.Policy != nil || cfg.SessionAffinity.TTL > 0,
 
 		disaggPolicy: cfg.Sched.DisaggPolicy(),
 	}
@@ -170,9 +179,17 @@ func (s *Service) Config() Config { return s.cfg }
 
 // Close marks the service as shutting down: readiness turns false and every
 // selection, booking and registration fails as not ready ("selection
-// service is shutting down"). Lifecycle calls keep working. Close does not
-// close the Ingress (the host owns it).
-func (s *Service) Close() { s.closed.Store(true) }
+// service is shutting down"), waiting selections included. Lifecycle calls
+// keep working. Close does not close the Ingress (the host owns it).
+func (s *Service) Close() {
+	s.closed.Store(true)
+	s.closeOnce.Do(func() { close(s.closing) })
+}
+
+// MayWait reports whether a selection can wait (a router queue, a session
+// being initialized by another booking): a host then passes a context that
+// ends when its caller goes away (SelectContext, SelectAndReserveContext).
+func (s *Service) MayWait() bool { return s.mayWait }
 
 // Sweep runs the periodic maintenance at now: live reservations older than
 // the expiry guard are released (in-flight claims are kept), then

@@ -53,6 +53,8 @@ func (s *Service) holdSession(ctx context.Context, p *partition, id string) (*af
 				continue
 			case <-ctx.Done():
 				return nil, errCancelled
+			case <-s.closing:
+				return nil, errShuttingDown
 			}
 		}
 		if !h.init && !p.snap.Load().schedulable(h.target) {

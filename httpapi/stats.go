@@ -55,6 +55,9 @@ func (s *Server) writeStats(w io.Writer) {
 	for t := range st.IndexBlocks {
 		perf.WriteGauge(w, tierNames[t], float64(st.IndexBlocks[t]))
 	}
+	perf.WriteCounter(w, `kvselect_kv_hints_total`, st.Hints)
+	perf.WriteCounter(w, `kvselect_kv_hints_skipped_no_index_total`, st.HintsNoIndex)
+	s.writeSessionStats(w)
 	perf.WriteCounter(w, `kvselect_kv_events_applied_total`, st.EventsApplied)
 	perf.WriteCounter(w, `kvselect_kv_events_dropped_total`, st.EventsDropped)
 	c := s.conns

@@ -138,6 +138,9 @@ func (m *Mesh) receive(ctx context.Context, ep string, p *meshPeer) {
 			if err == nil && !m.cfg.NoSnapshot {
 				err = zc.Send(append([]byte{1}, snapshotTopicBytes...))
 			}
+			if err == nil && m.aff.Load() != nil {
+				err = zc.Send(append([]byte{1}, affinityTopicBytes...))
+			}
 			if err != nil {
 				_ = zc.Close()
 			}
@@ -188,7 +191,12 @@ func (m *Mesh) handle(frames [][]byte) {
 		m.st.dropped[MeshDropFrames].Add(1)
 		return
 	}
-	if t := string(frames[0]); t != ReplicaTopic && t != SnapshotTopic {
+	switch string(frames[0]) {
+	case ReplicaTopic, SnapshotTopic:
+	case AffinityTopic:
+		m.handleAffinity(frames[1])
+		return
+	default:
 		m.st.dropped[MeshDropTopic].Add(1)
 		return
 	}

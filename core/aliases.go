@@ -22,8 +22,8 @@ type (
 	SessionContext = sched.SessionContext
 	// AgentHeader is one session_context.agent_headers entry.
 	AgentHeader = sched.AgentHeader
-	// QueueRejection is a router queue's refusal at a class cap (a 429's
-	// details).
+	// QueueRejection is a router queue's refusal at a class cap (the
+	// details of an overloaded answer).
 	QueueRejection = sched.QueueRejection
 )
 

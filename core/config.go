@@ -74,7 +74,7 @@ type Config struct {
 	Disagg DisaggConfig
 	// OverlapRefreshAfter: a request that waited in the router queue at
 	// least this long matches its prompt in the index again before it
-	// is scored (DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS); 0 never does.
+	// is scored (the reference's overlap refresh interval); 0 never does.
 	OverlapRefreshAfter time.Duration
 	// SessionAffinity enables one session table per partition (TTL > 0).
 	SessionAffinity AffinityConfig

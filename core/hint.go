@@ -77,7 +77,7 @@ func cmpWorker(a, b WorkerKey) int {
 
 // hintsNeedIndex warns once that kv hints need a local event-driven index:
 // workers advertise hint capability but this service keeps no KV events
-// (DYN_USE_KV_EVENTS=false), so no hint is attached.
+// (Config.UseKVEvents false), so no hint is attached.
 func (s *Service) hintsNeedIndex() {
 	s.stats.hintsNoIndex.Add(1)
 	s.hintWarned.Do(func() {

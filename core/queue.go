@@ -22,7 +22,8 @@ import (
 //     a backlog or every eligible rank is busy (sched.PolicyClass.
 //     ShouldQueue). A pinned request looks at its own rank.
 //  2. Enqueue under the queue's mutex: a class at a cap refuses it (a
-//     *sched.QueueRejection, class ErrOverloaded: 429 with details).
+//     *sched.QueueRejection, class ErrOverloaded, whose host answer
+//     carries its details).
 //  3. Wake-ups: a prefill completion, a release (free, expiry, worker
 //     removal, a peer's free), a catalog change of the partition and the
 //     periodic Sweep call kick: under the mutex, if no popped request is
@@ -41,8 +42,8 @@ import (
 //     request leaves the queue (or, popped meanwhile, hands the dispatch
 //     on) and fails with errCancelled; nothing was booked.
 
-// DefaultOverlapRefreshAfter is DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS's
-// default: a request that waited this long matches its prompt again.
+// DefaultOverlapRefreshAfter is the reference's default overlap refresh
+// interval: a request that waited this long matches its prompt again.
 const DefaultOverlapRefreshAfter = 10 * time.Second
 
 // routerQueue is one partition's queue.
@@ -200,8 +201,8 @@ func (q *routerQueue) wait(ctx context.Context, closing <-chan struct{}, now fun
 	return ended
 }
 
-// AsQueueRejection returns the queue rejection err carries (a 429's
-// details), or nil.
+// AsQueueRejection returns the queue rejection err carries (the details
+// of an overloaded answer), or nil.
 func AsQueueRejection(err error) *QueueRejection {
 	var r *sched.QueueRejection
 	if errors.As(err, &r) {

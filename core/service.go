@@ -183,8 +183,14 @@ func (s *Service) Config() Config { return s.cfg }
 // keep working. Close does not close the Ingress (the host owns it).
 func (s *Service) Close() {
 	s.closed.Store(true)
-	s.closeOnce.Do(func() { close(s.closing) })
+	s.CancelWaits()
 }
+
+// CancelWaits ends every waiting selection (a router queue, a session's
+// initialization) as shutting down, and every later wait at once, without
+// refusing new work: a host calls it when it starts draining, so that
+// waiters do not hold the drain. Close implies it.
+func (s *Service) CancelWaits() { s.closeOnce.Do(func() { close(s.closing) }) }
 
 // MayWait reports whether a selection can wait (a router queue, a session
 // being initialized by another booking): a host then passes a context that

@@ -171,9 +171,9 @@ func (c *PolicyConfig) Profile(model string, threshold *float64, policy QueuePol
 	return SyntheticProfile(threshold, policy)
 }
 
-// PolicyDoc is the router policy config document
-// (DYN_ROUTER_POLICY_CONFIG), as its YAML reads; the host decodes it with
-// unknown keys refused, then Resolve validates it.
+// PolicyDoc is the router policy config document (router_policy_config),
+// as its YAML reads; the host decodes it with unknown keys refused, then
+// Resolve validates it.
 type PolicyDoc struct {
 	PolicyProfileDoc `yaml:",inline"`
 	Models           map[string]PolicyProfileDoc `yaml:"models"`

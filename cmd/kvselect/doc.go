@@ -21,18 +21,25 @@
 // routes' plans) and --workers-file (the catalog's only source: a JSON file
 // of POST /workers bodies, polled every second; workersfile.go). The
 // router configuration comes from the DYN_ROUTER_* variables named by the
-// `env` tags of sched.Config, and DYN_USE_KV_EVENTS. Settings that belong to
-// features not built yet (peer recovery, replica sync, session affinity,
-// keyed tracking hashes, remote indexer, queue policies) are validated and
-// logged as "accepted but not yet active", never silently ignored.
+// `env` tags of sched.Config, and DYN_USE_KV_EVENTS. Session affinity
+// (--session-affinity-ttl-secs, --session-affinity-mode) and the router
+// queue (DYN_ROUTER_QUEUE_THRESHOLD, DYN_ROUTER_QUEUE_POLICY,
+// DYN_ROUTER_POLICY_CONFIG, DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS, and the
+// frontend's --router-queue-threshold, --router-queue-policy,
+// --router-policy-config over them) are live. Settings that belong to
+// features not built yet (keyed tracking hashes, remote indexer, the
+// prefill/decode worker-selection policies, predicted TTL) are validated
+// and logged as "accepted but not yet active", never silently ignored.
 //
 // SIGINT or SIGTERM: the HTTP server drains (httpapi.Server.Shutdown): it
 // stops accepting, requests already in the handler finish against the live
 // service, requests that start later get 503 "selection service is
 // shutting down", every response carries Connection: close, and idle
 // connections are closed once nothing is waiting in them; after 30 s the
-// rest are cut (exit 1). Then the service turns not-ready, the sweep
-// stops, the ingress closes, exit 0.
+// rest are cut (exit 1). Requests waiting in a router queue or on another
+// booking's session end first, as shutting down (core.Service.CancelWaits),
+// so that they do not hold the drain. Then the service turns not-ready,
+// the sweep and the affinity reaper stop, the ingress closes, exit 0.
 //
 // # Goroutine inventory (serve)
 //
@@ -52,6 +59,14 @@
 //   - sweep (one): a 60 s ticker calling core.Service.Sweep (expiry of stale
 //     reservations, reservation-index cleanup, pending-cache TTL); owns
 //     nothing; stopped by cancelling its context after the HTTP drain.
+//   - affinity reaper (one, with --session-affinity-ttl-secs): a ticker of
+//     min(TTL, 30 s) calling core.Service.ReapAffinity (idle bindings past
+//     their TTL); owns nothing; stopped with the sweep.
+//   - waiting selections: a selection parked in a router queue holds its
+//     connection worker (blocked on its own channel, no lock) and one
+//     watcher goroutine parked in the netpoller on its connection (httpapi
+//     clientgone.go), both ended when it is dispatched, its client hangs up
+//     or the service cancels waits.
 //   - --workers-file (two, when given): the poll loop (workersFile.watch),
 //     fed by a 1 s ticker, owns the file's last state and is the only
 //     sender on the source's channel (one snapshot slot, a newer snapshot

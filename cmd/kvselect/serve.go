@@ -71,7 +71,13 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 			_ = mesh.Close()
 		}
 	}
-	svc, err := core.New(opts.core, core.Options{Ingress: ingress, Replica: replica})
+	copts := core.Options{Ingress: ingress, Replica: replica, Logf: logger.Printf}
+	if mesh != nil && opts.core.SessionAffinity.TTL > 0 {
+		// Session bindings replicate on the mesh, versioned with its
+		// process id; peers' bindings are applied once Start runs.
+		copts.Affinity, copts.WriterID = mesh, mesh.ProcessID()
+	}
+	svc, err := core.New(opts.core, copts)
 	if err != nil {
 		logger.Printf("serve: %v", err)
 		closeMesh()
@@ -118,6 +124,9 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	}
 	if mesh != nil {
 		srv.Registry().OnScrape(func(w io.Writer) { writeMeshMetrics(w, mesh.Stats()) })
+		if copts.Affinity != nil {
+			mesh.HandleAffinity(svc)
+		}
 		if err := mesh.Start(svc); err != nil {
 			logger.Printf("serve: replica sync: %v", err)
 			if members != nil {
@@ -156,6 +165,13 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	go func() {
 		defer close(sweepDone)
 		sweep(sweepCtx, svc, core.DefaultSweepInterval)
+	}()
+	reapDone := make(chan struct{})
+	go func() {
+		defer close(reapDone)
+		if d := opts.core.SessionAffinity.ReapInterval(); d > 0 {
+			reapAffinity(sweepCtx, svc, d)
+		}
 	}()
 	var poll *time.Ticker
 	if members != nil {
@@ -198,6 +214,9 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	// ingress, then the demo engines.
 	shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
+	// Requests waiting in a router queue (or on a session another booking
+	// initializes) end now, as shutting down, rather than hold the drain.
+	svc.CancelWaits()
 	if err := srv.Shutdown(shCtx); err != nil {
 		logger.Printf("shutdown: %v", err)
 		code = 1
@@ -215,6 +234,7 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	}
 	stopSweep()
 	<-sweepDone
+	<-reapDone
 	closeMesh()
 	if err := ingress.Close(); err != nil {
 		logger.Printf("ingress: %v", err)
@@ -252,6 +272,20 @@ func recoverIndex(ctx context.Context, svc *core.Service, peers []string, logf f
 	}
 	logf("recovery: %d partitions, %d events from %s", rec.Partitions, rec.Events, rec.Peer)
 	return true
+}
+
+// reapAffinity calls svc.ReapAffinity every interval until ctx ends.
+func reapAffinity(ctx context.Context, svc *core.Service, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			svc.ReapAffinity(now)
+		}
+	}
 }
 
 // sweep calls svc.Sweep every interval until ctx ends.

@@ -11,6 +11,7 @@ require (
 	github.com/valyala/fasthttp v1.78.0
 	github.com/zeebo/xxh3 v1.1.0
 	gopkg.in/yaml.v3 v3.0.1
+	lukechampine.com/blake3 v1.4.1
 )
 
 require (

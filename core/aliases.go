@@ -25,6 +25,12 @@ type (
 	// QueueRejection is a router queue's refusal at a class cap (the
 	// details of an overloaded answer).
 	QueueRejection = sched.QueueRejection
+	// Match is one worker rank's tiered match (IndexerMatch.Matches).
+	Match = radix.Match
+	// MatchResult is what a PrimaryIndex fills.
+	MatchResult = radix.Result
+	// ApproxStats are an approximate index's counters (Stats.Approx).
+	ApproxStats = radix.ApproxStats
 )
 
 // NumTiers is the length of Stats.IndexBlocks.

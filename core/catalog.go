@@ -242,7 +242,7 @@ func (s *Service) reconcileLocked(id uint64, f *WorkerFields, p *partition, movi
 	if s.cfg.queueing(p.model) && f.MaxNumBatchedTokens == nil {
 		reasons = append(reasons, "max_num_batched_tokens is required while queueing is enabled")
 	}
-	if s.cfg.UseKVEvents && size > 0 {
+	if s.listening && size > 0 {
 		for _, rs := range f.rankSources() {
 			if rs.Endpoint == "" {
 				reasons = append(reasons, fmt.Sprintf("kv_events endpoint is required for dp_rank %d", rs.DPRank))
@@ -268,7 +268,7 @@ func (s *Service) reconcileLocked(id uint64, f *WorkerFields, p *partition, movi
 	if others > 0 && p.isEagle != eagle {
 		return []string{fmt.Sprintf("reconciliation failed: is_eagle mismatch for model=%s routing_group=%s: existing=%t requested=%t", p.model, p.group, p.isEagle, eagle)}
 	}
-	if s.cfg.UseKVEvents {
+	if s.listening {
 		for _, rs := range f.rankSources() {
 			if _, err := checkDialable(rs.Endpoint); err != nil {
 				return []string{fmt.Sprintf("reconciliation failed: invalid kv_events endpoint for worker %d dp_rank %d: invalid ZMQ endpoint `%s`: %v", id, rs.DPRank, rs.Endpoint, err)}

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/kvselect/kvselect/radix"
 	"github.com/kvselect/kvselect/sched"
 )
 
@@ -42,8 +43,20 @@ type Config struct {
 	Sched sched.Config
 	// UseKVEvents: the service listens to workers' KV
 	// events, so every rank of a worker needs a kv_events endpoint to be
-	// schedulable.
+	// schedulable. Without them the primary index is approximate: booked
+	// decisions populate it and expire after ApproxTTL (index.go).
 	UseKVEvents bool
+	// ApproxTTL is router_ttl_secs: how long a recorded block of the
+	// approximate primary stays after its last booking. >= 0.
+	ApproxTTL time.Duration
+	// PredictedTTL, when > 0, is router_predicted_ttl_secs: booked
+	// decisions also populate a side index with this TTL beside the
+	// event-driven primary. Requires UseKVEvents.
+	PredictedTTL time.Duration
+	// ApproxMaxBlocks caps the recorded (worker rank, block) pairs of each
+	// approximate index (primary or side) of each partition; 0 picks
+	// radix.DefaultApproxMaxBlocks.
+	ApproxMaxBlocks int
 	// SelectionCacheTTL, SelectionCacheMaxEntries and SelectionCacheMaxBytes
 	// bound the pending-selection cache. All > 0.
 	SelectionCacheTTL        time.Duration
@@ -65,6 +78,8 @@ type Config struct {
 	// schedulable workers, with UseKVEvents): a registration past it is a
 	// conflict and changes nothing. > 0.
 	MaxListeners int
+	// Tracking selects public or keyed tracking hashes (tracking.go).
+	Tracking TrackingHash
 	// IndexShards is radix.Config.Shards of every partition's index; 0 picks
 	// radix.DefaultShards.
 	IndexShards int
@@ -88,6 +103,7 @@ func DefaultConfig() Config {
 	return Config{
 		Sched:                    sched.DefaultConfig(),
 		UseKVEvents:              true,
+		ApproxTTL:                radix.DefaultApproxTTL,
 		SelectionCacheTTL:        DefaultSelectionCacheTTL,
 		SelectionCacheMaxEntries: DefaultSelectionCacheMaxEntries,
 		SelectionCacheMaxBytes:   DefaultSelectionCacheMaxBytes,
@@ -126,6 +142,18 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxAffinityEntries < 0 || c.MaxAffinityEntries > MaxSessionAffinityEntries {
 		return fmt.Errorf("%w: affinity entries %d outside [0, %d]", ErrConfig, c.MaxAffinityEntries, MaxSessionAffinityEntries)
+	}
+	if err := c.Tracking.Validate(); err != nil {
+		return err
+	}
+	if c.PredictedTTL < 0 {
+		return fmt.Errorf("%w: router_predicted_ttl_secs must be > 0, got %v", ErrConfig, c.PredictedTTL)
+	}
+	if c.PredictedTTL > 0 && !c.UseKVEvents {
+		return fmt.Errorf("%w: router_predicted_ttl_secs requires use_kv_events=true; do not combine a primary approximate indexer with a side approximate indexer", ErrConfig)
+	}
+	if err := (radix.ApproxConfig{TTL: c.ApproxTTL, MaxBlocks: c.ApproxMaxBlocks, Shards: c.IndexShards}).Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	return c.Disagg.validate()
 }

@@ -10,8 +10,10 @@
 // # The host's contract
 //
 //  1. Build a Config (DefaultConfig, then change fields) and call
-//     New(cfg, Options{Ingress, Replica, Clock, Rand}). Zero options pick
-//     NopIngress, NopReplicaSink, time.Now and a runtime RNG.
+//     New(cfg, Options{Ingress, Replica, Clock, Rand, Primary}). Zero
+//     options pick NopIngress, NopReplicaSink, time.Now, a runtime RNG and
+//     each partition's own radix index as the primary index (Primary is a
+//     standalone indexer's client; see index.go for the index shapes).
 //  2. Register workers with UpsertWorker (whole-record upsert; a worker
 //     that cannot be scheduled is recorded as incomplete with its reasons,
 //     which is still a success), PatchWorker and DeleteWorker. The service
@@ -29,8 +31,10 @@
 //     encoded before those buffers are reused.
 //  4. Call Sweep(now) periodically (DefaultSweepInterval): it releases
 //     reservations older than the expiry guard and removes expired pending
-//     selections. The service starts no goroutine and reads time only
-//     through the Clock.
+//     selections. When ExpiresIndex (approximate primary or predicted-TTL
+//     side index), also call ExpireIndex(now) every ApproxExpiryInterval.
+//     The service starts no goroutine and reads time only through the
+//     Clock.
 //  5. At shutdown call Close (readiness turns false, new work fails as not
 //     ready), drain the front end, then close the Ingress (the host owns
 //     it).
@@ -168,8 +172,16 @@
 // A booking response of a partition where some worker has a
 // router_hint_worker_type carries a kv_hint (Selection.KVHint) when a
 // source of the target's type holds a longer prefix (hint.go). The index
-// must be the local event-driven one (Config.UseKVEvents); otherwise the
-// service warns once through Options.Logf.
+// must be the local event-driven one (no approximate primary, no
+// predicted side index, no remote primary); otherwise the service warns
+// once through Options.Logf.
+//
+// # The standalone indexer
+//
+// Indexer (indexer.go) is Dynamo's standalone indexer as a library: a
+// registry of worker ranks over the same Ingress, radix index, hashing and
+// dump format as Service, without catalog, loads or reservations. Its
+// host contract is on the type.
 //
 // # Seams for later issues
 //

@@ -29,7 +29,7 @@ const StateAgentV2 = "state_agent_v2"
 //
 // Prefixes are device-tier depths, the chain the index retains with the
 // owners' external hashes (radix.Tree.PrefixHashes). The caller checked
-// that the partition is hint-capable and the index event-driven.
+// that the partition is hint-capable and retains the chain.
 func (s *Service) attachHint(p *partition, sn *snapshot, ms []radix.Match, local []uint64, target WorkerKey, targetDevice int64, out *Selection) {
 	ti := sn.find(target.WorkerID)
 	if ti < 0 || sn.views[ti].hintType == "" {
@@ -75,9 +75,18 @@ func cmpWorker(a, b WorkerKey) int {
 	return cmp.Or(cmp.Compare(a.WorkerID, b.WorkerID), cmp.Compare(a.DPRank, b.DPRank))
 }
 
+// retainsChain reports whether p's index can give a hint source's chain:
+// a local, event-driven primary with no approximate side index (the
+// reference's supports_kv_transfer_chain_retention).
+func (p *partition) retainsChain() bool {
+	_, local := p.primary.(localIndex)
+	return local && p.approx == nil && p.side == nil
+}
+
 // hintsNeedIndex warns once that kv hints need a local event-driven index:
-// workers advertise hint capability but this service keeps no KV events
-// (Config.UseKVEvents false), so no hint is attached.
+// workers advertise hint capability but this partition's index is
+// approximate, remote or has a predicted side index, so no hint is
+// attached.
 func (s *Service) hintsNeedIndex() {
 	s.stats.hintsNoIndex.Add(1)
 	s.hintWarned.Do(func() {

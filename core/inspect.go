@@ -214,6 +214,17 @@ func (s *Service) Restore(model, group string, blockSize uint32, events []radix.
 	p.blockSize = blockSize
 	p.publishLocked()
 	s.mu.Unlock()
+	if p.approx != nil {
+		// Approximate primary: the restored blocks expire like recorded
+		// ones, counted from now.
+		now, n := s.clock(), 0
+		for i := range events {
+			if p.approx.Restore(&events[i], now) {
+				n++
+			}
+		}
+		return n, nil
+	}
 	before := p.index.Stats().EventsApplied
 	p.index.ApplyBatch(events)
 	return int(p.index.Stats().EventsApplied - before), nil

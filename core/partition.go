@@ -19,8 +19,17 @@ type partKey struct{ model, group string }
 // does).
 type partition struct {
 	model, group string
-	index        *radix.Index
-	sink         *partitionSink
+	// index is the local primary index: event-driven, or approx's index
+	// (written only through approx) when the primary is approximate. With
+	// a remote primary it stays empty.
+	index *radix.Index
+	// approx is the approximate primary (no KV events), else nil; side is
+	// the predicted-TTL side index, else nil (index.go).
+	approx, side *radix.Approx
+	// primary is what selections match against: localIndex{index} or the
+	// service's remote index.
+	primary PrimaryIndex
+	sink    *partitionSink
 	// affinity is the session table (nil: session affinity off), queue
 	// the router queue (nil: the model's profile never queues).
 	// Immutable after creation.
@@ -111,11 +120,8 @@ func (s *Service) partitionLocked(model, group string) *partition {
 	if p, ok := (*s.parts.Load())[k]; ok {
 		return p
 	}
-	ix, err := radix.New(radix.Config{Shards: s.cfg.IndexShards})
-	if err != nil {
-		panic("BUG: radix config validated by Config.Validate: " + err.Error())
-	}
-	p := &partition{model: model, group: group, index: ix, workers: map[uint64]*catalogEntry{}, loads: map[radix.WorkerKey]*sched.WorkerLoad{}}
+	p := &partition{model: model, group: group, workers: map[uint64]*catalogEntry{}, loads: map[radix.WorkerKey]*sched.WorkerLoad{}}
+	s.newIndexes(p)
 	p.sink = &partitionSink{p: p}
 	p.snap.Store(&snapshot{})
 	if prof := s.cfg.profile(model); prof.Queues() {
@@ -200,5 +206,13 @@ type partitionSink struct{ p *partition }
 func (ps *partitionSink) ApplyBatch(evs []radix.Event) { ps.p.index.ApplyBatch(evs) }
 
 func (ps *partitionSink) ClearRank(w radix.WorkerKey) {
-	ps.p.index.Apply(&radix.Event{Worker: w, Kind: radix.Cleared})
+	p := ps.p
+	if p.approx != nil {
+		p.approx.ClearRank(w)
+	} else {
+		p.index.Apply(&radix.Event{Worker: w, Kind: radix.Cleared})
+	}
+	if p.side != nil {
+		p.side.ClearRank(w)
+	}
 }

@@ -20,6 +20,7 @@ type pendingEntry struct {
 	key                  pendingKey
 	worker               WorkerKey
 	seq                  []uint64
+	local                []uint64 // set when the partition records bookings
 	isl                  int64
 	effective            int64
 	expectedOutputTokens *uint32
@@ -101,7 +102,7 @@ func (c *pendingCache) shard(k pendingKey) *pendingShard {
 
 // entrySize is the reference's approximate size of one entry.
 func entrySize(e *pendingEntry) int64 {
-	return int64(8*len(e.seq) + len(e.key.id) + len(e.key.model) + len(e.key.group) + len(e.lora))
+	return int64(8*len(e.seq) + 8*len(e.local) + len(e.key.id) + len(e.key.model) + len(e.key.group) + len(e.lora))
 }
 
 // insert stores e (latest wins), first sweeping its shard's expired

@@ -262,8 +262,11 @@ func (s *Service) admit(ctx context.Context, p *partition, q *scored, req *Selec
 		return true, fromSched(err)
 	}
 	if d := s.cfg.OverlapRefreshAfter; d > 0 && s.clock().Sub(start) >= d {
-		p.index.Match(q.local, &sc.res)
-		rq.st.refreshed.Add(1)
+		// A failed refresh keeps the enqueue-time overlap, as the
+		// reference's (non-fatal).
+		if err := s.match(p, q.local, sc); err == nil {
+			rq.st.refreshed.Add(1)
+		}
 	}
 	fillOverlap(cands, sc.res.Matches)
 	for i := range cands {

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,7 +15,8 @@ import (
 
 // queueEnv is a service whose default partition queues: one worker of
 // block size 4 and max_num_batched_tokens 100, router_queue_threshold 0
-// (any booked prefill makes it busy), on a fake clock.
+// (any booked prefill makes it busy), on a fake clock. Its index is the
+// event-driven one (fed by the tests only), so bookings predict nothing.
 type queueEnv struct {
 	t   *testing.T
 	s   *Service
@@ -25,7 +27,6 @@ type queueEnv struct {
 
 func newQueueEnv(t *testing.T, edit func(*Config)) *queueEnv {
 	cfg := DefaultConfig()
-	cfg.UseKVEvents = false
 	zero := 0.0
 	cfg.Sched.QueueThreshold = &zero
 	if edit != nil {
@@ -43,8 +44,8 @@ func newQueueEnv(t *testing.T, edit func(*Config)) *queueEnv {
 }
 
 func (e *queueEnv) worker(id uint64) {
-	ep, bs, mb := "http://w", uint32(4), uint64(100)
-	r, err := e.s.UpsertWorker(&WorkerSpec{WorkerID: id, WorkerFields: WorkerFields{Endpoint: &ep, BlockSize: &bs, MaxNumBatchedTokens: &mb}})
+	ep, bs, mb, kv := "http://w", uint32(4), uint64(100), fmt.Sprintf("tcp://127.0.0.1:%d", 5000+id)
+	r, err := e.s.UpsertWorker(&WorkerSpec{WorkerID: id, WorkerFields: WorkerFields{Endpoint: &ep, BlockSize: &bs, MaxNumBatchedTokens: &mb, KVEventsEndpoint: &kv}})
 	if err != nil || r.Lifecycle != Schedulable {
 		e.t.Fatalf("worker %d: %v %v", id, err, r.NotSchedulableReasons)
 	}

@@ -40,6 +40,11 @@ type ReplicaEvent struct {
 	// EffectivePrefillTokens is the prefill_load_hint's
 	// initial_effective_prefill_tokens.
 	EffectivePrefillTokens int64
+
+	// Dropped and Drop are ApplyReplica's outcome for this event: whether
+	// it was skipped, and why.
+	Dropped bool
+	Drop    ReplicaDrop
 }
 
 // ReplicaSink receives the outbound replica events of every booking path.

@@ -42,8 +42,9 @@ func (d ReplicaDrop) String() string { return replicaDropNames[d] }
 // mirrored reservation (Origin = the sender) on the local worker rank; a
 // completion or free acts on the live reservation of the id in the same
 // partition, whatever its origin. It never creates a partition or a
-// worker, publishes nothing, and counts every skipped event by reason
-// (Stats.ReplicaDropped). The sender's own events must be filtered by the
+// worker, publishes nothing, counts every skipped event by reason
+// (Stats.ReplicaDropped) and records each event's outcome in its Dropped
+// and Drop fields. The sender's own events must be filtered by the
 // caller (it knows its process id).
 //
 // A peer admission of an id already live here in the same partition
@@ -54,13 +55,21 @@ func (s *Service) ApplyReplica(evs []ReplicaEvent) {
 	now := s.clock().UnixNano()
 	for i := range evs {
 		ev := &evs[i]
-		if d, ok := s.applyReplica(ev, now); !ok {
+		d, ok := s.applyReplica(ev, now)
+		ev.Dropped, ev.Drop = !ok, d
+		if !ok {
 			s.stats.replicaDropped[d].Add(1)
 		} else {
 			s.stats.replicaApplied.Add(1)
 		}
 	}
 }
+
+// CatalogVersion changes whenever a partition's schedulable workers change
+// (it counts snapshot publications). A replica mesh uses it to ask peers
+// again for the bookings it could not apply before its workers were
+// registered.
+func (s *Service) CatalogVersion() uint64 { return s.stats.publishes.Load() }
 
 func (s *Service) applyReplica(ev *ReplicaEvent, now int64) (ReplicaDrop, bool) {
 	p := s.lookup(ev.ModelName, ev.RoutingGroup)

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/kvselect/kvselect/radix"
 	"github.com/kvselect/kvselect/sched"
@@ -14,11 +15,14 @@ import (
 
 // booking is what book needs to claim, book and announce one reservation.
 type booking struct {
-	p           *partition
-	id          string
-	worker      WorkerKey
-	load        *sched.WorkerLoad
-	seq         []uint64
+	p      *partition
+	id     string
+	worker WorkerKey
+	load   *sched.WorkerLoad
+	seq    []uint64
+	// local, when non-empty, is the prompt's local block hashes: recorded
+	// into p's approximate indexes once the booking lands (index.go).
+	local       []uint64
 	effective   int64
 	track       bool
 	reuse       bool
@@ -102,6 +106,9 @@ func (s *Service) book(b *booking) error {
 		return errorf(ErrNotFound, "Worker %s not found", b.worker)
 	}
 	s.stats.bookOK.Add(1)
+	if p := b.p; p.records() {
+		p.record(b.worker, b.local, time.Unix(0, now))
+	}
 	b.rec = r
 	return nil
 }
@@ -210,7 +217,7 @@ func (s *Service) replay(id, model, group string) (Reservation, error) {
 	if wl == nil {
 		return Reservation{}, errorf(ErrNotFound, "schedulable worker %d not found for model=%s routing_group=%s", e.worker.WorkerID, model, group)
 	}
-	b := booking{p: p, id: id, worker: e.worker, load: wl, seq: e.seq, effective: e.effective, track: e.trackPrefill, reuse: e.assumeKVReuse, lora: e.lora, replayed: e}
+	b := booking{p: p, id: id, worker: e.worker, load: wl, seq: e.seq, local: e.local, effective: e.effective, track: e.trackPrefill, reuse: e.assumeKVReuse, lora: e.lora, replayed: e}
 	if e.expectedOutputTokens != nil {
 		b.expected, b.hasExpected = *e.expectedOutputTokens, true
 	}
@@ -255,7 +262,7 @@ func (s *Service) reserveExplicit(req *ReservationRequest, model, group string) 
 	}
 	sc := s.getScratch()
 	defer s.putScratch(sc)
-	local, seq, isl, err := normalize(&req.Prompt, sn, sc, false)
+	local, seq, isl, err := normalize(&req.Prompt, p, sn, sc, false)
 	if err != nil {
 		return Reservation{}, err
 	}
@@ -280,7 +287,9 @@ func (s *Service) reserveExplicit(req *ReservationRequest, model, group string) 
 	} else if len(local) > 0 {
 		// No caller value: the cache credit of the booked rank, from the
 		// index, as a select would compute it.
-		p.index.Match(local, &sc.res)
+		if err := s.match(p, local, sc); err != nil {
+			return Reservation{}, err
+		}
 		c := sched.Candidate{Worker: w}
 		for _, m := range sc.res.Matches {
 			if m.Worker == w {
@@ -290,7 +299,7 @@ func (s *Service) reserveExplicit(req *ReservationRequest, model, group string) 
 		eff = sched.EffectivePrefillTokens(isl, sched.CachedTokens(&params, int64(sn.blockSize), &c))
 	}
 	b := booking{
-		p: p, id: req.SelectionID, worker: w, load: wl, seq: seq, effective: eff, track: track, reuse: params.AssumeKVReuse,
+		p: p, id: req.SelectionID, worker: w, load: wl, seq: seq, local: local, effective: eff, track: track, reuse: params.AssumeKVReuse,
 		lora: req.LoraName, expected: req.ExpectedOutputTokens, hasExpected: req.HasExpectedOutputTokens,
 	}
 	if err := s.book(&b); err != nil {

@@ -62,8 +62,10 @@ func (r *recIngress) Sync(id uint64, bs int, ranks []RankSource, sink EventSink)
 }
 
 func sinkName(s EventSink) string {
-	ps := s.(*partitionSink)
-	return ps.p.model + ":" + ps.p.group
+	if ps, ok := s.(*partitionSink); ok {
+		return ps.p.model + ":" + ps.p.group
+	}
+	return "indexer"
 }
 
 func (r *recIngress) Detach(id uint64) {
@@ -232,6 +234,18 @@ func applyConfig(t *testing.T, cfg *Config, args string) {
 			cfg.MaxReservationBytes = int64(n)
 		case "max_listeners":
 			cfg.MaxListeners, _ = strconv.Atoi(v)
+		case "approx_ttl", "predicted_ttl":
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k == "approx_ttl" {
+				cfg.ApproxTTL = d
+			} else {
+				cfg.PredictedTTL = d
+			}
+		case "approx_max":
+			cfg.ApproxMaxBlocks, _ = strconv.Atoi(v)
 		case "networks":
 			cfg.KVEndpointNetworks = []netip.Prefix{}
 			for _, n := range strings.Split(v, ",") {
@@ -520,6 +534,14 @@ func (e *env) run(line string) string {
 		return "now +" + rest
 	case "sweep":
 		return fmt.Sprintf("expired %d", s.Sweep(e.now))
+	case "expire_index":
+		return fmt.Sprintf("expired %d blocks", s.ExpireIndex(e.now))
+	case "index":
+		st := s.Stats()
+		f := func(a radix.ApproxStats) string {
+			return fmt.Sprintf("blocks=%d/%d recorded=%d expired=%d pruned=%d", a.Blocks, a.MaxBlocks, a.Recorded, a.Expired, a.Pruned)
+		}
+		return fmt.Sprintf("device=%d approx{%s} predicted{%s}", st.IndexBlocks[radix.TierDevice], f(st.Approx), f(st.Predicted))
 	case "stats":
 		st := s.Stats()
 		// active is what the workers' load counters hold: it must agree

@@ -14,10 +14,15 @@ import (
 type scratch struct {
 	local, seq []uint64
 	res        radix.Result
+	side       radix.Result // the side index's matches, merged into res
 	cands      []sched.Candidate
 	costs      []float64
 	loads      []sched.PotentialLoad
 	mmBuf      []byte
+	// kh derives keyed tracking seeds (nil without keyed tracking);
+	// track holds keyed tracking hashes.
+	kh    *keyedHasher
+	track []uint64
 }
 
 func (s *Service) getScratch() *scratch   { return s.scratch.Get().(*scratch) }
@@ -54,10 +59,11 @@ var (
 // normalize turns a prompt into local block hashes (for the index), tracking
 // hashes and the ISL. With tokens it hashes them with the partition's block
 // size and eagle mode (or the request's is_eagle), LoRA name, cache salt and
-// per-block multimodal hashes; the hash trio is trusted as-is. local and
+// per-block multimodal hashes, and derives the tracking hashes publicly or
+// keyed (tracking.go); the hash trio is trusted as-is. local and
 // seq alias sc or the prompt. needLocal is false for reservations, which
 // need only sequence_hashes and isl_tokens.
-func normalize(pr *Prompt, sn *snapshot, sc *scratch, needLocal bool) (local, seq []uint64, isl int64, err error) {
+func normalize(pr *Prompt, p *partition, sn *snapshot, sc *scratch, needLocal bool) (local, seq []uint64, isl int64, err error) {
 	toks, has, mm := pr.TokenIDs, pr.HasTokenIDs, pr.BlockMMHashes
 	if len(pr.RoutingTokenIDs) > 0 {
 		toks, has, mm = pr.RoutingTokenIDs, true, pr.RoutingBlockMMHashes
@@ -72,6 +78,13 @@ func normalize(pr *Prompt, sn *snapshot, sc *scratch, needLocal bool) (local, se
 		}
 		seed := radix.HashSeed(pr.LoraName, pr.CacheSalt)
 		sc.local = localHashes(sc.local[:0], toks, int(sn.blockSize), seed, eagle, mm, &sc.mmBuf)
+		if sc.kh != nil {
+			// Keyed tracking: the index is still matched with the public
+			// local hashes.
+			ts := trackingScope{model: p.model, group: p.group, blockSize: sn.blockSize, salt: pr.CacheSalt, lora: pr.LoraName, eagle: eagle}
+			sc.track = sc.kh.keyedSequence(sc.track[:0], &ts, toks, mm, &sc.mmBuf)
+			return sc.local, sc.track, int64(len(toks)), nil
+		}
 		sc.seq = radix.SequenceHashes(sc.seq[:0], sc.local)
 		return sc.local, sc.seq, int64(len(toks)), nil
 	}
@@ -129,7 +142,7 @@ func (s *Service) prepare(p *partition, sn *snapshot, pr *Prompt, ov *sched.Over
 	if err != nil {
 		return scored{}, fromSched(err)
 	}
-	local, seq, isl, err := normalize(pr, sn, sc, true)
+	local, seq, isl, err := normalize(pr, p, sn, sc, true)
 	if err != nil {
 		return scored{}, err
 	}
@@ -138,7 +151,9 @@ func (s *Service) prepare(p *partition, sn *snapshot, pr *Prompt, ov *sched.Over
 	if err != nil {
 		return scored{}, fromSched(err)
 	}
-	p.index.Match(local, &sc.res)
+	if err := s.match(p, local, sc); err != nil {
+		return scored{}, err
+	}
 	fillOverlap(cands, sc.res.Matches)
 	for i := range cands {
 		if _, wl := sn.load(cands[i].Worker); wl != nil {
@@ -303,7 +318,7 @@ func (s *Service) selectWorker(ctx context.Context, req *SelectRequest, out *Sel
 	}
 	if !book {
 		if req.HasSelectionID {
-			s.cacheSelection(p, req, c.Worker, seq, isl, out.EffectivePrefillTokens, params, steer, sid)
+			s.cacheSelection(p, req, c.Worker, seq, q.local, isl, out.EffectivePrefillTokens, params, steer, sid)
 		}
 		return nil, nil
 	}
@@ -313,7 +328,7 @@ func (s *Service) selectWorker(ctx context.Context, req *SelectRequest, out *Sel
 	}
 	out.SelectionID, out.HasSelectionID = id, true
 	bk := booking{
-		p: p, id: id, worker: c.Worker, load: wl, seq: seq, effective: out.EffectivePrefillTokens,
+		p: p, id: id, worker: c.Worker, load: wl, seq: seq, local: q.local, effective: out.EffectivePrefillTokens,
 		track: params.TrackPrefillTokens, reuse: params.AssumeKVReuse, lora: req.LoraName,
 		expected: req.ExpectedOutputTokens, hasExpected: req.HasExpectedOutputTokens, lease: lease,
 	}
@@ -329,7 +344,7 @@ func (s *Service) selectWorker(ctx context.Context, req *SelectRequest, out *Sel
 	out.ISLTokens = isl
 	out.TrackPrefillTokens = params.TrackPrefillTokens
 	if sn.hintCapable {
-		if s.cfg.UseKVEvents {
+		if p.retainsChain() {
 			s.attachHint(p, sn, sc.res.Matches, q.local, c.Worker, c.DeviceBlocks, out)
 		} else {
 			s.hintsNeedIndex()
@@ -341,7 +356,7 @@ func (s *Service) selectWorker(ctx context.Context, req *SelectRequest, out *Sel
 // cacheSelection stores a /select's booking inputs for a later replay,
 // with its session id when the session steered the selection (so that
 // the replay binds it).
-func (s *Service) cacheSelection(p *partition, req *SelectRequest, w WorkerKey, seq []uint64, isl, effective int64, params *sched.Params, steer bool, sid string) {
+func (s *Service) cacheSelection(p *partition, req *SelectRequest, w WorkerKey, seq, local []uint64, isl, effective int64, params *sched.Params, steer bool, sid string) {
 	e := &pendingEntry{
 		key:           pendingKey{p.model, p.group, cloneString(req.SelectionID)},
 		worker:        w,
@@ -351,6 +366,11 @@ func (s *Service) cacheSelection(p *partition, req *SelectRequest, w WorkerKey, 
 		trackPrefill:  params.TrackPrefillTokens,
 		assumeKVReuse: params.AssumeKVReuse,
 		lora:          cloneString(req.LoraName),
+	}
+	if p.records() {
+		// A replay records what the select would have: keep the prompt's
+		// local hashes.
+		e.local = slices.Clone(local)
 	}
 	if req.HasExpectedOutputTokens {
 		eo := req.ExpectedOutputTokens

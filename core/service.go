@@ -1,6 +1,8 @@
 package core
 
 import (
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +27,12 @@ type Options struct {
 	WriterID uint64
 	// Logf receives the service's rare warnings (nil: discarded).
 	Logf func(format string, args ...any)
+	// Primary, when set, is the primary index of every partition, served
+	// by another process (a standalone indexer): the service then listens
+	// to no KV events (Ingress is not called; workers need no kv_events
+	// endpoint) and its own primary indexes stay empty, so Dump has no
+	// primary events. Requires Config.UseKVEvents.
+	Primary PrimaryIndex
 }
 
 // Service is the selection service. All methods are safe for concurrent
@@ -36,9 +44,14 @@ type Service struct {
 	replica ReplicaSink
 	// publishing is false when replica is NopReplicaSink.
 	publishing bool
-	clock      func() time.Time
-	rng        sched.Rand
-	logf       func(format string, args ...any)
+	// remote is Options.Primary; listening is UseKVEvents without it: the
+	// service attaches KV-event listeners and requires kv_events
+	// endpoints.
+	remote    PrimaryIndex
+	listening bool
+	clock     func() time.Time
+	rng       sched.Rand
+	logf      func(format string, args ...any)
 
 	// affinitySink and writerID replicate session bindings (nil: no
 	// replication); affinityStats count every table's outcomes.
@@ -129,20 +142,23 @@ func New(cfg Config, opts Options) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if _, err := radix.New(radix.Config{Shards: cfg.IndexShards}); err != nil {
-		return nil, err
+	if opts.Primary != nil && !cfg.UseKVEvents {
+		return nil, fmt.Errorf("%w: a remote indexer requires use_kv_events=true; the standalone indexer does not record routing decisions", ErrConfig)
 	}
+	cfg.Tracking.Key = slices.Clone(cfg.Tracking.Key) // the caller may reuse it
 	s := &Service{
-		cfg:     cfg,
-		ingress: opts.Ingress,
-		replica: opts.Replica,
-		clock:   opts.Clock,
-		rng:     opts.Rand,
-		catalog: map[uint64]*catalogEntry{},
-		ledger:  newLedger(cfg.MaxReservations, cfg.MaxReservationBytes),
-		pending: newPendingCache(cfg.SelectionCacheTTL, cfg.SelectionCacheMaxEntries, cfg.SelectionCacheMaxBytes),
-		plans:   newPlanRegistry(cfg.MaxReservations),
-		logf:    opts.Logf,
+		cfg:       cfg,
+		ingress:   opts.Ingress,
+		replica:   opts.Replica,
+		clock:     opts.Clock,
+		rng:       opts.Rand,
+		remote:    opts.Primary,
+		listening: cfg.UseKVEvents && opts.Primary == nil,
+		catalog:   map[uint64]*catalogEntry{},
+		ledger:    newLedger(cfg.MaxReservations, cfg.MaxReservationBytes),
+		pending:   newPendingCache(cfg.SelectionCacheTTL, cfg.SelectionCacheMaxEntries, cfg.SelectionCacheMaxBytes),
+		plans:     newPlanRegistry(cfg.MaxReservations),
+		logf:      opts.Logf,
 
 		affinitySink: opts.Affinity,
 		writerID:     opts.WriterID,
@@ -170,7 +186,13 @@ func New(cfg Config, opts Options) (*Service, error) {
 	}
 	m := map[partKey]*partition{}
 	s.parts.Store(&m)
-	s.scratch.New = func() any { return new(scratch) }
+	s.scratch.New = func() any {
+		sc := new(scratch)
+		if cfg.Tracking.Keyed {
+			sc.kh = newKeyedHasher(&cfg.Tracking)
+		}
+		return sc
+	}
 	return s, nil
 }
 
@@ -254,6 +276,9 @@ type Stats struct {
 	IndexBlocks                           [radix.NumTiers]int64
 	EventsApplied                         uint64
 	EventsDropped                         uint64
+	// Approx and Predicted sum the approximate primary indexes and the
+	// predicted-TTL side indexes over the partitions (zero when absent).
+	Approx, Predicted radix.ApproxStats
 	// CatalogPublishes counts the partition snapshots published by catalog
 	// changes (one per affected partition for a reconciler's batch).
 	CatalogPublishes uint64
@@ -324,10 +349,29 @@ func (s *Service) Stats() Stats {
 		for t := range is.Blocks {
 			st.IndexBlocks[t] += is.Blocks[t]
 		}
-		st.EventsApplied += is.EventsApplied
-		for _, d := range is.Dropped {
-			st.EventsDropped += d
+		if p.approx == nil {
+			// An approximate primary's events are the service's own
+			// recordings, not KV events.
+			st.EventsApplied += is.EventsApplied
+			for _, d := range is.Dropped {
+				st.EventsDropped += d
+			}
 		}
+		addApprox(&st.Approx, p.approx)
+		addApprox(&st.Predicted, p.side)
 	}
 	return st
+}
+
+func addApprox(sum *radix.ApproxStats, a *radix.Approx) {
+	if a == nil {
+		return
+	}
+	st := a.Stats()
+	sum.Blocks += st.Blocks
+	sum.MaxBlocks += st.MaxBlocks
+	sum.Recorded += st.Recorded
+	sum.Expired += st.Expired
+	sum.Pruned += st.Pruned
+	sum.Prunes += st.Prunes
 }

@@ -3,7 +3,12 @@
 // lib/kv-router/src/services/selection/server.rs), JSON decoding and
 // encoding, the one table from core's error classes to status codes
 // (classStatus),
-// /metrics and /debug/pprof. kvselect adds the /disagg routes over core's
+// /metrics and /debug/pprof. The same server machinery serves a second
+// route table: NewIndexer, the standalone indexer's routes over a
+// core.Indexer (indexer.go). Client side: Recover (a peer's /dump, for
+// startup recovery into a selector or an indexer) and RemoteIndex (a
+// standalone indexer as a selector's core.PrimaryIndex, remote.go).
+// kvselect adds the /disagg routes over core's
 // disaggregated plans (Dynamo's coordinator has no HTTP surface): POST
 // /disagg/plan, POST /disagg/{id}/prefill_complete and /plan_decode, DELETE
 // and GET /disagg/{id}; a plan answers 200 with its view (core's

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"bytes"
 	"context"
-	"strconv"
 
 	"github.com/kvselect/kvselect/core"
 	"github.com/valyala/fasthttp"
@@ -238,34 +237,9 @@ func (s *Server) handlePeer(ctx *fasthttp.RequestCtx, register bool) {
 	s.writeRaw(ctx, status, statusOK)
 }
 
-// handleDump writes {"<model>:<group>": {"block_size": N, "events": [...],
-// "model_name": m, "routing_group": g}}. The last two are kvselect's: the
-// reference's readers ignore unknown fields, and with them a model name
-// containing ':' is recovered whole.
+// handleDump writes the dump of every partition (appendDump).
 func (s *Server) handleDump(ctx *fasthttp.RequestCtx) {
-	dst := []byte{'{'}
-	for i, d := range s.svc.Dump() {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = appendString(dst, d.Key)
-		dst = append(dst, `:{"block_size":`...)
-		dst = strconv.AppendUint(dst, uint64(d.BlockSize), 10)
-		dst = append(dst, `,"events":[`...)
-		for j := range d.Events {
-			if j > 0 {
-				dst = append(dst, ',')
-			}
-			dst = core.AppendEventJSON(dst, &d.Events[j])
-		}
-		dst = append(dst, `],"model_name":`...)
-		dst = appendString(dst, d.ModelName)
-		dst = append(dst, `,"routing_group":`...)
-		dst = appendString(dst, d.RoutingGroup)
-		dst = append(dst, '}')
-	}
-	dst = append(dst, '}')
-	s.writeRaw(ctx, 200, dst)
+	s.writeRaw(ctx, 200, appendDump(nil, s.svc.Dump()))
 }
 
 // handleDisaggPlan serves POST /disagg/plan: decode into a pooled request,

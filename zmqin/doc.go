@@ -160,6 +160,40 @@
 //     Close: the listener's context is cancelled and its connection
 //     closed, which unblocks any read, dial or wait; stop waits for both.
 //
+// # The replica mesh
+//
+// Mesh (replica.go, replica_peers.go, replica_wire.go) makes a selector a
+// member of a Dynamo selector replica mesh:
+//
+//  1. NewMesh(MeshConfig{Bind: "tcp://*:PORT", Peers: ...}) binds the PUB
+//     socket; pass the Mesh as core.Options.Replica, so every admission,
+//     prefill completion and free of the service is published (encoded on
+//     the caller's goroutine, queued without blocking; output blocks never
+//     are).
+//  2. Start(svc) starts applying peers' events (core.Service.ApplyReplica,
+//     in batches of up to 256 events or 1 ms) and dials the initial peers;
+//     Register and Deregister change the peer set at run time (the
+//     /replica_sync/* routes), List reports it.
+//  3. Close at shutdown.
+//
+// The wire format is the reference's (topic dynamo.slot-tracker.v1, the
+// rmp_serde named-map envelope; see replica_wire.go), so kvselect and
+// Dynamo replicas can share a mesh. A received envelope is dropped (and
+// counted by reason) when it is not [topic, payload], on a topic not
+// subscribed to, undecodable, a legacy tenant_id envelope, or this
+// process's own (router_id); core then drops events of unknown partitions,
+// block sizes, workers and requests. kvselect replicas also answer a
+// subscription to SnapshotTopic with their live local bookings, so a
+// replica that restarts starts with its peers' load instead of zero (the
+// reference has no resync); when those bookings name workers it has not
+// registered yet, it asks again once its catalog has changed and settled.
+//
+// Goroutines of a Mesh: its PubSocket's (accept; per subscriber a reader,
+// which also sends snapshots, and a writer); the publisher (outbound
+// queue to the PubSocket); the drainer (inbound queue to the service;
+// snapshot re-requests); per peer, a dial-and-receive loop. Close stops
+// them all.
+//
 // # Transport
 //
 // Conn is one ZMTP 3.0 connection (NULL mechanism) that Dial or Open
@@ -170,7 +204,7 @@
 // ErrTooManyFrames, ErrMessageTooLarge or ErrFrameTooLarge, and the
 // connection must be dropped. The limits are per connection because the
 // protocols differ: a live message has 3 frames, a replay reply 4, a
-// replica-sync envelope would have 2. zmqpub's Publisher uses Conn too.
+// replica-sync envelope 2. zmqpub's Publisher uses Conn too.
 //
 // # Wire format handled
 //
@@ -214,9 +248,13 @@
 //     their memory (Batch documents the lifetime rule).
 //
 // Each Stored block carries the engine's hash (Block.Hash, the identity used
-// by parents and removals) and the local hash of its tokens
-// (radix.BlockHash with radix.HashSeed(lora_name, "")), by which requests
-// are matched.
+// by parents and removals) and the local hash of its tokens, by which
+// requests are matched: radix.BlockHashMM over the block's tokens and the
+// mm hashes of its extra_keys entry, seeded with
+// radix.HashSeed(lora_name, cache salt), where the cache salt is the
+// event's cache_salt or the tagged one in extra_keys (extra.go). A request
+// with the same tokens, block_mm_infos, LoRA name and cache_salt hashes
+// the same.
 //
 // Decode reads untrusted bytes: it never panics, never allocates more than
 // the payload can hold (every declared length is checked against the bytes

@@ -81,8 +81,20 @@ func (c MeshConfig) withDefaults() MeshConfig {
 
 // Applier is what a Mesh feeds: *core.Service.
 type Applier interface {
+	// ApplyReplica applies events in order and records each one's
+	// outcome in its Dropped and Drop fields.
 	ApplyReplica(evs []core.ReplicaEvent)
 	AppendLocalBookings(dst []core.ReplicaEvent) []core.ReplicaEvent
+	// CatalogVersion changes whenever the schedulable workers change.
+	CatalogVersion() uint64
+}
+
+// inEvent is a received event on its way to the drainer: its peer, and
+// whether it came in a snapshot.
+type inEvent struct {
+	ev       core.ReplicaEvent
+	peer     *meshPeer
+	snapshot bool
 }
 
 // Mesh is kvselect's member of a Dynamo selector replica mesh: one PUB
@@ -103,7 +115,7 @@ type Mesh struct {
 	id    uint64
 	pub   *PubSocket
 	out   chan []byte
-	in    chan core.ReplicaEvent
+	in    chan inEvent
 	ctx   context.Context
 	stop  context.CancelFunc
 	wg    sync.WaitGroup
@@ -128,6 +140,11 @@ type meshPeer struct {
 	done   chan struct{}
 	live   atomic.Bool
 	conn   atomic.Pointer[Conn]
+	// short is set when a snapshot event of this peer could not be
+	// applied because its partition or worker was not registered here
+	// yet: the drainer asks the peer again once the catalog changed and
+	// settled (resync). Written by the drainer only.
+	short bool
 }
 
 // MeshDrop is why the mesh skipped a received message.
@@ -150,6 +167,7 @@ func (d MeshDrop) String() string { return meshDropNames[d] }
 
 type meshStats struct {
 	published, outDropped, snapshotEvents atomic.Uint64
+	snapshotRequests                      atomic.Uint64
 	received, batches                     atomic.Uint64
 	dropped                               [NumMeshDrops]atomic.Uint64
 	connects, disconnects, dialErrors     atomic.Uint64
@@ -160,8 +178,11 @@ type MeshStats struct {
 	ProcessID uint64
 	// Published: events queued for the peers; OutboundDropped: dropped at
 	// a full outbound queue; PeerQueueDropped: dropped at a full
-	// subscriber queue; SnapshotEvents: bookings sent to joining peers.
+	// subscriber queue; SnapshotEvents: bookings sent to joining peers;
+	// SnapshotRequests: snapshots asked again of a peer after the catalog
+	// changed (the first one at connect is not counted).
 	Published, OutboundDropped, PeerQueueDropped, SnapshotEvents uint64
+	SnapshotRequests                                             uint64
 	// Received: messages read from peers; Dropped: by MeshDrop; Batches:
 	// apply batches handed to the service.
 	Received uint64
@@ -187,7 +208,7 @@ func NewMesh(cfg MeshConfig) (*Mesh, error) {
 	if cfg.Bind == "" {
 		return nil, errors.New("zmqin: replica mesh needs a bind address")
 	}
-	m := &Mesh{cfg: cfg, id: cfg.ProcessID, out: make(chan []byte, cfg.Outbound), in: make(chan core.ReplicaEvent, cfg.Inbound), affOut: make(chan []byte, cfg.AffinityOutbound)}
+	m := &Mesh{cfg: cfg, id: cfg.ProcessID, out: make(chan []byte, cfg.Outbound), in: make(chan inEvent, cfg.Inbound), affOut: make(chan []byte, cfg.AffinityOutbound)}
 	for m.id == 0 {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
@@ -278,25 +299,45 @@ func (m *Mesh) sendSnapshot(p *PubPeer, topic string) {
 	}
 }
 
-// drain applies the inbound queue in batches until Close.
+// resyncSettle is how long the catalog must stay unchanged before a peer
+// whose snapshot fell short is asked again: registrations come in bursts
+// at start-up, and one snapshot after the burst is enough.
+const resyncSettle = 500 * time.Millisecond
+
+// drain applies the inbound queue in batches until Close, and asks peers
+// whose snapshot fell short for a new one once the catalog has changed
+// and settled (a replica's workers are often registered after it
+// connects, and replicas never create workers).
 func (m *Mesh) drain() {
 	defer m.wg.Done()
 	batch := make([]core.ReplicaEvent, 0, m.cfg.DrainBatch)
+	from := make([]inEvent, 0, m.cfg.DrainBatch)
 	t := time.NewTimer(time.Hour)
 	t.Stop()
+	tick := time.NewTicker(resyncSettle / 2)
+	defer tick.Stop()
+	var short []*meshPeer // peers whose last snapshot fell short
+	version, changed := m.apply.Load().CatalogVersion(), time.Now()
 	for {
 		select {
 		case <-m.ctx.Done():
 			return
-		case ev := <-m.in:
-			batch = append(batch, ev)
+		case <-tick.C:
+			if v := m.apply.Load().CatalogVersion(); v != version {
+				version, changed = v, time.Now()
+			} else if len(short) > 0 && time.Since(changed) >= resyncSettle {
+				short = m.resync(short)
+			}
+			continue
+		case e := <-m.in:
+			from = append(from, e)
 		}
 		t.Reset(m.cfg.DrainWait)
 	fill:
-		for len(batch) < m.cfg.DrainBatch {
+		for len(from) < m.cfg.DrainBatch {
 			select {
-			case ev := <-m.in:
-				batch = append(batch, ev)
+			case e := <-m.in:
+				from = append(from, e)
 			case <-t.C:
 				break fill
 			case <-m.ctx.Done():
@@ -304,11 +345,40 @@ func (m *Mesh) drain() {
 			}
 		}
 		t.Stop()
+		for i := range from {
+			batch = append(batch, from[i].ev)
+		}
 		m.apply.Load().ApplyReplica(batch)
 		m.st.batches.Add(1)
+		for i := range batch {
+			if e := &from[i]; e.snapshot && batch[i].Dropped && !e.peer.short &&
+				(batch[i].Drop == core.DropUnknownPartition || batch[i].Drop == core.DropUnknownWorker) {
+				e.peer.short = true
+				short = append(short, e.peer)
+			}
+		}
 		clear(batch)
-		batch = batch[:0]
+		clear(from)
+		batch, from = batch[:0], from[:0]
 	}
+}
+
+// resync asks each peer again for its snapshot (unsubscribe, subscribe:
+// the peer's PUB answers every subscription with a snapshot), and returns
+// the peers it could not ask (not connected: their next connection
+// subscribes anew anyway, so they are dropped from the list too).
+func (m *Mesh) resync(peers []*meshPeer) []*meshPeer {
+	for _, p := range peers {
+		p.short = false
+		c := p.conn.Load()
+		if c == nil {
+			continue
+		}
+		if c.Send(append([]byte{0}, snapshotTopicBytes...)) == nil && c.Send(append([]byte{1}, snapshotTopicBytes...)) == nil {
+			m.st.snapshotRequests.Add(1)
+		}
+	}
+	return peers[:0]
 }
 
 // Stats returns the mesh's counters and gauges.
@@ -319,6 +389,7 @@ func (m *Mesh) Stats() MeshStats {
 		OutboundDropped:  m.st.outDropped.Load(),
 		PeerQueueDropped: m.pub.Dropped(),
 		SnapshotEvents:   m.st.snapshotEvents.Load(),
+		SnapshotRequests: m.st.snapshotRequests.Load(),
 		Received:         m.st.received.Load(),
 		Batches:          m.st.batches.Load(),
 		Subscribers:      m.pub.Subscribers(),

@@ -169,7 +169,7 @@ func (m *Mesh) receive(ctx context.Context, ep string, p *meshPeer) {
 				break
 			}
 			m.st.received.Add(1)
-			m.handle(frames)
+			m.handle(frames, p)
 		}
 		p.live.Store(false)
 		p.conn.Store(nil)
@@ -185,13 +185,14 @@ func jitter(d time.Duration) time.Duration {
 	return d + time.Duration(binary.LittleEndian.Uint64(b[:])%uint64(d/4+1))
 }
 
-// handle decodes one message and queues its event.
-func (m *Mesh) handle(frames [][]byte) {
+// handle decodes one message of peer p and queues its event.
+func (m *Mesh) handle(frames [][]byte, p *meshPeer) {
 	if len(frames) != 2 {
 		m.st.dropped[MeshDropFrames].Add(1)
 		return
 	}
-	switch string(frames[0]) {
+	topic := string(frames[0])
+	switch topic {
 	case ReplicaTopic, SnapshotTopic:
 	case AffinityTopic:
 		m.handleAffinity(frames[1])
@@ -214,7 +215,7 @@ func (m *Mesh) handle(frames [][]byte) {
 		return
 	}
 	select {
-	case m.in <- ev:
+	case m.in <- inEvent{ev: ev, peer: p, snapshot: topic == SnapshotTopic}:
 	default:
 		m.st.dropped[MeshDropFull].Add(1)
 	}

@@ -1,7 +1,12 @@
 // Package sim measures routing quality: Run (`kvselect bench --simulate`)
 // replays a workload of package bench once per policy of Policies:
 // kvselect (the selector at bench.Config.Target or StartServer chooses),
-// round_robin and random (seeded by bench.Config.Seed), each over fresh
+// approximate (the same selector without KV events, at
+// Config.ApproxTarget or StartApproxServer: its workers register no
+// kv_events endpoint and it predicts the engines' caches from its own
+// bookings; nothing is synchronised, and its overlap mismatches count
+// wrong predictions; skipped when neither is given), round_robin and
+// random (seeded by bench.Config.Seed), each over fresh
 // bench.Engines (bench.Config.Workers engines of one rank, KV pools of
 // Config.CapacityBlocks blocks with LRU eviction), the same requests in the
 // same order. The load harness itself is package bench; this package only
@@ -52,6 +57,12 @@
 // p50/p99/mean, requests per worker (max/mean) and the coefficient of
 // variation of the prefilled tokens per worker, and hit_rate_bound, the hit
 // rate of one engine of unbounded capacity (no policy can beat it).
+// On mooncake_trace_1000.jsonl with the defaults (one run, 2026-12-01):
+// kvselect 0.331, approximate 0.334 (6 of 1,000 predictions wrong: the
+// engines evicted what the selector still predicted), round_robin 0.296,
+// random 0.293: on this trace, whose reuse is short-range, the events add
+// nothing over predicting from bookings; they matter when engines evict
+// more, restart, or are shared with traffic the selector does not route.
 // round_robin and random are deterministic; kvselect is as deterministic as
 // the selector's random tie-breaks: on mooncake_trace_1000.jsonl at time
 // scale 1, where workers are often idle and equal, its hit rate varied from

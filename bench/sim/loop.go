@@ -53,8 +53,8 @@ func simulatePolicy(ctx context.Context, name, base string, load *bench.Config, 
 		rt = &roundRobin{n: load.Workers}
 	case PolicyRandom:
 		rt = &randomPick{n: load.Workers, rng: newSimRand(load.Seed)}
-	case PolicyKVSelect:
-		k, err := newSelectorRouter(ctx, base, load, cfg, engines)
+	case PolicyKVSelect, PolicyApprox:
+		k, err := newSelectorRouter(ctx, base, load, cfg, engines, name == PolicyApprox)
 		if err != nil {
 			return nil, err
 		}

@@ -101,6 +101,14 @@ func (rep *Report) WriteTable(out io.Writer) error {
 		}
 		fmt.Fprintln(out)
 	}
+	if a := rep.Policies[PolicyApprox]; a != nil {
+		fmt.Fprintf(out, "approximate (no KV events): predicted overlap differed from the engine's hit in %d of %d requests, leaked reservations %d",
+			a.OverlapMismatches, a.Requests, a.LeakedReservations)
+		if len(a.Errors) > 0 {
+			fmt.Fprintf(out, ", errors %s", formatCounts(a.Errors))
+		}
+		fmt.Fprintln(out)
+	}
 	for _, w := range rep.Warnings {
 		fmt.Fprintf(out, "warning: %s\n", w)
 	}

@@ -33,6 +33,11 @@ type Config struct {
 	// SyncTimeout bounds the wait for the selector to apply one KV event
 	// batch (see the package doc).
 	SyncTimeout time.Duration
+	// ApproxTarget is the base URL of a selector running without KV events
+	// (approximate mode), for the approximate policy; empty means: start
+	// one with StartApproxServer. With neither, the policy is skipped.
+	ApproxTarget      string
+	StartApproxServer func() (url string, stop func(), err error)
 }
 
 // DefaultConfig returns the simulation defaults, to be used with block
@@ -85,13 +90,16 @@ func (s *Config) Validate() error {
 
 // Policy names, in the report's order.
 const (
-	PolicyKVSelect   = "kvselect"
+	PolicyKVSelect = "kvselect"
+	// PolicyApprox is kvselect without KV events: its selector predicts
+	// the engines' caches from its own bookings (approximate mode).
+	PolicyApprox     = "approximate"
 	PolicyRoundRobin = "round_robin"
 	PolicyRandom     = "random"
 )
 
 // Policies are the policies Run simulates, in order.
-var Policies = []string{PolicyKVSelect, PolicyRoundRobin, PolicyRandom}
+var Policies = []string{PolicyKVSelect, PolicyApprox, PolicyRoundRobin, PolicyRandom}
 
 // Run replays load.Workload through simulated engines once per policy
 // (Policies) and reports each policy's KV hit rate, simulated TTFT and
@@ -136,7 +144,20 @@ func Run(ctx context.Context, load bench.Config, cfg Config) (*Report, error) {
 			return nil, err
 		}
 		t0 := time.Now()
-		res, err := simulatePolicy(ctx, name, base, &load, &cfg, reqs)
+		target := base
+		if name == PolicyApprox {
+			var stopApprox func()
+			target, stopApprox, err = resolveApprox(&cfg, logw)
+			if err != nil {
+				return nil, err
+			}
+			if target == "" {
+				fmt.Fprintf(logw, "policy %s: skipped (no selector without KV events: --approx-target)\n", name)
+				continue
+			}
+			defer stopApprox()
+		}
+		res, err := simulatePolicy(ctx, name, target, &load, &cfg, reqs)
 		if err != nil {
 			return nil, fmt.Errorf("sim: policy %s: %w", name, err)
 		}
@@ -201,4 +222,21 @@ func hitRateBound(reqs []simRequest) float64 {
 		return 0
 	}
 	return float64(hit) / float64(total)
+}
+
+// resolveApprox returns the approximate policy's selector: ApproxTarget, or
+// one started with StartApproxServer; "" when there is neither.
+func resolveApprox(cfg *Config, logw io.Writer) (string, func(), error) {
+	if cfg.ApproxTarget != "" {
+		return cfg.ApproxTarget, func() {}, nil
+	}
+	if cfg.StartApproxServer == nil {
+		return "", func() {}, nil
+	}
+	url, stop, err := cfg.StartApproxServer()
+	if err != nil {
+		return "", nil, fmt.Errorf("sim: starting the in-process selector without KV events: %w", err)
+	}
+	fmt.Fprintf(logw, "in-process selector without KV events at %s\n", url)
+	return url, stop, nil
 }

@@ -79,6 +79,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.Float64Var(&simCfg.DecodeTPS, "decode-tps", simCfg.DecodeTPS, "--simulate: one request's decode speed in tokens/s")
 	fs.Float64Var(&simCfg.TimeScale, "time-scale", simCfg.TimeScale, "--simulate: multiply the trace's timestamps by this (0.5 replays it twice as fast)")
 	fs.DurationVar(&simCfg.SyncTimeout, "sync-timeout", simCfg.SyncTimeout, "--simulate: how long to wait for the selector to apply one KV event batch")
+	fs.StringVar(&simCfg.ApproxTarget, "approx-target", "", "--simulate with --target: base URL of a selector without KV events (DYN_USE_KV_EVENTS=false) for the approximate policy; without --target one runs in this process")
 	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", cfg.ReadyTimeout, "how long to wait for GET /ready after registration")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -116,6 +117,13 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		if cfg.Target == "" {
 			cfg.StartServer = inProcessServer(stderr)
+			if simCfg.ApproxTarget == "" {
+				// The approximate policy: the same selector without KV
+				// events. Its TTL runs in wall time, which a simulation
+				// compresses: with the default 120 s nothing expires during
+				// a run, and only the cap bounds its predictions.
+				simCfg.StartApproxServer = inProcessServer(stderr, "--no-router-kv-events")
+			}
 		}
 		cfg.Log = stderr
 		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)

@@ -42,18 +42,37 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	for _, s := range opts.inactive {
 		logger.Printf("accepted but not yet active: %s", s)
 	}
+	for _, s := range opts.warnings {
+		logger.Printf("warning: %s", s)
+	}
 	// 2. Construct: the KV-event ingress, the service, the HTTP front end.
 	var ingress core.Ingress = core.NopIngress{}
 	var zing *zmqin.Ingress
-	if opts.core.UseKVEvents {
+	var remote *httpapi.RemoteIndex
+	switch {
+	case opts.remote.URL != "":
+		// The standalone indexer listens to the workers; this process
+		// listens to nothing.
+		remote, err = httpapi.NewRemoteIndex(opts.remote)
+		if err != nil {
+			logger.Printf("serve: %v", err)
+			return 2
+		}
+		defer remote.Close()
+		logger.Printf("primary index: the standalone indexer at %s (deadline %v per call, at most %d connections); no KV-event listeners", opts.remote.URL, opts.remote.Timeout, opts.remote.MaxConns)
+	case opts.core.UseKVEvents:
 		zing, err = zmqin.New(zmqin.Config{})
 		if err != nil {
 			logger.Printf("serve: %v", err)
 			return 2
 		}
 		ingress = zing
-	} else {
-		logger.Printf("DYN_USE_KV_EVENTS=false: approximate mode is not built yet; workers need no kv_events endpoint and the index stays empty")
+	default:
+		logger.Printf("KV events off: approximate index (bookings predict each worker's cache for %v); workers need no kv_events endpoint", opts.core.ApproxTTL)
+	}
+	var primary core.PrimaryIndex
+	if remote != nil {
+		primary = remote
 	}
 	var mesh *zmqin.Mesh
 	var replica core.ReplicaSink = core.NopReplicaSink{}
@@ -71,7 +90,7 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 			_ = mesh.Close()
 		}
 	}
-	copts := core.Options{Ingress: ingress, Replica: replica, Logf: logger.Printf}
+	copts := core.Options{Ingress: ingress, Replica: replica, Primary: primary, Logf: logger.Printf}
 	if mesh != nil && opts.core.SessionAffinity.TTL > 0 {
 		// Session bindings replicate on the mesh, versioned with its
 		// process id; peers' bindings are applied once Start runs.
@@ -97,6 +116,9 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	}
 	if zing != nil {
 		srv.Registry().OnScrape(func(w io.Writer) { writeIngressMetrics(w, zing.Stats()) })
+	}
+	if remote != nil {
+		srv.Registry().OnScrape(func(w io.Writer) { writeRemoteIndexMetrics(w, remote.Stats()) })
 	}
 	if opts.http.Pprof {
 		perf.SetContentionProfiling(opts.pprofMutexFraction, opts.pprofBlockRate)
@@ -288,16 +310,26 @@ func reapAffinity(ctx context.Context, svc *core.Service, interval time.Duration
 	}
 }
 
-// sweep calls svc.Sweep every interval until ctx ends.
+// sweep calls svc.Sweep every interval, and svc.ExpireIndex every
+// core.ApproxExpiryInterval when the service has expiring index entries,
+// until ctx ends.
 func sweep(ctx context.Context, svc *core.Service, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var expire <-chan time.Time
+	if svc.ExpiresIndex() {
+		et := time.NewTicker(core.ApproxExpiryInterval)
+		defer et.Stop()
+		expire = et.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
 			svc.Sweep(now)
+		case now := <-expire:
+			svc.ExpireIndex(now)
 		}
 	}
 }

@@ -94,14 +94,12 @@ func TestParseServeErrors(t *testing.T) {
 }
 
 func TestParseServeLaterFeaturesReported(t *testing.T) {
-	o, err := parseServe([]string{
-		"--router-tracking-hash", "keyed-xxh3-v1"},
-		envOf(map[string]string{"DYN_ROUTER_PREDICTED_TTL_SECS": "5"}), io.Discard)
+	o, err := parseServe(nil, envOf(map[string]string{"DYN_ROUTER_PREFILL_POLICY": "x"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Join(o.inactive, "\n")
-	for _, want := range []string{"keyed-xxh3-v1", "DYN_ROUTER_PREDICTED_TTL_SECS"} {
+	for _, want := range []string{"DYN_ROUTER_PREFILL_POLICY"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("%q not reported as inactive in\n%s", want, got)
 		}

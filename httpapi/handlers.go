@@ -54,15 +54,16 @@ func (s *Server) handleSelect(ctx *fasthttp.RequestCtx, book bool) {
 		s.writeErr(ctx, err)
 		return
 	}
-	if v := bytes.TrimSpace(ctx.Request.Header.Peek(policyClassHeader)); len(v) > 0 {
-		r.req.PolicyClass = b2s(v)
-	}
 	var wctx context.Context = context.Background()
 	if s.svc.MayWait() {
-		// The selection may wait: it ends when the client goes away.
+		// The selection may wait: it ends when the client goes away. The
+		// policy class matters only to a queue.
 		r.wctx.reset(ctx.Conn())
 		defer r.wctx.stop()
 		wctx = &r.wctx
+		if v := bytes.TrimSpace(ctx.Request.Header.Peek(policyClassHeader)); len(v) > 0 {
+			r.req.PolicyClass = b2s(v)
+		}
 	}
 	var err error
 	if book {

@@ -171,3 +171,23 @@ func TestMeshReplicatesAffinity(t *testing.T) {
 		t.Fatalf("A's affinity stats: %+v", st)
 	}
 }
+
+// FuzzAffinityEvent: DecodeAffinity reads untrusted peer bytes: it never
+// panics, and what it accepts encodes back to an event it decodes to the
+// same value.
+func FuzzAffinityEvent(f *testing.F) {
+	f.Add(AppendAffinity(nil, &core.AffinityEvent{ModelName: "m", RoutingGroup: "g", SessionID: "s", WorkerID: 1, DPRank: 2, HasDPRank: true, Sequence: 3, WriterID: 4}))
+	f.Add(AppendAffinity(nil, &core.AffinityEvent{SessionID: "x", WorkerID: 1 << 63, Sequence: 1 << 62}))
+	f.Add([]byte{0x97, 0xa1, 'm', 0xa1, 'g', 0xa1, 's', 0x01, 0xc0, 0x05, 0x09})
+	f.Add([]byte{0x81, 0xa7, 'd', 'p', '_', 'r', 'a', 'n', 'k', 0xdd, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var ev core.AffinityEvent
+		if DecodeAffinity(b, &ev) != nil {
+			return
+		}
+		var back core.AffinityEvent
+		if err := DecodeAffinity(AppendAffinity(nil, &ev), &back); err != nil || back != ev {
+			t.Fatalf("re-encoded %+v: %v %+v", ev, err, back)
+		}
+	})
+}

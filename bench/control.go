@@ -22,6 +22,7 @@ type WorkerRequest struct {
 	DPStartRank       int               `json:"data_parallel_start_rank"`
 	DPSize            int               `json:"data_parallel_size"`
 	TotalKVBlocks     int               `json:"total_kv_blocks,omitempty"`
+	MaxBatchedTokens  int               `json:"max_num_batched_tokens,omitempty"`
 	KVEventsEndpoints map[string]string `json:"kv_events_endpoints,omitempty"`
 	ReplayEndpoint    string            `json:"replay_endpoint,omitempty"`
 }
@@ -223,7 +224,7 @@ func register(c *Control, cfg *Config) error {
 			Endpoint:      fmt.Sprintf("http://bench-worker-%d:8000", i+1),
 			BlockSize:     cfg.BlockSize,
 			DPSize:        1,
-			TotalKVBlocks: cfg.TotalKVBlocks,
+			TotalKVBlocks: cfg.TotalKVBlocks, MaxBatchedTokens: cfg.MaxBatchedTokens,
 		}
 		if n := len(cfg.KVEventsEndpoints); n > 0 {
 			w.KVEventsEndpoints = map[string]string{"0": cfg.KVEventsEndpoints[i%n]}

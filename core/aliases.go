@@ -18,6 +18,13 @@ type (
 	PreferredTaint = sched.PreferredTaint
 	// Event is one KV event (a /dump RouterEvent).
 	Event = radix.Event
+	// SessionContext is a request's session_context.
+	SessionContext = sched.SessionContext
+	// AgentHeader is one session_context.agent_headers entry.
+	AgentHeader = sched.AgentHeader
+	// QueueRejection is a router queue's refusal at a class cap (the
+	// details of an overloaded answer).
+	QueueRejection = sched.QueueRejection
 	// Match is one worker rank's tiered match (IndexerMatch.Matches).
 	Match = radix.Match
 	// MatchResult is what a PrimaryIndex fills.

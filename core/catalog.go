@@ -239,7 +239,7 @@ func (s *Service) reconcileLocked(id uint64, f *WorkerFields, p *partition, movi
 		reasons = append(reasons, fmt.Sprintf("data_parallel_start_rank %d + data_parallel_size %d exceeds the u32 rank space", start, size))
 		size = 0
 	}
-	if s.cfg.queueing() && f.MaxNumBatchedTokens == nil {
+	if s.cfg.queueing(p.model) && f.MaxNumBatchedTokens == nil {
 		reasons = append(reasons, "max_num_batched_tokens is required while queueing is enabled")
 	}
 	if s.listening && size > 0 {

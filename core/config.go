@@ -87,6 +87,15 @@ type Config struct {
 	// its defaults). The number of live plans is bounded by
 	// MaxReservations.
 	Disagg DisaggConfig
+	// OverlapRefreshAfter: a request that waited in the router queue at
+	// least this long matches its prompt in the index again before it
+	// is scored (the reference's overlap refresh interval); 0 never does.
+	OverlapRefreshAfter time.Duration
+	// SessionAffinity enables one session table per partition (TTL > 0).
+	SessionAffinity AffinityConfig
+	// MaxAffinityEntries bounds each partition's session table; 0 picks
+	// MaxSessionAffinityEntries (tests lower it).
+	MaxAffinityEntries int
 }
 
 // DefaultConfig returns the reference service's defaults.
@@ -101,6 +110,7 @@ func DefaultConfig() Config {
 		MaxReservations:          DefaultMaxReservations,
 		MaxReservationBytes:      DefaultMaxReservationBytes,
 		MaxListeners:             DefaultMaxListeners,
+		OverlapRefreshAfter:      DefaultOverlapRefreshAfter,
 	}
 }
 
@@ -124,6 +134,15 @@ func (c *Config) Validate() error {
 	if c.IndexShards < 0 || c.IndexShards > 1024 {
 		return fmt.Errorf("%w: index shards %d outside [0, 1024]", ErrConfig, c.IndexShards)
 	}
+	if c.OverlapRefreshAfter < 0 {
+		return fmt.Errorf("%w: overlap refresh after %v < 0", ErrConfig, c.OverlapRefreshAfter)
+	}
+	if err := c.SessionAffinity.validate(); err != nil {
+		return err
+	}
+	if c.MaxAffinityEntries < 0 || c.MaxAffinityEntries > MaxSessionAffinityEntries {
+		return fmt.Errorf("%w: affinity entries %d outside [0, %d]", ErrConfig, c.MaxAffinityEntries, MaxSessionAffinityEntries)
+	}
 	if err := c.Tracking.Validate(); err != nil {
 		return err
 	}
@@ -139,7 +158,11 @@ func (c *Config) Validate() error {
 	return c.Disagg.validate()
 }
 
-// queueing reports whether queueing is enabled (router_queue_threshold
-// set). Queueing itself is not implemented yet; the flag only makes
-// max_num_batched_tokens required, as in Dynamo.
-func (c *Config) queueing() bool { return c.Sched.QueueThreshold != nil }
+// profile returns model's router policy profile.
+func (c *Config) profile(model string) *sched.PolicyProfile {
+	return c.Sched.Policy.Profile(model, c.Sched.QueueThreshold, c.Sched.QueuePolicy)
+}
+
+// queueing reports whether model's partitions queue (a policy class with
+// a busy line); max_num_batched_tokens is then required, as in Dynamo.
+func (c *Config) queueing(model string) bool { return c.profile(model).Queues() }

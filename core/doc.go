@@ -140,6 +140,42 @@
 // The ledger and the pending-selection cache (sharded by id) take no global
 // lock.
 //
+// # Session affinity
+//
+// With Config.SessionAffinity.TTL set, every partition has a session table
+// (affinity.go; Dynamo's SessionAffinity): a booking of a session holds it
+// before it books and binds it when it commits, and the binding's lease
+// hangs off the reservation record (released with it: free, expiry,
+// worker removal); /select only reads it. The host:
+//
+//  1. Calls ReapAffinity(now) every SessionAffinity.ReapInterval()
+//     (min(TTL, 30 s)).
+//  2. To replicate bindings, passes Options.Affinity (an AffinitySink that
+//     must not block) and Options.WriterID (its process id on the mesh),
+//     and feeds peers' events to ApplyAffinity.
+//
+// # The router queue
+//
+// When the model's router policy profile queues (Config.Sched.
+// QueueThreshold, or a class of Config.Sched.Policy with a busy line), a
+// partition has a router queue (queue.go): a selection that must wait
+// parks on its own channel and is dispatched, one at a time, when a
+// prefill completion, a release, a catalog change or Sweep frees
+// capacity. Pass a context that ends when the caller goes away
+// (SelectContext, SelectAndReserveContext): a waiting selection then
+// leaves the queue. A class at a cap refuses with ErrOverloaded carrying
+// a *QueueRejection (AsQueueRejection). Advisory selects, explicit and
+// replayed reservations never wait.
+//
+// # kv hints
+//
+// A booking response of a partition where some worker has a
+// router_hint_worker_type carries a kv_hint (Selection.KVHint) when a
+// source of the target's type holds a longer prefix (hint.go). The index
+// must be the local event-driven one (no approximate primary, no
+// predicted side index, no remote primary); otherwise the service warns
+// once through Options.Logf.
+//
 // # The standalone indexer
 //
 // Indexer (indexer.go) is Dynamo's standalone indexer as a library: a
@@ -151,7 +187,7 @@
 //
 // ReplicaSink receives admission, prefill-completion and free events
 // (never output blocks) for the replica mesh; Origin and Lease on the
-// record are for mirrored bookings, session affinity and plan legs; session_id,
-// affinity_target and priority_jump/strict_priority are accepted and
-// ignored until session affinity and the router queue land.
+// record are for mirrored bookings, session affinity and plan legs.
+// session_context is carried whole on the scoring request
+// (sched.Request.Session) for policies the policy seam will add.
 package core

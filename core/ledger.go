@@ -173,6 +173,7 @@ func (s *Service) release(r *reservation, why releaseReason) bool {
 		r.lease.Release()
 	}
 	s.stats.released[why].Add(1)
+	r.p.kick()
 	return true
 }
 

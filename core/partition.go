@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"slices"
 	"sync/atomic"
 
@@ -29,6 +30,11 @@ type partition struct {
 	// service's remote index.
 	primary PrimaryIndex
 	sink    *partitionSink
+	// affinity is the session table (nil: session affinity off), queue
+	// the router queue (nil: the model's profile never queues).
+	// Immutable after creation.
+	affinity *affinityTable
+	queue    *routerQueue
 
 	// snap is the immutable schedulable view the selection paths read
 	// without a lock; rebuilt by publishLocked on every catalog change.
@@ -56,6 +62,9 @@ type snapshot struct {
 	views []workerView
 	// ranks is the number of (worker, rank) rows.
 	ranks int
+	// hintCapable: some worker advertises a router_hint_worker_type, so
+	// bookings look for a kv hint source.
+	hintCapable bool
 }
 
 // workerView is the routing data of one schedulable worker.
@@ -66,6 +75,13 @@ type workerView struct {
 	dpStart       uint32
 	// loads[r-dpStart] is rank r's load handle.
 	loads []*sched.WorkerLoad
+	// hintType is router_hint_worker_type ("" none); hintEndpoints its
+	// router_hint_source_control_endpoints by global DP rank;
+	// stateAgent: kv_event_source_mode is state_agent_v2, never a hint
+	// source.
+	hintType      string
+	hintEndpoints map[uint32]string
+	stateAgent    bool
 }
 
 // find returns the index of worker id in the snapshot, or -1.
@@ -108,6 +124,20 @@ func (s *Service) partitionLocked(model, group string) *partition {
 	s.newIndexes(p)
 	p.sink = &partitionSink{p: p}
 	p.snap.Store(&snapshot{})
+	if prof := s.cfg.profile(model); prof.Queues() {
+		p.queue = newRouterQueue(prof, s.clock(), &s.queueStats)
+	}
+	if s.cfg.SessionAffinity.TTL > 0 {
+		p.affinity = newAffinityTable(s.cfg.SessionAffinity, cmp.Or(s.cfg.MaxAffinityEntries, MaxSessionAffinityEntries), s.clock, s.writerID, &s.affinityStats)
+		if sink := s.affinitySink; sink != nil {
+			p.affinity.publish = func(id string, t AffinityTarget, v affinityVersion) {
+				sink.PublishAffinity(&AffinityEvent{
+					ModelName: model, RoutingGroup: group, SessionID: id,
+					WorkerID: t.WorkerID, DPRank: t.DPRank, HasDPRank: t.HasDPRank, Sequence: v.seq, WriterID: v.writer,
+				})
+			}
+		}
+	}
 	// Copy on write: readers load the map pointer without a lock.
 	m := make(map[partKey]*partition, len(*s.parts.Load())+1)
 	for k, v := range *s.parts.Load() {
@@ -133,6 +163,8 @@ func (s *Service) publishLocked(p *partition) {
 	}
 	p.publishLocked()
 	s.stats.publishes.Add(1)
+	// Workers came or went: a waiting request may be dispatchable.
+	p.kick()
 }
 
 // publishLocked rebuilds the partition's snapshot from its schedulable
@@ -152,7 +184,11 @@ func (p *partition) publishLocked() {
 			totalKVBlocks: int64(deref(e.rec.TotalKVBlocks, 0)),
 			maxBatched:    int64(deref(e.rec.MaxNumBatchedTokens, 0)),
 			dpStart:       w.DPStart,
+			hintType:      deref(e.rec.RouterHintWorkerType, ""),
+			hintEndpoints: e.rec.RouterHintSourceControlEndpoints,
+			stateAgent:    deref(e.rec.KVEventSourceMode, "") == StateAgentV2,
 		}
+		sn.hintCapable = sn.hintCapable || v.hintType != ""
 		for r := w.DPStart; r < w.DPStart+w.DPSize; r++ {
 			v.loads = append(v.loads, p.loads[radix.WorkerKey{WorkerID: id, DPRank: r}])
 		}

@@ -27,6 +27,10 @@ type pendingEntry struct {
 	trackPrefill         bool
 	assumeKVReuse        bool
 	lora                 string
+	// session is the session id of a select its session steered: the
+	// replay holds and binds it (hasSession).
+	session    string
+	hasSession bool
 
 	inserted time.Time
 	// gen orders entries inserted at the same instant and tells a

@@ -90,6 +90,7 @@ func (s *Service) applyReplica(ev *ReplicaEvent, now int64) (ReplicaDrop, bool) 
 	switch ev.Kind {
 	case ReplicaPrefillCompleted:
 		r.slot.CompletePrefill()
+		p.kick()
 	case ReplicaFree:
 		if !s.release(r, releasedReplica) {
 			return DropUnknownRequest, false

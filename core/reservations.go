@@ -2,6 +2,7 @@ package core
 
 import (
 	"cmp"
+	"context"
 	"encoding/binary"
 	"math"
 	"strings"
@@ -34,6 +35,10 @@ type booking struct {
 	// lease, when set, is installed on the record at its claim (before
 	// any other goroutine can see it) and released when the record ends.
 	lease Lease
+	// commit, when set, runs once the slot is booked and before the
+	// record turns live (the session commit): its lease becomes the
+	// record's; its error undoes the booking.
+	commit func() (Lease, error)
 	// rec is set by a successful book: the record it made live.
 	rec *reservation
 }
@@ -69,6 +74,17 @@ func (s *Service) book(b *booking) error {
 		s.ledger.remove(r)
 		s.stats.bookFailed.Add(1)
 		return errorf(ErrNotFound, "Worker %s not found", b.worker)
+	}
+	if b.commit != nil {
+		l, err := b.commit()
+		if err != nil {
+			r.slot.Release()
+			s.ledger.remove(r)
+			s.stats.bookFailed.Add(1)
+			b.p.kick()
+			return err
+		}
+		r.lease = l
 	}
 	if e := b.replayed; e != nil {
 		s.pending.removeGen(e.key, e.gen)
@@ -205,7 +221,28 @@ func (s *Service) replay(id, model, group string) (Reservation, error) {
 	if e.expectedOutputTokens != nil {
 		b.expected, b.hasExpected = *e.expectedOutputTokens, true
 	}
+	if e.hasSession && p.affinity != nil {
+		// The cached select's session binds to the replayed worker, as
+		// select_and_reserve binds it: held before booking, committed
+		// before the record turns live.
+		h, err := s.holdSession(context.Background(), p, e.session)
+		if err != nil {
+			if ClassOf(err) == ErrBadRequest {
+				s.pending.removeGen(e.key, e.gen)
+			}
+			return Reservation{}, err
+		}
+		if h != nil {
+			defer h.drop()
+			b.commit = func() (Lease, error) { return s.commitSession(p, h, e.worker) }
+		}
+	}
 	if err := s.book(&b); err != nil {
+		// A session that moved away from the cached worker (hard mode):
+		// that worker can never be booked for it; the entry goes.
+		if ClassOf(err) == ErrBadRequest {
+			s.pending.removeGen(e.key, e.gen)
+		}
 		return Reservation{}, err
 	}
 	return Reservation{SelectionID: id, ModelName: p.model, RoutingGroup: p.group, WorkerID: e.worker.WorkerID, DPRank: e.worker.DPRank, Endpoint: v.endpoint}, nil
@@ -297,6 +334,7 @@ func (s *Service) PrefillComplete(id string) error {
 	r.slot.CompletePrefill()
 	s.stats.lifecycleOK.Add(1)
 	s.publish(ReplicaPrefillCompleted, r)
+	r.p.kick()
 	return nil
 }
 

@@ -37,6 +37,11 @@ type env struct {
 	cfg     Config
 	ingress *recIngress
 	replica *recReplica
+	// affinity records the published session bindings; holds and leases
+	// are the table-level commands' (scenario_session_test.go).
+	affinity *recAffinity
+	holds    map[string]*affinityHold
+	leases   map[string]*affinityLease
 	// recon is the scenario's catalog reconciler, once made.
 	recon *reconState
 }
@@ -123,8 +128,8 @@ func (r *recReplica) take() string {
 }
 
 func newEnv(t *testing.T, cfg Config) *env {
-	e := &env{t: t, now: time.Unix(1_700_000_000, 0), cfg: cfg, ingress: &recIngress{ranks: map[uint64][]RankSource{}}, replica: &recReplica{}}
-	s, err := New(cfg, Options{Clock: func() time.Time { return e.now }, Rand: firstRand{}, Ingress: e.ingress, Replica: e.replica})
+	e := &env{t: t, now: time.Unix(1_700_000_000, 0), cfg: cfg, ingress: &recIngress{ranks: map[uint64][]RankSource{}}, replica: &recReplica{}, affinity: &recAffinity{}}
+	s, err := New(cfg, Options{Clock: func() time.Time { return e.now }, Rand: firstRand{}, Ingress: e.ingress, Replica: e.replica, Affinity: e.affinity, WriterID: 1, Logf: e.affinity.logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +255,7 @@ func applyConfig(t *testing.T, cfg *Config, args string) {
 			*cfg = DefaultConfig()
 			cfg.UseKVEvents = false
 		default:
-			if !applyDisaggConfig(cfg, k, v) {
+			if !applyDisaggConfig(cfg, k, v) && !applySessionConfig(cfg, k, v) {
 				t.Fatalf("unknown config %q", k)
 			}
 		}
@@ -352,6 +357,9 @@ func fmtSelection(o *Selection) string {
 	if o.HasWorkerLoad {
 		fmt.Fprintf(&b, " worker_load=%+v", o.WorkerLoad)
 	}
+	if o.HasKVHint {
+		fmt.Fprintf(&b, " kv_hint={source=%s hashes=%v}", o.KVHint.SourceControlEndpoint, o.KVHint.BlockHashes)
+	}
 	return b.String()
 }
 
@@ -421,6 +429,7 @@ func (e *env) run(line string) string {
 			req.Override = &sched.Override{TrackPrefillTokens: &f}
 		}
 		req.Advisory = a["advisory"] == "true"
+		sessionArgs(&req, a)
 		var out Selection
 		var err error
 		if cmd == "select" {
@@ -601,6 +610,9 @@ func (e *env) run(line string) string {
 		return b.String()
 	}
 	if out, ok := e.runDisagg(cmd, rest, a); ok {
+		return out
+	}
+	if out, ok := e.runSession(cmd, rest, a); ok {
 		return out
 	}
 	e.t.Fatalf("unknown command %q", line)

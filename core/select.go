@@ -2,6 +2,7 @@ package core
 
 import (
 	"cmp"
+	"context"
 	"crypto/rand"
 	"slices"
 
@@ -124,7 +125,7 @@ func fillOverlap(cands []sched.Candidate, ms []radix.Match) {
 // overlap and loads filled (in sc.cands, sc.res).
 type scored struct {
 	p      *partition
-	sn     *snapshot
+	sn     *snapshot // the snapshot the candidates come from
 	params sched.Params
 	local  []uint64 // local block hashes (alias sc or the prompt)
 	seq    []uint64 // tracking hashes (alias sc or the prompt)
@@ -165,7 +166,13 @@ func (s *Service) prepare(p *partition, sn *snapshot, pr *Prompt, ov *sched.Over
 // Select picks a worker without booking (POST /select). With a selection
 // id it caches the booking inputs for a later POST /reservations replay.
 func (s *Service) Select(req *SelectRequest, out *Selection) error {
-	_, err := s.selectWorker(req, out, false, nil)
+	return s.SelectContext(context.Background(), req, out)
+}
+
+// SelectContext is Select whose waits (in the router queue, for a
+// session's initialization) end when ctx does.
+func (s *Service) SelectContext(ctx context.Context, req *SelectRequest, out *Selection) error {
+	_, err := s.selectWorker(ctx, req, out, false, nil)
 	s.countSelect(err)
 	return err
 }
@@ -175,7 +182,13 @@ func (s *Service) Select(req *SelectRequest, out *Selection) error {
 // /select_and_reserve). A conflict when the id is already reserved or being
 // reserved, whatever the worker.
 func (s *Service) SelectAndReserve(req *SelectRequest, out *Selection) error {
-	_, err := s.selectWorker(req, out, true, nil)
+	return s.SelectAndReserveContext(context.Background(), req, out)
+}
+
+// SelectAndReserveContext is SelectAndReserve whose waits end when ctx
+// does (the caller went away); nothing is booked then.
+func (s *Service) SelectAndReserveContext(ctx context.Context, req *SelectRequest, out *Selection) error {
+	_, err := s.selectWorker(ctx, req, out, true, nil)
 	s.countSelect(err)
 	return err
 }
@@ -183,7 +196,7 @@ func (s *Service) SelectAndReserve(req *SelectRequest, out *Selection) error {
 // reserveWithLease is SelectAndReserve whose record carries lease from its
 // claim on; it returns the record it booked.
 func (s *Service) reserveWithLease(req *SelectRequest, out *Selection, lease Lease) (*reservation, error) {
-	r, err := s.selectWorker(req, out, true, lease)
+	r, err := s.selectWorker(context.Background(), req, out, true, lease)
 	s.countSelect(err)
 	return r, err
 }
@@ -197,8 +210,12 @@ func (s *Service) countSelect(err error) {
 }
 
 // selectWorker selects and, with book, books under lease (nil: none) and
-// returns the booked record.
-func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool, lease Lease) (*reservation, error) {
+// returns the booked record. Its steps: readiness; the session (a booking
+// holds it, a select queries it); candidates, overlap and loads
+// (prepare); the router queue; the affinity target's restriction; score
+// and pick; then either the pending-selection cache (select) or the
+// booking, the session commit and the kv hint (select_and_reserve).
+func (s *Service) selectWorker(ctx context.Context, req *SelectRequest, out *Selection, book bool, lease Lease) (*reservation, error) {
 	out.Reset()
 	model := cmp.Or(req.ModelName, DefaultPartition)
 	group := cmp.Or(req.RoutingGroup, DefaultPartition)
@@ -222,13 +239,54 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool, le
 			cons.AllowedWorkerIDs = []uint64{}
 		}
 	}
+	target := req.AffinityTarget
+	sid, hasSession := req.sessionKey()
+	steer := hasSession && p.affinity != nil && req.AffinityTarget == nil && req.PinnedWorker == nil
+	var hold *affinityHold
+	if steer {
+		if book {
+			if hold, err = s.holdSession(ctx, p, sid); err != nil {
+				return nil, err
+			}
+			defer hold.drop() // a no-op once committed
+			if hold != nil && !hold.init {
+				t := hold.target
+				target = &t
+			}
+		} else {
+			t, ok, err := p.affinity.query(sid, nil)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				target = &t
+			}
+		}
+	}
 	sc := s.getScratch()
 	defer s.putScratch(sc)
 	q, err := s.prepare(p, sn, &req.Prompt, req.Override, &cons, sc)
 	if err != nil {
 		return nil, err
 	}
-	params, cands, seq, isl, bs := &q.params, sc.cands, q.seq, q.req.ISLTokens, q.req.BlockSize
+	if req.HasSessionContext {
+		q.req.Session = &req.SessionContext
+	}
+	if p.queue != nil && !(req.Advisory && !book) {
+		dispatched, err := s.admit(ctx, p, &q, req, &cons, sc)
+		if dispatched {
+			defer p.queue.done()
+		}
+		if err != nil {
+			return nil, err
+		}
+		sn = q.sn
+	}
+	cands := sc.cands
+	if target != nil {
+		cands = restrictToTarget(cands, *target)
+	}
+	params, seq, isl, bs := &q.params, q.seq, q.req.ISLTokens, q.req.BlockSize
 	sc.costs = slices.Grow(sc.costs[:0], len(cands))[:len(cands)]
 	sched.Score(params, &q.req, cands, sc.costs)
 	c := &cands[sched.Pick(sc.costs, params.Temperature, s.rng)]
@@ -243,10 +301,11 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool, le
 	out.DecodeBusy, out.DecodeBusyKnown = sched.DecodeBusy(out.PotentialDecodeBlocks, v.totalKVBlocks, s.cfg.Sched.DecodeBusyThreshold)
 	summarize(&out.Overlap, sc.res.Matches, c.Worker, bs)
 	if req.Advisory && !book {
+		// The worker's booked prefill, without this request's own prompt:
+		// the reference's advisory load is the scheduler's view before
+		// admission (ai-dynamo/dynamo:lib/kv-router/src/scheduling/queue.rs,
+		// select_without_admission), so an idle worker reports 0.
 		ap := c.ActivePrefillTokens
-		if params.TrackPrefillTokens {
-			ap += out.EffectivePrefillTokens
-		}
 		wli := &out.WorkerLoad
 		out.HasWorkerLoad = true
 		wli.ActivePrefillTokens = ap
@@ -259,26 +318,7 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool, le
 	}
 	if !book {
 		if req.HasSelectionID {
-			e := &pendingEntry{
-				key:           pendingKey{p.model, p.group, cloneString(req.SelectionID)},
-				worker:        c.Worker,
-				seq:           slices.Clone(seq),
-				isl:           isl,
-				effective:     out.EffectivePrefillTokens,
-				trackPrefill:  params.TrackPrefillTokens,
-				assumeKVReuse: params.AssumeKVReuse,
-				lora:          cloneString(req.LoraName),
-			}
-			if p.records() {
-				// A replay records what the select would have: keep the
-				// prompt's local hashes.
-				e.local = slices.Clone(q.local)
-			}
-			if req.HasExpectedOutputTokens {
-				eo := req.ExpectedOutputTokens
-				e.expectedOutputTokens = &eo
-			}
-			s.pending.insert(e, s.clock())
+			s.cacheSelection(p, req, c.Worker, seq, q.local, isl, out.EffectivePrefillTokens, params, steer, sid)
 		}
 		return nil, nil
 	}
@@ -292,6 +332,10 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool, le
 		track: params.TrackPrefillTokens, reuse: params.AssumeKVReuse, lora: req.LoraName,
 		expected: req.ExpectedOutputTokens, hasExpected: req.HasExpectedOutputTokens, lease: lease,
 	}
+	if hold != nil {
+		w := c.Worker
+		bk.commit = func() (Lease, error) { return s.commitSession(p, hold, w) }
+	}
 	if err := s.book(&bk); err != nil {
 		return nil, err
 	}
@@ -299,7 +343,43 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool, le
 	out.SequenceHashes = append(out.SequenceHashes, seq...)
 	out.ISLTokens = isl
 	out.TrackPrefillTokens = params.TrackPrefillTokens
+	if sn.hintCapable {
+		if p.retainsChain() {
+			s.attachHint(p, sn, sc.res.Matches, q.local, c.Worker, c.DeviceBlocks, out)
+		} else {
+			s.hintsNeedIndex()
+		}
+	}
 	return bk.rec, nil
+}
+
+// cacheSelection stores a /select's booking inputs for a later replay,
+// with its session id when the session steered the selection (so that
+// the replay binds it).
+func (s *Service) cacheSelection(p *partition, req *SelectRequest, w WorkerKey, seq, local []uint64, isl, effective int64, params *sched.Params, steer bool, sid string) {
+	e := &pendingEntry{
+		key:           pendingKey{p.model, p.group, cloneString(req.SelectionID)},
+		worker:        w,
+		seq:           slices.Clone(seq),
+		isl:           isl,
+		effective:     effective,
+		trackPrefill:  params.TrackPrefillTokens,
+		assumeKVReuse: params.AssumeKVReuse,
+		lora:          cloneString(req.LoraName),
+	}
+	if p.records() {
+		// A replay records what the select would have: keep the prompt's
+		// local hashes.
+		e.local = slices.Clone(local)
+	}
+	if req.HasExpectedOutputTokens {
+		eo := req.ExpectedOutputTokens
+		e.expectedOutputTokens = &eo
+	}
+	if steer {
+		e.session, e.hasSession = cloneString(sid), true
+	}
+	s.pending.insert(e, s.clock())
 }
 
 // summarize fills o with the overlap summary of worker w's ranks.

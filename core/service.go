@@ -20,6 +20,13 @@ type Options struct {
 	Clock func() time.Time
 	// Rand breaks ties and samples the softmax picker.
 	Rand sched.Rand
+	// Affinity receives the session bindings to replicate (nil: none);
+	// WriterID is this replica's id in their versions (the mesh's process
+	// id), and ApplyAffinity drops events that carry it.
+	Affinity AffinitySink
+	WriterID uint64
+	// Logf receives the service's rare warnings (nil: discarded).
+	Logf func(format string, args ...any)
 	// Primary, when set, is the primary index of every partition, served
 	// by another process (a standalone indexer): the service then listens
 	// to no KV events (Ingress is not called; workers need no kv_events
@@ -44,6 +51,16 @@ type Service struct {
 	listening bool
 	clock     func() time.Time
 	rng       sched.Rand
+	logf      func(format string, args ...any)
+
+	// affinitySink and writerID replicate session bindings (nil: no
+	// replication); affinityStats count every table's outcomes.
+	affinitySink  AffinitySink
+	writerID      uint64
+	affinityStats affinityCounters
+	queueStats    queueCounters
+	// hintWarned makes the no-index kv hint warning once-only.
+	hintWarned sync.Once
 
 	// parts is a copy-on-write map (written under mu, read lock-free).
 	parts atomic.Pointer[map[partKey]*partition]
@@ -67,6 +84,13 @@ type Service struct {
 	// schedulable counts schedulable workers over all partitions.
 	schedulable atomic.Int64
 	closed      atomic.Bool
+	// closing is closed by Close: selections waiting (in a router queue,
+	// for a session's initialization) end as shutting down.
+	closing   chan struct{}
+	closeOnce sync.Once
+	// mayWait: the configuration lets a selection wait (queueing or
+	// session affinity), so a host should pass a caller context.
+	mayWait bool
 	// recovery is what the host's startup recovery restored (SetRecovery).
 	recovery atomic.Pointer[Recovery]
 	// owner, when set, names the source that owns the catalog: the public
@@ -110,6 +134,7 @@ type counters struct {
 	planExpired               atomic.Uint64
 	planProbeFailed           atomic.Uint64
 	planFreeFailed            atomic.Uint64
+	hints, hintsNoIndex       atomic.Uint64
 }
 
 // New returns an empty service.
@@ -133,6 +158,12 @@ func New(cfg Config, opts Options) (*Service, error) {
 		ledger:    newLedger(cfg.MaxReservations, cfg.MaxReservationBytes),
 		pending:   newPendingCache(cfg.SelectionCacheTTL, cfg.SelectionCacheMaxEntries, cfg.SelectionCacheMaxBytes),
 		plans:     newPlanRegistry(cfg.MaxReservations),
+		logf:      opts.Logf,
+
+		affinitySink: opts.Affinity,
+		writerID:     opts.WriterID,
+		closing:      make(chan struct{}),
+		mayWait:      cfg.Sched.QueueThreshold != nil || cfg.Sched.Policy != nil || cfg.SessionAffinity.TTL > 0,
 
 		disaggPolicy: cfg.Sched.DisaggPolicy(),
 	}
@@ -149,6 +180,9 @@ func New(cfg Config, opts Options) (*Service, error) {
 	}
 	if s.rng == nil {
 		s.rng = sched.RuntimeRand{}
+	}
+	if s.logf == nil {
+		s.logf = func(string, ...any) {}
 	}
 	m := map[partKey]*partition{}
 	s.parts.Store(&m)
@@ -167,9 +201,23 @@ func (s *Service) Config() Config { return s.cfg }
 
 // Close marks the service as shutting down: readiness turns false and every
 // selection, booking and registration fails as not ready ("selection
-// service is shutting down"). Lifecycle calls keep working. Close does not
-// close the Ingress (the host owns it).
-func (s *Service) Close() { s.closed.Store(true) }
+// service is shutting down"), waiting selections included. Lifecycle calls
+// keep working. Close does not close the Ingress (the host owns it).
+func (s *Service) Close() {
+	s.closed.Store(true)
+	s.CancelWaits()
+}
+
+// CancelWaits ends every waiting selection (a router queue, a session's
+// initialization) as shutting down, and every later wait at once, without
+// refusing new work: a host calls it when it starts draining, so that
+// waiters do not hold the drain. Close implies it.
+func (s *Service) CancelWaits() { s.closeOnce.Do(func() { close(s.closing) }) }
+
+// MayWait reports whether a selection can wait (a router queue, a session
+// being initialized by another booking): a host then passes a context that
+// ends when its caller goes away (SelectContext, SelectAndReserveContext).
+func (s *Service) MayWait() bool { return s.mayWait }
 
 // Sweep runs the periodic maintenance at now: live reservations older than
 // the expiry guard are released (in-flight claims are kept), then
@@ -179,6 +227,10 @@ func (s *Service) Sweep(now time.Time) int {
 	n := s.expire(now.UnixNano())
 	s.expirePlans(now.UnixNano())
 	s.pending.sweep(now)
+	// The router queue's periodic recheck (Dynamo's runs every 60 s).
+	for _, p := range *s.parts.Load() {
+		p.kick()
+	}
 	return n
 }
 
@@ -244,6 +296,10 @@ type Stats struct {
 	PlansExpired         uint64
 	PlanProbeFailed      uint64
 	PlanFreeFailed       uint64
+	// Hints counts booking responses that carried a kv_hint;
+	// HintsNoIndex bookings of a hint-capable partition that could not
+	// look for one (no local event-driven index).
+	Hints, HintsNoIndex uint64
 }
 
 // Stats sums the partitions' index stats and the service's counters. It
@@ -279,6 +335,8 @@ func (s *Service) Stats() Stats {
 		PlansExpired:        s.stats.planExpired.Load(),
 		PlanProbeFailed:     s.stats.planProbeFailed.Load(),
 		PlanFreeFailed:      s.stats.planFreeFailed.Load(),
+		Hints:               s.stats.hints.Load(),
+		HintsNoIndex:        s.stats.hintsNoIndex.Load(),
 	}
 	st.Recovery = s.recovery.Load()
 	for d := range st.ReplicaDropped {

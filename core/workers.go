@@ -242,6 +242,7 @@ func (s *Service) upsertWorkers(specs []WorkerSpec) []upsertResult {
 	for p := range s.deferred {
 		p.publishLocked()
 		s.stats.publishes.Add(1)
+		p.kick()
 	}
 	s.deferred = nil
 	s.mu.Unlock()

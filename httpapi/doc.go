@@ -33,9 +33,18 @@
 //
 // Nothing obtained from a RequestCtx outlives the handler.
 //
+// A selection that may wait (core.Service.MayWait: a router queue or
+// session affinity) runs under a context that ends when its client hangs
+// up (clientgone.go): the connection is watched only while the selection
+// waits, and the watch ends before the handler returns. The
+// x-dynamo-meta-policy-class header (trimmed; empty is none) names the
+// router policy class a selection asks for.
+//
 // # Errors
 //
-// Every error body is {"error": msg}. Syntax errors are 400 and data errors
+// Every error body is {"error": msg}; a router queue at a class cap
+// answers 429 with the reference's "details" ({policy_class, limit_kind,
+// current, limit}). Syntax errors are 400 and data errors
 // (wrong type, missing required field) 422, with axum's texts ("Failed to
 // parse the request body as JSON: ..." and "Failed to deserialize the JSON
 // body into the target type: ..."). Keys match field names exactly and

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,7 +60,7 @@ type routeTable struct {
 
 var selectorRoutes = routeTable{
 	names: routeNames[:], dispatch: (*Server).dispatch, draining: rDraining, unauthorized: rUnauthorized,
-	drainBody: errShuttingDown, stats: (*Server).writeStats, descs: statsDescs,
+	drainBody: errShuttingDown, stats: (*Server).writeStats, descs: slices.Concat(statsDescs, sessionDescs),
 }
 
 // New returns a server for svc. It registers its metrics on a registry of

@@ -193,8 +193,12 @@ func TestSelectEchoesIDAndDoesNotBook(t *testing.T) {
 	if n := num(h.load("m", 1, 0)["active_requests"]); n != 0 {
 		t.Fatalf("select booked: active_requests %d", n)
 	}
-	// Advisory select adds worker_load.
-	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"advisory":true}`), 200, `"worker_load":{"active_prefill_tokens":4,"prefill_token_capacity":10000000}`)
+	// Advisory select adds worker_load: the worker's booked prefill,
+	// without this request's own prompt (0 on an idle worker, as the
+	// reference reports).
+	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"advisory":true}`), 200, `"worker_load":{"active_prefill_tokens":0,"prefill_token_capacity":10000000}`)
+	h.want(h.do("POST", "/select_and_reserve", `{"model_name":"m","token_ids":[9,9,9,9,9,9,9,9]}`), 200)
+	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"advisory":true}`), 200, `"worker_load":{"active_prefill_tokens":8,"prefill_token_capacity":10000000}`)
 }
 
 func TestDecodeBusy(t *testing.T) {

@@ -41,6 +41,8 @@ var statsDescs = []perf.Desc{
 	{Name: "kvselect_approx_index_expired_blocks_total", Kind: perf.Counter, Help: "Predicted blocks expired by their TTL, by index."},
 	{Name: "kvselect_approx_index_pruned_blocks_total", Kind: perf.Counter, Help: "Predicted blocks pruned at the cap, by index."},
 	{Name: "kvselect_approx_index_prunes_total", Kind: perf.Counter, Help: "Prunes of an approximate index at its cap, by index."},
+	{Name: "kvselect_kv_hints_total", Kind: perf.Counter, Help: "Booking responses that carried a kv_hint (a longer cached prefix on another worker of the same type)."},
+	{Name: "kvselect_kv_hints_skipped_no_index_total", Kind: perf.Counter, Help: "Bookings of a hint-capable partition that could not look for a hint (no local event-driven index)."},
 	{Name: "kvselect_index_blocks", Kind: perf.Gauge, Help: "(worker rank, block) pairs in the KV index, by storage tier."},
 	{Name: "kvselect_index_events_applied_total", Kind: perf.Counter, Help: "KV events (stored, removed, cleared) the index processed, some possibly in part (see kvselect_index_events_dropped_total)."},
 	{Name: "kvselect_index_events_dropped_total", Kind: perf.Counter, Help: "KV events, or single block hashes of a removal, the index did not apply, by reason: parent_not_found, invalid_block_sequence, hash_conflict, block_not_found, unknown_event."},
@@ -116,6 +118,9 @@ func (s *Server) writeStats(w io.Writer) {
 		perf.WriteCounter(w, approxNames[i][4], a.st.Pruned)
 		perf.WriteCounter(w, approxNames[i][5], a.st.Prunes)
 	}
+	perf.WriteCounter(w, `kvselect_kv_hints_total`, st.Hints)
+	perf.WriteCounter(w, `kvselect_kv_hints_skipped_no_index_total`, st.HintsNoIndex)
+	s.writeSessionStats(w)
 	perf.WriteCounter(w, `kvselect_index_events_applied_total`, st.EventsApplied)
 	for r, n := range st.EventsDropped {
 		perf.WriteCounter(w, indexDropNames[r], n)

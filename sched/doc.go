@@ -26,9 +26,10 @@
 //     WorkerLoad.Fill(&cands[i], seqHashes, p.AssumeKVReuse). A row without
 //     a WorkerLoad keeps HasLoad false.
 //  4. Scores and picks: Score(&p, &req, cands, costs) then i :=
-//     Pick(costs, p.Temperature, rng). Both are allocation-free. Queueing
-//     (router_queue_threshold, policy classes) will sit between steps 3
-//     and 4 behind the Admission interface; today every request is admitted.
+//     Pick(costs, p.Temperature, rng). Both are allocation-free. With
+//     queueing on (a PolicyProfile whose class has a busy line), a host
+//     asks PolicyClass.ShouldQueue before this step and parks the request
+//     in a PolicyQueue until capacity frees (admission.go).
 //  5. Books (select_and_reserve, reservations): slot.Book(load,
 //     &Booking{...}) on the Slot of the host's record of the request, with
 //     PrefillTokens = EffectivePrefillTokens(isl, CachedTokens(&p, bs,

@@ -31,6 +31,9 @@ type MeshConfig struct {
 	// Inbound bounds the peer events queued for applying (100,000); a full
 	// queue drops, counted.
 	Inbound int
+	// AffinityOutbound bounds the session bindings queued for the
+	// publisher (4,096); a full queue drops, counted.
+	AffinityOutbound int
 	// HWM bounds the messages queued per subscribed peer (100,000, so that
 	// a joiner's snapshot fits beside the live stream).
 	HWM int
@@ -64,6 +67,7 @@ func (c MeshConfig) withDefaults() MeshConfig {
 	}
 	def(&c.Outbound, 100_000)
 	def(&c.Inbound, 100_000)
+	def(&c.AffinityOutbound, DefaultAffinityOutbound)
 	def(&c.HWM, 100_000)
 	def(&c.DrainBatch, 256)
 	def(&c.MaxPeers, 128)
@@ -110,9 +114,10 @@ type inEvent struct {
 // catches up with its kvselect peers' live bookings.
 //
 // Goroutines: the PubSocket's (accept, per subscriber a reader and a
-// writer); one publisher draining the outbound queue; one drainer applying
-// the inbound queue; one dial-and-receive loop per peer. Close stops them
-// all.
+// writer); one publisher draining the outbound queues (lifecycle events,
+// session bindings); one drainer applying the inbound queue; one
+// dial-and-receive loop per peer (which also applies peers' bindings, when
+// a handler is installed). Close stops them all.
 type Mesh struct {
 	cfg   MeshConfig
 	id    uint64
@@ -123,6 +128,11 @@ type Mesh struct {
 	stop  context.CancelFunc
 	wg    sync.WaitGroup
 	apply atomic.Pointer[applierBox]
+	// aff, affOut and ast are the session-affinity channel
+	// (replica_affinity.go).
+	aff    atomic.Pointer[affinityBox]
+	affOut chan []byte
+	ast    affinityStats
 
 	mu struct {
 		sync.Mutex
@@ -193,6 +203,11 @@ type MeshStats struct {
 	Connects, Disconnects, DialErrors uint64
 	OutboundDepth, InboundDepth       int
 	OutboundLimit, InboundLimit       int
+	// The session-affinity channel: bindings queued for the peers, dropped
+	// at a full queue, applied from peers (after the drops above), and the
+	// queue's depth and bound.
+	AffinityPublished, AffinityOutboundDropped, AffinityApplied uint64
+	AffinityOutboundDepth, AffinityOutboundLimit                int
 }
 
 // NewMesh binds the PUB socket. Events published before Start are queued
@@ -202,7 +217,7 @@ func NewMesh(cfg MeshConfig) (*Mesh, error) {
 	if cfg.Bind == "" {
 		return nil, errors.New("zmqin: replica mesh needs a bind address")
 	}
-	m := &Mesh{cfg: cfg, id: cfg.ProcessID, out: make(chan []byte, cfg.Outbound), in: make(chan inEvent, cfg.Inbound)}
+	m := &Mesh{cfg: cfg, id: cfg.ProcessID, out: make(chan []byte, cfg.Outbound), in: make(chan inEvent, cfg.Inbound), affOut: make(chan []byte, cfg.AffinityOutbound)}
 	for m.id == 0 {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
@@ -269,6 +284,8 @@ func (m *Mesh) publish() {
 			return
 		case payload := <-m.out:
 			m.pub.Send(ReplicaTopic, [][]byte{replicaTopicBytes, payload})
+		case payload := <-m.affOut:
+			m.pub.Send(AffinityTopic, [][]byte{affinityTopicBytes, payload})
 		}
 	}
 }
@@ -392,6 +409,12 @@ func (m *Mesh) Stats() MeshStats {
 		InboundDepth:     len(m.in),
 		OutboundLimit:    cap(m.out),
 		InboundLimit:     cap(m.in),
+
+		AffinityPublished:       m.ast.published.Load(),
+		AffinityOutboundDropped: m.ast.outDropped.Load(),
+		AffinityApplied:         m.ast.applied.Load(),
+		AffinityOutboundDepth:   len(m.affOut),
+		AffinityOutboundLimit:   cap(m.affOut),
 	}
 	for d := range st.Dropped {
 		st.Dropped[d] = m.st.dropped[d].Load()

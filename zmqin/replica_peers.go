@@ -143,6 +143,9 @@ func (m *Mesh) receive(ctx context.Context, ep string, p *meshPeer) {
 			if err == nil && !m.cfg.NoSnapshot {
 				err = zc.Send(append([]byte{1}, snapshotTopicBytes...))
 			}
+			if err == nil && m.aff.Load() != nil {
+				err = zc.Send(append([]byte{1}, affinityTopicBytes...))
+			}
 			if err != nil {
 				_ = zc.Close()
 			}
@@ -203,7 +206,12 @@ func (m *Mesh) handle(frames [][]byte, p *meshPeer) {
 		return
 	}
 	topic := string(frames[0])
-	if topic != ReplicaTopic && topic != SnapshotTopic {
+	switch topic {
+	case ReplicaTopic, SnapshotTopic:
+	case AffinityTopic:
+		m.handleAffinity(frames[1])
+		return
+	default:
 		m.st.dropped[MeshDropTopic].Add(1)
 		return
 	}

@@ -68,6 +68,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "workers registered with POST /workers before the run (0: none)")
 	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "KV block size in tokens registered for the workers (--simulate: default 64)")
 	fs.IntVar(&cfg.TotalKVBlocks, "total-kv-blocks", 0, "total_kv_blocks registered per worker (0: omitted)")
+	fs.IntVar(&cfg.MaxBatchedTokens, "max-num-batched-tokens", 0, "max_num_batched_tokens registered per worker (0: omitted; a selector with a router queue requires it)")
 	fs.StringVar(&cfg.PromptForm, "prompt-form", cfg.PromptForm, "how selection bodies carry a prompt: hashes (block_hashes, sequence_hashes, isl_tokens) or tokens (token_ids, hashed by the selector)")
 	fs.IntVar(&cfg.EngineBlocks, "engine-blocks", defaultEngineBlocks, "KV pool in blocks of the simulated engine started per worker, whose endpoint is registered as its kv_events_endpoints (0: no engines); with --target only when given")
 	fs.BoolVar(&cfg.Fill, "fill", true, "before the load, route every prompt once through the selector and serve it on the chosen worker's engine, whose KV events fill the selector's index (needs engines); false leaves the index empty")

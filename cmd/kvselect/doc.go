@@ -33,9 +33,14 @@
 // --router-approximate-cache-policy) override. Keyed tracking hashes:
 // --router-tracking-hash keyed-xxh3-v1, --router-tracking-key-file (exactly
 // 32 raw bytes) and --router-tracking-key-id, over DYN_ROUTER_TRACKING_*.
-// Settings that belong to
-// features not built yet (session affinity, queue policies) are validated and
-// logged as "accepted but not yet active", never silently ignored.
+// Session affinity: --session-affinity-ttl-secs, --session-affinity-mode.
+// The router queue: DYN_ROUTER_QUEUE_THRESHOLD, DYN_ROUTER_QUEUE_POLICY,
+// DYN_ROUTER_POLICY_CONFIG and DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS, with
+// the frontend's --router-queue-threshold, --router-queue-policy and
+// --router-policy-config over them (flags_queue.go). Settings that belong
+// to features not built yet (the prefill and decode worker-selection
+// policies) are validated and logged as "accepted but not yet active",
+// never silently ignored.
 //
 // Logs (logging.go) are log/slog lines on stderr, readable text by
 // default and JSON lines with DYN_LOGGING_JSONL=1, filtered by DYN_LOG
@@ -51,8 +56,11 @@
 // service, requests that start later get 503 "selection service is
 // shutting down", every response carries Connection: close, and idle
 // connections are closed once nothing is waiting in them; after 30 s the
-// rest are cut (exit 1). Then the service turns not-ready, the sweep
-// stops, the ingress closes, the debug listener stops, exit 0.
+// rest are cut (exit 1). Requests waiting in a router queue or on another
+// booking's session end first, as shutting down (core.Service.CancelWaits),
+// so that they do not hold the drain. Then the service turns not-ready,
+// the sweep and the affinity reaper stop, the ingress closes, the debug
+// listener stops, exit 0.
 //
 // # Goroutine inventory (serve)
 //
@@ -74,6 +82,14 @@
 //     approximate or predicted-TTL index, a 100 ms ticker calling
 //     core.Service.ExpireIndex; owns nothing; stopped by cancelling its
 //     context after the HTTP drain.
+//   - affinity reaper (one, with --session-affinity-ttl-secs): a ticker of
+//     min(TTL, 30 s) calling core.Service.ReapAffinity (idle bindings past
+//     their TTL); owns nothing; stopped with the sweep.
+//   - waiting selections: a selection parked in a router queue holds its
+//     connection worker (blocked on its own channel, no lock) and one
+//     watcher goroutine parked in the netpoller on its connection (httpapi
+//     clientgone.go), both ended when it is dispatched, its client hangs up
+//     or the service cancels waits.
 //   - --workers-file (two, when given): the poll loop (workersFile.watch),
 //     fed by a 1 s ticker, owns the file's last state and is the only
 //     sender on the source's channel (one snapshot slot, a newer snapshot

@@ -56,6 +56,9 @@ type serveOptions struct {
 	// debugAddr is where /debug/pprof is served (--debug-addr), "" when
 	// --pprof=false.
 	debugAddr string
+	// policyConfig is the router policy config file
+	// (DYN_ROUTER_POLICY_CONFIG, --router-policy-config); "" is none.
+	policyConfig string
 }
 
 // parseServe parses the flags of `kvselect serve` (the reference's names
@@ -77,8 +80,11 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	ttl := fs.Float64("selection-cache-ttl-secs", o.core.SelectionCacheTTL.Seconds(), "pending-selection cache TTL in seconds")
 	fs.IntVar(&o.core.SelectionCacheMaxEntries, "selection-cache-max-entries", o.core.SelectionCacheMaxEntries, "pending-selection cache entry cap")
 	maxBytes := fs.Int64("selection-cache-max-bytes", o.core.SelectionCacheMaxBytes, "pending-selection cache byte budget")
-	affinityTTL := fs.Float64("session-affinity-ttl-secs", 0, "session affinity binding TTL in seconds (1 to 31536000); 0 = off")
-	affinityMode := fs.String("session-affinity-mode", "hard", "session affinity mode: hard or soft")
+	affinityTTL := fs.Float64("session-affinity-ttl-secs", 0, "session affinity: the idle TTL of a session's binding to its worker, in seconds (1 to 31536000); unset: no session affinity")
+	affinityMode := fs.String("session-affinity-mode", "hard", "session affinity mode: hard (a booking that lands off the bound worker is a 400) or soft (the session re-binds to where it ran)")
+	queueThreshold := fs.Float64("router-queue-threshold", 0, "router queue: a worker is busy past this multiple of its max_num_batched_tokens of booked prefill; bookings wait while every eligible worker is busy (overrides DYN_ROUTER_QUEUE_THRESHOLD; unset: no queue)")
+	queuePolicy := fs.String("router-queue-policy", "", "router queue order: fcfs, lcfs or wspt (overrides DYN_ROUTER_QUEUE_POLICY; default fcfs)")
+	policyConfig := fs.String("router-policy-config", "", "router policy config YAML (policy classes, their busy lines and queue caps; overrides DYN_ROUTER_POLICY_CONFIG)")
 	reuse := fs.Bool("router-assume-kv-reuse", false, "assume KV reuse across requests (overrides DYN_ROUTER_ASSUME_KV_REUSE)")
 	noReuse := fs.Bool("no-router-assume-kv-reuse", false, "do not assume KV reuse (overrides DYN_ROUTER_ASSUME_KV_REUSE)")
 	trackingHash := fs.String("router-tracking-hash", "public-xxh3-v1", "tracking hash: public-xxh3-v1 or keyed-xxh3-v1 (experimental)")
@@ -212,15 +218,17 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	}
 	if set["session-affinity-ttl-secs"] {
 		if !(*affinityTTL >= 1 && *affinityTTL <= 31_536_000) {
-			return nil, fmt.Errorf("--session-affinity-ttl-secs must be in [1, 31536000], got %v", *affinityTTL)
+			return nil, fmt.Errorf("--session-affinity-ttl-secs %v: session affinity TTL must be between 1 and 31536000 seconds", *affinityTTL)
 		}
-		o.inactive = append(o.inactive, "--session-affinity-ttl-secs (session affinity; session_id is accepted and ignored)")
+		o.core.SessionAffinity.TTL = time.Duration(*affinityTTL * float64(time.Second))
 	}
-	if *affinityMode != "hard" && *affinityMode != "soft" {
-		return nil, fmt.Errorf("--session-affinity-mode must be hard or soft, got %q", *affinityMode)
+	mode, err := core.ParseAffinityMode(*affinityMode)
+	if err != nil {
+		return nil, fmt.Errorf("--session-affinity-mode: %w", err)
 	}
-	if set["session-affinity-mode"] {
-		o.inactive = append(o.inactive, "--session-affinity-mode")
+	o.core.SessionAffinity.Mode = mode
+	if err := o.applyQueueFlags(set, *queueThreshold, *queuePolicy, *policyConfig); err != nil {
+		return nil, err
 	}
 	if err := resolveTracking(o, env, set, *trackingHash, *keyFile, *keyID); err != nil {
 		return nil, err
@@ -323,7 +331,7 @@ func splitList(s string) []string {
 // mapped by schedEnv and act on the /disagg routes.)
 var laterEnv = []string{
 	"DYN_ROUTER_REPLICA_SYNC",
-	"DYN_ROUTER_POLICY_CONFIG", "DYN_ROUTER_PREFILL_POLICY", "DYN_ROUTER_DECODE_POLICY",
+	"DYN_ROUTER_PREFILL_POLICY", "DYN_ROUTER_DECODE_POLICY",
 }
 
 // schedEnv maps Dynamo's environment variables onto sched.Config, the names
@@ -348,6 +356,14 @@ var schedEnv = []struct {
 	{[]string{"DYN_ROUTER_TRACK_OUTPUT_BLOCKS"}, boolEnv(func(c *sched.Config) *bool { return &c.TrackOutputBlocks })},
 	{[]string{"DYN_ROUTER_ASSUME_KV_REUSE"}, boolEnv(func(c *sched.Config) *bool { return &c.AssumeKVReuse })},
 	{[]string{"DYN_ROUTER_QUEUE_THRESHOLD"}, optFloatEnv(func(c *sched.Config) **float64 { return &c.QueueThreshold })},
+	{[]string{"DYN_ROUTER_QUEUE_POLICY"}, func(c *sched.Config, name, s string) error {
+		p, err := sched.ParseQueuePolicy(s)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		c.QueuePolicy = p
+		return nil
+	}},
 	{[]string{"DYN_ROUTER_CONDITIONAL_DISAGG_PREFILL_BUSY_THRESHOLD"}, optFloatEnv(func(c *sched.Config) **float64 { return &c.PrefillBusyThreshold })},
 	{[]string{"DYN_ROUTER_CONDITIONAL_DISAGG_DECODE_BUSY_THRESHOLD"}, optFloatEnv(func(c *sched.Config) **float64 { return &c.DecodeBusyThreshold })},
 	{[]string{"DYN_ROUTER_CONDITIONAL_DISAGG"}, boolEnv(func(c *sched.Config) *bool { return &c.ConditionalDisaggEnabled })},
@@ -428,6 +444,16 @@ func applyEnv(o *serveOptions, env func(string) (string, bool)) error {
 			}
 			break
 		}
+	}
+	if s, ok := env("DYN_ROUTER_POLICY_CONFIG"); ok {
+		o.policyConfig = strings.TrimSpace(s)
+	}
+	if s, ok := env("DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS"); ok {
+		x, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil || math.IsNaN(x) || x < 0 || x > 1e9 {
+			return fmt.Errorf("DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS: %q is not a number of seconds >= 0", s)
+		}
+		o.core.OverlapRefreshAfter = time.Duration(x * float64(time.Second))
 	}
 	if err := readIndexEnv(o, env); err != nil {
 		return err

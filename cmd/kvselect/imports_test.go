@@ -68,6 +68,7 @@ var externalOnly = []struct {
 	{"github.com/prometheus/", []string{"perf/promcheck"}},
 	// The JSON-schema validator checks the OpenAPI document in tests only.
 	{"github.com/santhosh-tekuri/jsonschema", []string{}},
+	{"gopkg.in/yaml.v3", []string{"cmd/kvselect"}},
 }
 
 // TestImportDirection enforces the import rules above on every non-test Go

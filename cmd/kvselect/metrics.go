@@ -92,6 +92,11 @@ var meshDescs = []perf.Desc{
 	{Name: "kvselect_replica_peer_connects_total", Kind: perf.Counter, Help: "Connections made to replica peers."},
 	{Name: "kvselect_replica_peer_disconnects_total", Kind: perf.Counter, Help: "Connections to replica peers lost."},
 	{Name: "kvselect_replica_peer_dial_errors_total", Kind: perf.Counter, Help: "Failed dials to replica peers."},
+	{Name: "kvselect_replica_affinity_events_published_total", Kind: perf.Counter, Help: "Session-binding events published on dynamo.session-affinity.v1."},
+	{Name: "kvselect_replica_affinity_events_not_sent_total", Kind: perf.Counter, Help: "Session-binding events not sent, by reason."},
+	{Name: "kvselect_replica_affinity_events_received_total", Kind: perf.Counter, Help: "Session-binding events received from peers."},
+	{Name: "kvselect_replica_affinity_outbound_queue_depth", Kind: perf.Gauge, Help: "Session-binding events queued for the peers."},
+	{Name: "kvselect_replica_affinity_outbound_queue_limit", Kind: perf.Gauge, Help: "Session-binding events the queue holds at most."},
 	{Name: "kvselect_replica_outbound_queue_depth", Kind: perf.Gauge, Help: "Events queued for the replica publisher."},
 	{Name: "kvselect_replica_outbound_queue_limit", Kind: perf.Gauge, Help: "Events the replica publisher's queue holds at most."},
 	{Name: "kvselect_replica_inbound_queue_depth", Kind: perf.Gauge, Help: "Peer events queued for applying."},
@@ -120,6 +125,11 @@ func writeMeshMetrics(w io.Writer, st zmqin.MeshStats) {
 	perf.WriteGauge(w, "kvselect_replica_outbound_queue_limit", float64(st.OutboundLimit))
 	perf.WriteGauge(w, "kvselect_replica_inbound_queue_depth", float64(st.InboundDepth))
 	perf.WriteGauge(w, "kvselect_replica_inbound_queue_limit", float64(st.InboundLimit))
+	perf.WriteCounter(w, "kvselect_replica_affinity_events_published_total", st.AffinityPublished)
+	perf.WriteCounter(w, `kvselect_replica_affinity_events_not_sent_total{reason="outbound_full"}`, st.AffinityOutboundDropped)
+	perf.WriteCounter(w, "kvselect_replica_affinity_events_received_total", st.AffinityApplied)
+	perf.WriteGauge(w, "kvselect_replica_affinity_outbound_queue_depth", float64(st.AffinityOutboundDepth))
+	perf.WriteGauge(w, "kvselect_replica_affinity_outbound_queue_limit", float64(st.AffinityOutboundLimit))
 }
 
 // membershipDescs describe the families writeMembershipMetrics writes.

@@ -36,6 +36,9 @@ func scrapeConfigs(t *testing.T) []scrapeConfig {
 			want: []string{"kvselect_workers_file_workers", "kvselect_catalog_reconcile_passes_total", "kvselect_kv_listeners_running"}},
 		{name: "approximate", env: map[string]string{"DYN_USE_KV_EVENTS": "false"},
 			want: []string{"kvselect_approx_index_blocks", "kvselect_approx_index_recordings_total"}},
+		{name: "queue and affinity", args: []string{"--session-affinity-ttl-secs", "60", "--replica-sync-port", port()},
+			env:  map[string]string{"DYN_USE_KV_EVENTS": "false", "DYN_ROUTER_QUEUE_THRESHOLD": "0.9"},
+			want: []string{"kvselect_router_queue_class_requests", "kvselect_router_queue_wait_seconds", "kvselect_session_affinity_entries", "kvselect_replica_affinity_events_published_total"}},
 		{name: "indexer", indexer: true, env: kv,
 			want: []string{"kvselect_indexer_workers", "kvselect_kv_events_delivered_total", "kvselect_index_events_dropped_total"}},
 	}
@@ -51,10 +54,10 @@ func scrape(t *testing.T, c scrapeConfig) string {
 	} else {
 		r = startServe(t, c.args, c.env)
 		if c.env["DYN_USE_KV_EVENTS"] == "false" {
-			r.do("POST", "/workers", `{"worker_id":1,"endpoint":"http://w1","block_size":4}`)
+			r.do("POST", "/workers", `{"worker_id":1,"endpoint":"http://w1","block_size":4,"max_num_batched_tokens":8192}`)
 		}
 	}
-	r.do("POST", "/select_and_reserve", `{"selection_id":"a","token_ids":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}`)
+	r.do("POST", "/select_and_reserve", `{"selection_id":"a","session_id":"s1","token_ids":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}`)
 	r.do("POST", "/select", `{"selection_id":"b","token_ids":[1,2,3,4]}`)
 	r.do("POST", "/reservations", `{"selection_id":"nope"}`)
 	r.do("GET", "/nowhere", "")

@@ -107,7 +107,13 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 			_ = mesh.Close()
 		}
 	}
-	svc, err := core.New(opts.core, core.Options{Ingress: ingress, Replica: replica, Primary: primary})
+	copts := core.Options{Ingress: ingress, Replica: replica, Primary: primary, Logf: printf(logs.logger("kvselect::core"), slog.LevelWarn)}
+	if mesh != nil && opts.core.SessionAffinity.TTL > 0 {
+		// Session bindings replicate on the mesh, versioned with its
+		// process id; peers' bindings are applied once Start runs.
+		copts.Affinity, copts.WriterID = mesh, mesh.ProcessID()
+	}
+	svc, err := core.New(opts.core, copts)
 	if err != nil {
 		log.Error("serve: invalid configuration", "err", err)
 		closeMesh()
@@ -159,6 +165,9 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	if mesh != nil {
 		srv.Registry().Describe(meshDescs...)
 		srv.Registry().OnScrape(func(w io.Writer) { writeMeshMetrics(w, mesh.Stats()) })
+		if copts.Affinity != nil {
+			mesh.HandleAffinity(svc)
+		}
 		if err := mesh.Start(svc); err != nil {
 			log.Error("serve: replica sync", "err", err)
 			if members != nil {
@@ -210,6 +219,13 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		defer close(sweepDone)
 		sweep(sweepCtx, svc, core.DefaultSweepInterval)
 	}()
+	reapDone := make(chan struct{})
+	go func() {
+		defer close(reapDone)
+		if d := opts.core.SessionAffinity.ReapInterval(); d > 0 {
+			reapAffinity(sweepCtx, svc, d)
+		}
+	}()
 	var poll *time.Ticker
 	if members != nil {
 		poll = time.NewTicker(workersFilePoll)
@@ -252,6 +268,9 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	// ingress, then the demo engines and the debug listener.
 	shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
+	// Requests waiting in a router queue (or on a session another booking
+	// initializes) end now, as shutting down, rather than hold the drain.
+	svc.CancelWaits()
 	if err := srv.Shutdown(shCtx); err != nil {
 		log.Error("shutdown: the HTTP drain did not finish", "err", err)
 		code = 1
@@ -269,6 +288,7 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	}
 	stopSweep()
 	<-sweepDone
+	<-reapDone
 	closeMesh()
 	if err := ingress.Close(); err != nil {
 		log.Error("shutdown: KV-event ingress", "err", err)
@@ -379,6 +399,20 @@ func recoverIndex(ctx context.Context, svc *core.Service, peers []string, log *s
 	}
 	log.Info("recovery: index restored", "partitions", rec.Partitions, "events", rec.Events, "peer", rec.Peer)
 	return true
+}
+
+// reapAffinity calls svc.ReapAffinity every interval until ctx ends.
+func reapAffinity(ctx context.Context, svc *core.Service, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			svc.ReapAffinity(now)
+		}
+	}
 }
 
 // sweep calls svc.Sweep every interval, and svc.ExpireIndex every

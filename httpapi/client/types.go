@@ -99,6 +99,34 @@ type Selection struct {
 	PotentialDecodeBlocks  int64       `json:"potential_decode_blocks"`
 	DecodeBusy             *bool       `json:"decode_busy,omitempty"`
 	WorkerLoad             *WorkerLoad `json:"worker_load,omitempty"`
+	// KVHint (bookings only): another worker of the same type holds a
+	// longer cached prefix the chosen one may fetch.
+	KVHint *KVHint `json:"kv_hint,omitempty"`
+}
+
+// KVHint is the reference's versioned action envelope of a kv hint.
+type KVHint struct {
+	ProtocolVersion string `json:"protocol_version"`
+	MessageID       string `json:"message_id"`
+	Actions         []struct {
+		ActionID      string `json:"action_id"`
+		ActionType    string `json:"action_type"`
+		ActionVersion string `json:"action_version"`
+		Payload       struct {
+			SourceControlEndpoint string   `json:"source_control_endpoint"`
+			BlockHashes           []uint64 `json:"block_hashes"`
+		} `json:"payload"`
+	} `json:"actions"`
+}
+
+// SessionContext is the session metadata of a selection; with it the
+// flat SessionID is ignored.
+type SessionContext struct {
+	SessionID       string              `json:"session_id"`
+	ParentSessionID string              `json:"parent_session_id,omitempty"`
+	SessionFinal    *bool               `json:"session_final,omitempty"`
+	InputTrigger    string              `json:"input_trigger,omitempty"` // user_message, tool_result or other
+	AgentHeaders    map[string][]string `json:"agent_headers,omitempty"`
 }
 
 // ReservationRequest is the body of Reserve. With WorkerID nil it is the

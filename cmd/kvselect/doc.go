@@ -46,7 +46,8 @@
 // default and JSON lines with DYN_LOGGING_JSONL=1, filtered by DYN_LOG
 // (Dynamo's variables and syntax); each component logs under its target
 // (kvselect, kvselect::httpapi, kvselect::zmqin, kvselect::mesh,
-// kvselect::workers_file, kvselect::recovery, kvselect::demo). Start-up
+// kvselect::core, kvselect::workers_file, kvselect::recovery,
+// kvselect::demo, kvselect::mocker). Start-up
 // logs one line with the effective configuration (no secret: only whether
 // a bearer token is required); every catalog change is one line, from
 // HTTP (httpapi), the workers file (its reconciler's observer) or --demo.

@@ -112,6 +112,10 @@ func TestServeWorkersFileAndDisagg(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve did not stop")
 	}
+	// One line per catalog change, from the reconciler's observer.
+	if l := logs.String(); strings.Count(l, `msg="worker upserted" target=kvselect::workers_file source=--workers-file`) != 2 {
+		t.Fatalf("catalog changes not logged one line each:\n%s", l)
+	}
 	if l := logs.String(); !strings.Contains(l, `msg="workers file owns the catalog`) || !strings.Contains(l, "path="+path+" workers=2") {
 		t.Fatalf("logs:\n%s", logs.String())
 	}

@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 )
 
@@ -235,7 +236,9 @@ func (s *Service) reconcileLocked(id uint64, f *WorkerFields, p *partition, movi
 	case size > MaxDataParallelSize:
 		reasons = append(reasons, fmt.Sprintf("data_parallel_size %d exceeds kvselect's limit of %d", size, MaxDataParallelSize))
 		size = 0 // nothing below may loop over the ranks
-	case uint64(start)+uint64(size) > 1<<32:
+	case uint64(start)+uint64(size) > math.MaxUint32:
+		// The ranks are [start, start+size) in uint32 arithmetic: a range
+		// ending at 2^32 would wrap every loop over it to nothing.
 		reasons = append(reasons, fmt.Sprintf("data_parallel_start_rank %d + data_parallel_size %d exceeds the u32 rank space", start, size))
 		size = 0
 	}

@@ -184,6 +184,15 @@ func (c *pendingCache) peek(k pendingKey, now time.Time) *pendingEntry {
 	return e
 }
 
+// has reports whether k's entry is still generation gen.
+func (c *pendingCache) has(k pendingKey, gen uint64) bool {
+	sh := c.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.byKey[k]
+	return ok && e.gen == gen
+}
+
 // removeGen removes k's entry if it is still generation gen (a newer
 // select survives a replay of the older one).
 func (c *pendingCache) removeGen(k pendingKey, gen uint64) {

@@ -66,6 +66,15 @@ func (s *Service) book(b *booking) error {
 		s.stats.bookRefused.Add(1)
 		return err
 	}
+	if e := b.replayed; e != nil && !s.pending.has(e.key, e.gen) {
+		// Another replay booked the entry (and the booking may since
+		// have been freed, which let this claim through) between the
+		// peek and the claim: the claim now keeps any other replay out,
+		// so the entry's absence is final. Single use.
+		s.ledger.remove(r)
+		s.stats.replayMiss.Add(1)
+		return errorf(ErrNotFound, "no pending selection %s for model=%s routing_group=%s (expired, already used, or never selected)", b.id, b.p.model, b.p.group)
+	}
 	var prefill int64
 	if b.track {
 		prefill = b.effective
@@ -84,7 +93,12 @@ func (s *Service) book(b *booking) error {
 			b.p.kick()
 			return err
 		}
-		r.lease = l
+		if r.lease != nil && l != nil {
+			panic("BUG: core: a booking carries a lease and a session commit")
+		}
+		if l != nil {
+			r.lease = l
+		}
 	}
 	if e := b.replayed; e != nil {
 		s.pending.removeGen(e.key, e.gen)
@@ -99,9 +113,7 @@ func (s *Service) book(b *booking) error {
 		// The rank left after the pick and its removal's release may have
 		// ranged the ledger before this record turned live: release it
 		// here (one of the two releases wins).
-		if s.release(r, releasedWorkerGone) {
-			s.publish(ReplicaFree, r)
-		}
+		s.release(r, releasedBookingUndone)
 		s.stats.bookFailed.Add(1)
 		return errorf(ErrNotFound, "Worker %s not found", b.worker)
 	}
@@ -215,7 +227,7 @@ func (s *Service) replay(id, model, group string) (Reservation, error) {
 	}
 	v, wl := sn.load(e.worker)
 	if wl == nil {
-		return Reservation{}, errorf(ErrNotFound, "schedulable worker %d not found for model=%s routing_group=%s", e.worker.WorkerID, model, group)
+		return Reservation{}, errorf(ErrNotFound, "schedulable worker %d (dp_rank %d) not found for model=%s routing_group=%s", e.worker.WorkerID, e.worker.DPRank, model, group)
 	}
 	b := booking{p: p, id: id, worker: e.worker, load: wl, seq: e.seq, local: e.local, effective: e.effective, track: e.trackPrefill, reuse: e.assumeKVReuse, lora: e.lora, replayed: e}
 	if e.expectedOutputTokens != nil {
@@ -386,6 +398,5 @@ func (s *Service) freeRecord(r *reservation) error {
 		return errorf(ErrNotFound, "reservation %s not found", r.id)
 	}
 	s.stats.lifecycleOK.Add(1)
-	s.publish(ReplicaFree, r)
 	return nil
 }

@@ -325,7 +325,7 @@ func TestCachedReplay(t *testing.T) {
 	h.worker(2, `,"data_parallel_size":2`)
 	h.want(h.do("POST", "/select", `{"selection_id":"c-4","model_name":"m","token_ids":[1,2,3,4],"pinned_worker":{"worker_id":2,"dp_rank":1}}`), 200, `"worker_id":2,"dp_rank":1`)
 	h.want(h.do("PATCH", "/workers/2", `{"data_parallel_size":1}`), 200)
-	h.want(h.do("POST", "/reservations", `{"selection_id":"c-4","model_name":"m"}`), 404, "schedulable worker 2 not found")
+	h.want(h.do("POST", "/reservations", `{"selection_id":"c-4","model_name":"m"}`), 404, "schedulable worker 2 (dp_rank 1) not found for model=m routing_group=default")
 	h.want(h.do("PATCH", "/workers/2", `{"data_parallel_size":2}`), 200)
 	h.want(h.do("POST", "/reservations", `{"selection_id":"c-4","model_name":"m"}`), 201)
 

@@ -96,8 +96,13 @@ func (m *Mesh) Register(ep string) (added bool, err error) {
 }
 
 // Deregister stops receiving from a peer and returns once its connection
-// is closed.
+// is closed. An invalid endpoint is a bad request, as in the reference
+// (which validates before it looks the peer up); an unknown one is not
+// found.
 func (m *Mesh) Deregister(ep string) error {
+	if err := ValidatePeer(ep); err != nil {
+		return &core.Error{Class: core.ErrBadRequest, Msg: err.Error()}
+	}
 	m.mu.Lock()
 	p, ok := m.mu.peers[ep]
 	delete(m.mu.peers, ep)

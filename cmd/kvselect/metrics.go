@@ -110,6 +110,8 @@ func writeMeshMetrics(w io.Writer, st zmqin.MeshStats) {
 	perf.WriteCounter(w, `kvselect_replica_events_not_sent_total{reason="subscriber_queue_full"}`, st.PeerQueueDropped)
 	perf.WriteCounter(w, "kvselect_replica_snapshot_events_sent_total", st.SnapshotEvents)
 	perf.WriteCounter(w, "kvselect_replica_snapshot_requests_total", st.SnapshotRequests)
+	perf.WriteCounter(w, "kvselect_replica_snapshots_truncated_total", st.SnapshotsTruncated)
+	perf.WriteCounter(w, "kvselect_replica_snapshots_refused_total", st.SnapshotsRefused)
 	perf.WriteCounter(w, "kvselect_replica_messages_received_total", st.Received)
 	for d, n := range st.Dropped {
 		perf.WriteCounter(w, perf.Label("kvselect_replica_messages_dropped_total", "reason", zmqin.MeshDrop(d).String()), n)

@@ -82,6 +82,8 @@ var meshDescs = []perf.Desc{
 	{Name: "kvselect_replica_events_published_total", Kind: perf.Counter, Help: "Lifecycle events (admission, prefill complete, free) published to replica peers."},
 	{Name: "kvselect_replica_events_not_sent_total", Kind: perf.Counter, Help: "Lifecycle events not sent to peers, by reason: outbound_full (the publisher's queue) or subscriber_queue_full (one peer's queue)."},
 	{Name: "kvselect_replica_snapshot_events_sent_total", Kind: perf.Counter, Help: "Booking events sent in catch-up snapshots to joining peers."},
+	{Name: "kvselect_replica_snapshots_truncated_total", Kind: perf.Counter, Help: "Catch-up snapshots cut short by a full subscriber queue."},
+	{Name: "kvselect_replica_snapshots_refused_total", Kind: perf.Counter, Help: "Catch-up snapshot subscriptions refused by the per-peer rate limit."},
 	{Name: "kvselect_replica_snapshot_requests_total", Kind: perf.Counter, Help: "Catch-up snapshots asked again of a peer once workers this process lacked were registered."},
 	{Name: "kvselect_replica_messages_received_total", Kind: perf.Counter, Help: "Messages received from replica peers."},
 	{Name: "kvselect_replica_messages_dropped_total", Kind: perf.Counter, Help: "Messages from replica peers dropped before applying, by reason."},

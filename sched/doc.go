@@ -22,13 +22,20 @@
 //     are ErrNoEndpoints, ErrAllOverloaded, ErrPinnedNotAllowed and
 //     ErrPinnedOverloaded.
 //  3. Fills every row: the overlap fields (DeviceBlocks, HostBlocks,
-//     DiskBlocks) from the index's tiered match, and the load fields with
+//     DiskBlocks) from the index's tiered match, the worker's registered
+//     capacity (TotalKVBlocks, MaxBatchedTokens) and the load fields with
 //     WorkerLoad.Fill(&cands[i], seqHashes, p.AssumeKVReuse). A row without
 //     a WorkerLoad keeps HasLoad false.
-//  4. Scores and picks: Score(&p, &req, cands, costs) then i :=
-//     Pick(costs, p.Temperature, rng). Both are allocation-free. Queueing
-//     (router_queue_threshold, policy classes) will sit between steps 3
-//     and 4 behind the Admission interface; today every request is admitted.
+//  4. Scores and picks with the request's Policy: cands, i, err =
+//     pol.Choose(&Context{Params, Request, Rand}, cands, costs, part).
+//     DefaultPolicy is the reference's Score then Pick(costs,
+//     p.Temperature, rng), bit for bit; an embedder's policy adds Filters,
+//     Scorers and a Picker of its own (policy.go, ExamplePolicy). Choose is
+//     allocation-free when the components are; the Context must not be a
+//     fresh value per request if that makes it escape. ErrAllFiltered when
+//     the policy's filters drop every row. Queueing (router_queue_threshold,
+//     policy classes) will sit between steps 3 and 4 behind the Admission
+//     interface; today every request is admitted.
 //  5. Books (select_and_reserve, reservations): slot.Book(load,
 //     &Booking{...}) on the Slot of the host's record of the request, with
 //     PrefillTokens = EffectivePrefillTokens(isl, CachedTokens(&p, bs,

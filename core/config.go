@@ -72,7 +72,22 @@ type Config struct {
 	// its defaults). The number of live plans is bounded by
 	// MaxReservations.
 	Disagg DisaggConfig
+
+	// Policy is the selection policy (sched.Policy) of every partition
+	// that PartitionPolicies does not name; nil is sched.DefaultPolicy(),
+	// the reference's decisions.
+	Policy *sched.Policy
+	// PartitionPolicies chooses the policy of single partitions.
+	PartitionPolicies map[Partition]*sched.Policy
+	// Policies are further policies a request may choose by name with
+	// router_config_override.routing_policy. The built-in policies
+	// (sched.BuiltinPolicy) and those of Policy and PartitionPolicies can
+	// always be chosen; names must be unique.
+	Policies []*sched.Policy
 }
+
+// Partition names a routing partition: (model_name, routing_group).
+type Partition struct{ Model, Group string }
 
 // DefaultConfig returns the reference service's defaults.
 func DefaultConfig() Config {
@@ -108,7 +123,57 @@ func (c *Config) Validate() error {
 	if c.IndexShards < 0 || c.IndexShards > 1024 {
 		return fmt.Errorf("%w: index shards %d outside [0, 1024]", ErrConfig, c.IndexShards)
 	}
+	if _, err := c.policyRegistry(); err != nil {
+		return err
+	}
 	return c.Disagg.validate()
+}
+
+// policyRegistry returns every policy a request may name: the built-in
+// ones, Policy, PartitionPolicies' and Policies, by name. A name used by
+// two different policies is an error.
+func (c *Config) policyRegistry() (map[string]*sched.Policy, error) {
+	m := map[string]*sched.Policy{}
+	add := func(pol *sched.Policy) error {
+		if err := pol.Validate(); err != nil {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		if old, ok := m[pol.Name]; ok && old != pol {
+			return fmt.Errorf("%w: two selection policies named %q", ErrConfig, pol.Name)
+		}
+		m[pol.Name] = pol
+		return nil
+	}
+	for _, name := range []string{sched.PolicyDefault} {
+		m[name] = sched.BuiltinPolicy(name)
+	}
+	if c.Policy != nil {
+		if err := add(c.Policy); err != nil {
+			return nil, err
+		}
+	}
+	for _, pol := range c.PartitionPolicies {
+		if err := add(pol); err != nil {
+			return nil, err
+		}
+	}
+	for _, pol := range c.Policies {
+		if err := add(pol); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// policyFor returns the configured policy of partition (model, group).
+func (c *Config) policyFor(model, group string) *sched.Policy {
+	if pol, ok := c.PartitionPolicies[Partition{model, group}]; ok {
+		return pol
+	}
+	if c.Policy != nil {
+		return c.Policy
+	}
+	return sched.DefaultPolicy()
 }
 
 // queueing reports whether queueing is enabled (router_queue_threshold

@@ -136,6 +136,17 @@
 // The ledger and the pending-selection cache (sharded by id) take no global
 // lock.
 //
+// # Selection policies
+//
+// Every selection ranks the eligible rows with a sched.Policy: the
+// partition's (Config.PartitionPolicies, else Config.Policy, else
+// sched.DefaultPolicy, the reference's decisions), or the one a request
+// names in router_config_override.routing_policy (any built-in policy or
+// one of Config.Policy, PartitionPolicies and Policies; an unknown name is
+// a bad request). The service keeps eligibility, bookings, the ledger and
+// replication whatever the policy; a policy whose filters drop every row
+// fails the request as not ready.
+//
 // # Seams for later issues
 //
 // ReplicaSink receives admission, prefill-completion and free events

@@ -20,6 +20,8 @@ type partition struct {
 	model, group string
 	index        *radix.Index
 	sink         *partitionSink
+	// policy is the partition's selection policy (Config.policyFor).
+	policy *sched.Policy
 
 	// snap is the immutable schedulable view the selection paths read
 	// without a lock; rebuilt by publishLocked on every catalog change.
@@ -99,7 +101,7 @@ func (s *Service) partitionLocked(model, group string) *partition {
 	if err != nil {
 		panic("BUG: radix config validated by Config.Validate: " + err.Error())
 	}
-	p := &partition{model: model, group: group, index: ix, workers: map[uint64]*catalogEntry{}, loads: map[radix.WorkerKey]*sched.WorkerLoad{}}
+	p := &partition{model: model, group: group, index: ix, policy: s.cfg.policyFor(model, group), workers: map[uint64]*catalogEntry{}, loads: map[radix.WorkerKey]*sched.WorkerLoad{}}
 	p.sink = &partitionSink{p: p}
 	p.snap.Store(&snapshot{})
 	// Copy on write: readers load the map pointer without a lock.

@@ -15,8 +15,15 @@ type scratch struct {
 	res        radix.Result
 	cands      []sched.Candidate
 	costs      []float64
-	loads      []sched.PotentialLoad
-	mmBuf      []byte
+	part       []float64 // a policy's second and later scorers
+	// ctx, params and req are the policy's sched.Context and what it
+	// points to: kept here, in the pooled scratch, so that passing them
+	// to a policy's interface methods allocates nothing.
+	ctx    sched.Context
+	params sched.Params
+	req    sched.Request
+	loads  []sched.PotentialLoad
+	mmBuf  []byte
 }
 
 func (s *Service) getScratch() *scratch   { return s.scratch.Get().(*scratch) }
@@ -140,7 +147,11 @@ func (s *Service) prepare(p *partition, sn *snapshot, pr *Prompt, ov *sched.Over
 	p.index.Match(local, &sc.res)
 	fillOverlap(cands, sc.res.Matches)
 	for i := range cands {
-		if _, wl := sn.load(cands[i].Worker); wl != nil {
+		v, wl := sn.load(cands[i].Worker)
+		if v != nil {
+			cands[i].TotalKVBlocks, cands[i].MaxBatchedTokens = v.totalKVBlocks, v.maxBatched
+		}
+		if wl != nil {
 			wl.Fill(&cands[i], seq, params.AssumeKVReuse)
 		}
 	}
@@ -213,10 +224,23 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool, le
 	if err != nil {
 		return nil, err
 	}
-	params, cands, seq, isl, bs := &q.params, sc.cands, q.seq, q.req.ISLTokens, q.req.BlockSize
-	sc.costs = slices.Grow(sc.costs[:0], len(cands))[:len(cands)]
-	sched.Score(params, &q.req, cands, sc.costs)
-	c := &cands[sched.Pick(sc.costs, params.Temperature, s.rng)]
+	pol, err := s.policyOf(p, req.Override)
+	if err != nil {
+		return nil, err
+	}
+	sc.params, sc.req = q.params, q.req
+	sc.ctx = sched.Context{Params: &sc.params, Request: &sc.req, Rand: s.rng}
+	params, seq, isl, bs := &sc.params, q.seq, q.req.ISLTokens, q.req.BlockSize
+	n := len(sc.cands)
+	sc.costs = slices.Grow(sc.costs[:0], n)[:n]
+	if len(pol.Scorers) > 1 {
+		sc.part = slices.Grow(sc.part[:0], n)[:n]
+	}
+	cands, pick, err := pol.Choose(&sc.ctx, sc.cands, sc.costs, sc.part)
+	if err != nil {
+		return nil, fromSched(err)
+	}
+	c := &cands[pick]
 
 	v, wl := sn.load(c.Worker)
 	out.ModelName, out.RoutingGroup = p.model, p.group
@@ -280,6 +304,18 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool, le
 	out.ISLTokens = isl
 	out.TrackPrefillTokens = params.TrackPrefillTokens
 	return bk.rec, nil
+}
+
+// policyOf returns the selection policy of a request on partition p: the
+// one its override names (routing_policy), else the partition's.
+func (s *Service) policyOf(p *partition, ov *Override) (*sched.Policy, error) {
+	if ov == nil || ov.RoutingPolicy == "" {
+		return p.policy, nil
+	}
+	if pol, ok := s.policies[ov.RoutingPolicy]; ok {
+		return pol, nil
+	}
+	return nil, errorf(ErrBadRequest, "unknown routing_policy %q", ov.RoutingPolicy)
 }
 
 // summarize fills o with the overlap summary of worker w's ranks.

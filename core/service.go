@@ -69,6 +69,9 @@ type Service struct {
 	// disaggPolicy is the conditional-disaggregation policy
 	// (cfg.Sched.DisaggPolicy(); tests replace it before use).
 	disaggPolicy bypassPolicy
+	// policies are the selection policies a request may name
+	// (Config.policyRegistry); read-only after New.
+	policies map[string]*sched.Policy
 
 	scratch sync.Pool // *scratch
 
@@ -134,6 +137,7 @@ func New(cfg Config, opts Options) (*Service, error) {
 	if s.rng == nil {
 		s.rng = sched.RuntimeRand{}
 	}
+	s.policies, _ = cfg.policyRegistry() // validated above
 	m := map[partKey]*partition{}
 	s.parts.Store(&m)
 	s.scratch.New = func() any { return new(scratch) }

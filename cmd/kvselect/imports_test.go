@@ -23,15 +23,16 @@ const module = "github.com/kvselect/kvselect"
 // key that is its path or a parent of it (tableKey), and so is an
 // imported package. cmd/kvselect may import everything.
 var allowedInRepo = map[string][]string{
-	"radix":        {},
-	"sched":        {"radix"},
-	"core":         {"radix", "sched"},
-	"zmqin":        {"core", "radix"},
-	"zmqin/zmqpub": {"zmqin", "core", "radix"},
-	"httpapi":      {"core", "perf"},
-	"perf":         {},
-	"bench":        {"radix", "zmqin", "zmqin/zmqpub"},
-	"bench/sim":    {"bench"},
+	"radix":          {},
+	"sched":          {"radix"},
+	"core":           {"radix", "sched"},
+	"zmqin":          {"core", "radix"},
+	"zmqin/zmqpub":   {"zmqin", "core", "radix"},
+	"httpapi":        {"core", "perf"},
+	"perf":           {},
+	"bench":          {"radix", "zmqin", "zmqin/zmqpub"},
+	"bench/sim":      {"bench", "bench/sim/vllm"},
+	"bench/sim/vllm": {},
 }
 
 // tableKey returns the key of allowedInRepo that governs package path pkg:

@@ -166,6 +166,8 @@ const (
 	// PolicyDefault is the reference's selection: DefaultScorer and
 	// DefaultPicker, the decisions of Dynamo's default selector.
 	PolicyDefault = "default"
+	// PolicyCacheBalance is kvselect's own policy (CacheBalancePolicy).
+	PolicyCacheBalance = "cache_balance"
 )
 
 var defaultPolicy = &Policy{Name: PolicyDefault, Scorers: []Scorer{DefaultScorer{}}, Picker: DefaultPicker{}}
@@ -178,6 +180,8 @@ func BuiltinPolicy(name string) *Policy {
 	switch name {
 	case PolicyDefault:
 		return defaultPolicy
+	case PolicyCacheBalance:
+		return cacheBalancePolicy
 	}
 	return nil
 }

@@ -125,7 +125,7 @@ func TestPolicyChoose(t *testing.T) {
 			t.Errorf("%+v: Validate = %v", pol, err)
 		}
 	}
-	for _, name := range []string{PolicyDefault} {
+	for _, name := range []string{PolicyDefault, PolicyCacheBalance} {
 		if pol := BuiltinPolicy(name); pol == nil || pol.Name != name || pol.Validate() != nil {
 			t.Errorf("built-in %q: %+v", name, pol)
 		}

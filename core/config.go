@@ -144,7 +144,7 @@ func (c *Config) policyRegistry() (map[string]*sched.Policy, error) {
 		m[pol.Name] = pol
 		return nil
 	}
-	for _, name := range []string{sched.PolicyDefault} {
+	for _, name := range []string{sched.PolicyDefault, sched.PolicyCacheBalance} {
 		m[name] = sched.BuiltinPolicy(name)
 	}
 	if c.Policy != nil {

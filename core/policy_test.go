@@ -198,6 +198,10 @@ func TestPolicyPerPartitionAndOverride(t *testing.T) {
 	if w, err := sel("m2", sched.PolicyDefault); err != nil || w < 20 {
 		t.Fatalf("m2 with the default override: worker %d, %v", w, err)
 	}
+	// The built-in cache_balance: worker 0 holds the prompt's 16 blocks.
+	if w, err := sel("", sched.PolicyCacheBalance); err != nil || w != 0 {
+		t.Fatalf("cache_balance: worker %d, %v", w, err)
+	}
 	if _, err := sel("", "nope"); !errors.Is(err, ErrBadRequest) {
 		t.Fatalf("unknown policy: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/httpapi"
 	"github.com/kvselect/kvselect/perf"
+	"github.com/kvselect/kvselect/sched"
 	"github.com/kvselect/kvselect/zmqin"
 )
 
@@ -71,7 +72,11 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 			_ = mesh.Close()
 		}
 	}
-	svc, err := core.New(opts.core, core.Options{Ingress: ingress, Replica: replica})
+	var rng sched.Rand
+	if opts.randSeed != 0 {
+		rng = newLockedRand(opts.randSeed)
+	}
+	svc, err := core.New(opts.core, core.Options{Ingress: ingress, Replica: replica, Rand: rng})
 	if err != nil {
 		logger.Printf("serve: %v", err)
 		closeMesh()

@@ -57,3 +57,9 @@ func AppendStreamTokens(dst []uint32, p, next *Prompt, from, to int) []uint32 {
 	}
 	return dst
 }
+
+// LocalHash is the selector's local hash of one block of tokens (no LoRA,
+// no salt), the hash a selection body's block_hashes carry.
+func LocalHash(tokens []uint32) uint64 {
+	return radix.BlockHash(tokens, radix.HashSeed("", ""))
+}

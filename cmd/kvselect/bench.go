@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -24,9 +25,13 @@ run with the same client and bodies (--baseline noop).
 
 With --simulate it measures routing quality instead: the workload (e.g.
 --workload trace:mooncake_trace_1000.jsonl) is replayed in virtual time
-through simulated engines whose KV events reach the selector over ZMQ, routed
-by kvselect, round-robin and random in turn, and the report gives each
-policy's KV hit rate, simulated TTFT p50/p99 and load balance.
+through simulated vLLM engines (continuous batching, chunked prefill, prefix
+caching, preemption; Meta-Llama-3-8B on an A100 step times) whose KV events
+reach the selector over ZMQ, at 50% and 90% of the cluster's measured
+capacity, routed by kvselect (its default policy), kvselect's cache_balance
+policy, round-robin and random in turn; the report gives each policy's KV
+hit rate, TTFT and end-to-end latency, throughput, preemptions and load
+balance.
 
 `
 
@@ -52,18 +57,21 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		noBar     = fs.Bool("no-progress", false, "no progress bar even on a terminal")
 		serveNoop = fs.String("serve-noop", "", "instead of a run, serve the no-op baseline handler on this address until interrupted (to measure the client against a server in another process)")
 		synthetic = cfg.Synthetic
-		simulate  = fs.Bool("simulate", false, "routing quality instead of load: replay the workload in virtual time through simulated engines (LRU KV pools publishing real ZMQ KV events) routed by kvselect, round-robin and random, and report KV hit rate, simulated TTFT and load balance per policy")
+		simulate  = fs.Bool("simulate", false, "routing quality instead of load: replay the workload in virtual time through simulated vLLM engines publishing real ZMQ KV events, routed by each policy of --policies, at each of --loads, and report KV hit rate, TTFT, end-to-end latency, throughput, preemptions and load balance per policy")
 		simCfg    = sim.DefaultConfig()
+		loads     = fs.String("loads", "0.5,0.9", "--simulate: load levels as fractions of the cluster's capacity, which the run measures first (ignored with --time-scale or --rate)")
+		policies  = fs.String("policies", strings.Join(sim.Policies, ","), "--simulate: policies to run, in order")
 	)
 	fs.StringVar(&cfg.Target, "target", "", "base URL of a running selector, e.g. http://127.0.0.1:8092 (default: start one in-process)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "client goroutines (closed loop) or the pool serving the schedule (open loop)")
-	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: operations per second, latency from the intended send time (0: closed loop); with --simulate: arrivals per second of the synthetic workload (default 10)")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: operations per second, latency from the intended send time (0: closed loop); with --simulate: one level instead of --loads, conversations of the synthetic workload starting at this rate per second")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured window")
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "warm-up before the measured window (not recorded)")
 	fs.IntVar(&cfg.OutputBlocks, "output-blocks", cfg.OutputBlocks, "output_block calls per lifecycle")
-	fs.StringVar(&cfg.Workload, "workload", cfg.Workload, "synthetic or trace:FILE (Mooncake JSONL)")
+	fs.StringVar(&cfg.Workload, "workload", cfg.Workload, "synthetic, synthetic:chat (multi-turn chat), synthetic:agent (agentic sessions with tool calls) or trace:FILE (Mooncake JSONL)")
+	fs.IntVar(&cfg.TraceRepeat, "trace-repeat", 0, "replay a trace this many times, each copy after the previous one with its own content (e.g. 12 turns mooncake_trace_1000.jsonl into 12,000 requests)")
 	fs.IntVar(&synthetic.Prompts, "prompts", synthetic.Prompts, "synthetic workload: prompts generated (the run cycles over them)")
-	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the synthetic workload and of --simulate's random policy")
+	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the synthetic workload; with --simulate also of the random policy, the think times and, with the in-process selector, of its tie-breaks (--rand-seed)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "workers registered with POST /workers before the run (0: none)")
 	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "KV block size in tokens registered for the workers (--simulate: default 64)")
 	fs.IntVar(&cfg.TotalKVBlocks, "total-kv-blocks", 0, "total_kv_blocks registered per worker (0: omitted)")
@@ -74,10 +82,12 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "write cpu, heap, mutex and block profiles of the server's measured window (from /debug/pprof) into this directory")
 	fs.StringVar(&cfg.PprofURL, "pprof", "", "pprof base URL for --profile (default: TARGET/debug/pprof)")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-call read and write timeout")
-	fs.IntVar(&simCfg.CapacityBlocks, "capacity-blocks", simCfg.CapacityBlocks, "--simulate: KV pool of each engine in blocks")
-	fs.Float64Var(&simCfg.PrefillTPS, "prefill-tps", simCfg.PrefillTPS, "--simulate: an engine's prefill speed in tokens/s (prefills run one at a time per engine)")
-	fs.Float64Var(&simCfg.DecodeTPS, "decode-tps", simCfg.DecodeTPS, "--simulate: one request's decode speed in tokens/s")
-	fs.Float64Var(&simCfg.TimeScale, "time-scale", simCfg.TimeScale, "--simulate: multiply the trace's timestamps by this (0.5 replays it twice as fast)")
+	fs.IntVar(&simCfg.CapacityBlocks, "capacity-blocks", simCfg.CapacityBlocks, "--simulate: KV pool of each engine in blocks (num_gpu_blocks)")
+	fs.IntVar(&simCfg.MaxBatchedTokens, "max-batched-tokens", simCfg.MaxBatchedTokens, "--simulate: each engine's token budget per step (max_num_batched_tokens)")
+	fs.IntVar(&simCfg.MaxNumSeqs, "max-num-seqs", simCfg.MaxNumSeqs, "--simulate: each engine's running requests at most (max_num_seqs)")
+	fs.Float64Var(&simCfg.ThinkTime, "think-time", simCfg.ThinkTime, "--simulate: mean seconds between a conversation turn's end and its next user turn (synthetic workloads)")
+	fs.Float64Var(&simCfg.ToolThinkTime, "tool-think-time", simCfg.ToolThinkTime, "--simulate: mean seconds between a turn's end and the next turn carrying a tool's result (synthetic workloads)")
+	fs.Float64Var(&simCfg.TimeScale, "time-scale", simCfg.TimeScale, "--simulate: one level instead of --loads: the trace's timestamps times this (0.5 replays it twice as fast)")
 	fs.DurationVar(&simCfg.SyncTimeout, "sync-timeout", simCfg.SyncTimeout, "--simulate: how long to wait for the selector to apply one KV event batch")
 	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", cfg.ReadyTimeout, "how long to wait for GET /ready after registration")
 	if err := fs.Parse(args); err != nil {
@@ -114,8 +124,21 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if set["rate"] {
 			simCfg.ArrivalRate, cfg.Rate = cfg.Rate, 0
 		}
+		simCfg.Policies = splitList(*policies)
+		simCfg.Loads = nil
+		if !set["time-scale"] && !set["rate"] {
+			for _, s := range splitList(*loads) {
+				l, err := strconv.ParseFloat(s, 64)
+				if err != nil {
+					fmt.Fprintf(stderr, "kvselect bench: --loads: %q is not a number\n", s)
+					return 2
+				}
+				simCfg.Loads = append(simCfg.Loads, l)
+			}
+		}
 		if cfg.Target == "" {
-			cfg.StartServer = inProcessServer(stderr)
+			// Seeded tie-breaks: a run is reproducible from --seed.
+			cfg.StartServer = inProcessServer(stderr, "--rand-seed", strconv.FormatUint(uint64(cfg.Seed)|1<<63, 10))
 		}
 		cfg.Log = stderr
 		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
@@ -193,9 +216,13 @@ func simulateMain(ctx context.Context, cfg bench.Config, simCfg sim.Config, json
 		fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
 		return 2
 	}
-	if k := rep.Policies[sim.PolicyKVSelect]; k != nil && (k.LeakedReservations != 0 || len(k.Errors) > 0 || k.SyncTimeouts > 0) {
-		fmt.Fprintln(stderr, "kvselect bench: FAIL: the kvselect policy leaked reservations, had failed calls or unapplied KV event batches (see the report)")
-		return 1
+	for _, lv := range rep.Levels {
+		for _, name := range []string{sim.PolicyKVSelect, sim.PolicyCacheBalance} {
+			if k := lv.Policies[name]; k != nil && (k.LeakedReservations != 0 || len(k.Errors) > 0 || k.SyncTimeouts > 0) {
+				fmt.Fprintf(stderr, "kvselect bench: FAIL: the %s policy leaked reservations, had failed calls or unapplied KV event batches (see the report)\n", name)
+				return 1
+			}
+		}
 	}
 	return 0
 }

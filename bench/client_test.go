@@ -35,7 +35,7 @@ func TestCallerAllocatesNothing(t *testing.T) {
 	defer stop()
 	ps := Synthetic(smallSynthetic(), 16, 1)
 	ps[0].Body = AppendPromptJSON(nil, &ps[0])
-	w := &worker{c: c, all: NewHistogram(), sel: NewHistogram(), errs: map[string]int64{}, prefix: []byte("t-0-"), rec: true}
+	w := &worker{c: c, all: NewHistogram(), sel: NewHistogram(), selOK: NewHistogram(), errs: map[string]int64{}, prefix: []byte("t-0-"), rec: true}
 	p := loadParams{mix: MixLifecycle, outputBlocks: 2}
 	w.op(p, &ps[0], time.Now(), true) // grow the buffers once
 	allocs := testing.AllocsPerRun(50, func() { w.op(p, &ps[0], time.Now(), true) })
@@ -56,7 +56,7 @@ func BenchmarkLifecycleNoop(b *testing.B) {
 	defer stop()
 	ps := Synthetic(smallSynthetic(), 16, 1)
 	ps[0].Body = AppendPromptJSON(nil, &ps[0])
-	w := &worker{c: c, all: NewHistogram(), sel: NewHistogram(), errs: map[string]int64{}, prefix: []byte("b-0-"), rec: true}
+	w := &worker{c: c, all: NewHistogram(), sel: NewHistogram(), selOK: NewHistogram(), errs: map[string]int64{}, prefix: []byte("b-0-"), rec: true}
 	p := loadParams{mix: MixLifecycle, outputBlocks: 3}
 	b.ReportAllocs()
 	for b.Loop() {

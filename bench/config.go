@@ -103,6 +103,10 @@ type Config struct {
 	KVEventsEndpoints []string
 	// TotalKVBlocks is registered as each worker's total_kv_blocks (0 omits it).
 	TotalKVBlocks int
+	// MaxBatchedTokens is registered as each worker's
+	// max_num_batched_tokens (0 omits it; a selector with a router queue
+	// requires it).
+	MaxBatchedTokens int
 	// EngineBlocks, when positive and KVEventsEndpoints is empty, makes Run
 	// start one simulated Engine per worker (one rank, a KV pool of
 	// EngineBlocks blocks, publishing on a free loopback port) and register

@@ -252,7 +252,7 @@ func register(c *Control, cfg *Config) error {
 			Endpoint:      fmt.Sprintf("http://bench-worker-%d:8000", i+1),
 			BlockSize:     cfg.BlockSize,
 			DPSize:        1,
-			TotalKVBlocks: cfg.TotalKVBlocks,
+			TotalKVBlocks: cfg.TotalKVBlocks, MaxBatchedTokens: cfg.MaxBatchedTokens,
 		}
 		if n := len(cfg.KVEventsEndpoints); n > 0 {
 			w.KVEventsEndpoints = map[string]string{"0": cfg.KVEventsEndpoints[i%n]}

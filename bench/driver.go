@@ -37,6 +37,7 @@ type worker struct {
 	c      caller
 	all    *Histogram // every recorded call
 	sel    *Histogram // recorded select and select_and_reserve calls
+	selOK  *Histogram // those of them that succeeded (2xx: admitted)
 	reqs   [nRoutes]int64
 	errs   map[string]int64
 	ops    int64
@@ -115,7 +116,7 @@ func runLoad(ctx context.Context, p loadParams, prompts []Prompt, newCaller func
 	var wg sync.WaitGroup
 	for g := range ws {
 		w := &worker{
-			c: newCaller(g), all: NewHistogram(), sel: NewHistogram(),
+			c: newCaller(g), all: NewHistogram(), sel: NewHistogram(), selOK: NewHistogram(),
 			errs:   map[string]int64{},
 			prefix: fmt.Appendf(nil, "%s-%d-", p.idPrefix, g),
 		}
@@ -324,6 +325,9 @@ func (w *worker) do(r route, id, body []byte, t0 time.Time) bool {
 		w.all.Record(lat)
 		if r == routeSelect || r == routeReserve {
 			w.sel.Record(lat)
+			if ok {
+				w.selOK.Record(lat)
+			}
 		}
 		w.reqs[r]++
 		w.lastRecDone = now
@@ -345,12 +349,13 @@ func (w *worker) do(r route, id, body []byte, t0 time.Time) bool {
 // mergeWorkers adds up the goroutines' histograms and counters; bs
 // converts overlap tokens to blocks.
 func mergeWorkers(ws []*worker, bs int) Result {
-	all, sel := NewHistogram(), NewHistogram()
+	all, sel, selOK := NewHistogram(), NewHistogram(), NewHistogram()
 	r := Result{Errors: map[string]int64{}, ByRoute: map[string]int64{}}
 	var own, in, ovTokens, ovN, promptBlocks int64
 	for _, w := range ws {
 		all.Merge(w.all)
 		sel.Merge(w.sel)
+		selOK.Merge(w.selOK)
 		for i, n := range w.reqs {
 			if n > 0 {
 				r.ByRoute[route(i).String()] += n
@@ -374,6 +379,7 @@ func mergeWorkers(ws []*worker, bs int) Result {
 		r.MeanPromptBlocks = float64(promptBlocks) / float64(ovN)
 	}
 	r.setLatency(all, sel)
+	r.AdmittedP50ms, r.AdmittedP99ms, r.AdmittedMaxMs = ms(selOK.Quantile(0.50)), ms(selOK.Quantile(0.99)), ms(selOK.Max())
 	if r.Requests > 0 {
 		r.Client.OwnUsPerRequest = float64(own) / 1e3 / float64(r.Requests)
 	}

@@ -18,6 +18,19 @@ type (
 	PreferredTaint = sched.PreferredTaint
 	// Event is one KV event (a /dump RouterEvent).
 	Event = radix.Event
+	// SessionContext is a request's session_context.
+	SessionContext = sched.SessionContext
+	// AgentHeader is one session_context.agent_headers entry.
+	AgentHeader = sched.AgentHeader
+	// QueueRejection is a router queue's refusal at a class cap (the
+	// details of an overloaded answer).
+	QueueRejection = sched.QueueRejection
+	// Match is one worker rank's tiered match (IndexerMatch.Matches).
+	Match = radix.Match
+	// MatchResult is what a PrimaryIndex fills.
+	MatchResult = radix.Result
+	// ApproxStats are an approximate index's counters (Stats.Approx).
+	ApproxStats = radix.ApproxStats
 )
 
 // NumTiers is the length of Stats.IndexBlocks.

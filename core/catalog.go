@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 )
 
@@ -235,14 +236,16 @@ func (s *Service) reconcileLocked(id uint64, f *WorkerFields, p *partition, movi
 	case size > MaxDataParallelSize:
 		reasons = append(reasons, fmt.Sprintf("data_parallel_size %d exceeds kvselect's limit of %d", size, MaxDataParallelSize))
 		size = 0 // nothing below may loop over the ranks
-	case uint64(start)+uint64(size) > 1<<32:
+	case uint64(start)+uint64(size) > math.MaxUint32:
+		// The ranks are [start, start+size) in uint32 arithmetic: a range
+		// ending at 2^32 would wrap every loop over it to nothing.
 		reasons = append(reasons, fmt.Sprintf("data_parallel_start_rank %d + data_parallel_size %d exceeds the u32 rank space", start, size))
 		size = 0
 	}
-	if s.cfg.queueing() && f.MaxNumBatchedTokens == nil {
+	if s.cfg.queueing(p.model) && f.MaxNumBatchedTokens == nil {
 		reasons = append(reasons, "max_num_batched_tokens is required while queueing is enabled")
 	}
-	if s.cfg.UseKVEvents && size > 0 {
+	if s.listening && size > 0 {
 		for _, rs := range f.rankSources() {
 			if rs.Endpoint == "" {
 				reasons = append(reasons, fmt.Sprintf("kv_events endpoint is required for dp_rank %d", rs.DPRank))
@@ -268,7 +271,7 @@ func (s *Service) reconcileLocked(id uint64, f *WorkerFields, p *partition, movi
 	if others > 0 && p.isEagle != eagle {
 		return []string{fmt.Sprintf("reconciliation failed: is_eagle mismatch for model=%s routing_group=%s: existing=%t requested=%t", p.model, p.group, p.isEagle, eagle)}
 	}
-	if s.cfg.UseKVEvents {
+	if s.listening {
 		for _, rs := range f.rankSources() {
 			if _, err := checkDialable(rs.Endpoint); err != nil {
 				return []string{fmt.Sprintf("reconciliation failed: invalid kv_events endpoint for worker %d dp_rank %d: invalid ZMQ endpoint `%s`: %v", id, rs.DPRank, rs.Endpoint, err)}

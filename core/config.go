@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/kvselect/kvselect/radix"
 	"github.com/kvselect/kvselect/sched"
 )
 
@@ -42,8 +43,20 @@ type Config struct {
 	Sched sched.Config
 	// UseKVEvents: the service listens to workers' KV
 	// events, so every rank of a worker needs a kv_events endpoint to be
-	// schedulable.
+	// schedulable. Without them the primary index is approximate: booked
+	// decisions populate it and expire after ApproxTTL (index.go).
 	UseKVEvents bool
+	// ApproxTTL is router_ttl_secs: how long a recorded block of the
+	// approximate primary stays after its last booking. >= 0.
+	ApproxTTL time.Duration
+	// PredictedTTL, when > 0, is router_predicted_ttl_secs: booked
+	// decisions also populate a side index with this TTL beside the
+	// event-driven primary. Requires UseKVEvents.
+	PredictedTTL time.Duration
+	// ApproxMaxBlocks caps the recorded (worker rank, block) pairs of each
+	// approximate index (primary or side) of each partition; 0 picks
+	// radix.DefaultApproxMaxBlocks.
+	ApproxMaxBlocks int
 	// SelectionCacheTTL, SelectionCacheMaxEntries and SelectionCacheMaxBytes
 	// bound the pending-selection cache. All > 0.
 	SelectionCacheTTL        time.Duration
@@ -65,6 +78,8 @@ type Config struct {
 	// schedulable workers, with UseKVEvents): a registration past it is a
 	// conflict and changes nothing. > 0.
 	MaxListeners int
+	// Tracking selects public or keyed tracking hashes (tracking.go).
+	Tracking TrackingHash
 	// IndexShards is radix.Config.Shards of every partition's index; 0 picks
 	// radix.DefaultShards.
 	IndexShards int
@@ -84,6 +99,15 @@ type Config struct {
 	// (sched.BuiltinPolicy) and those of Policy and PartitionPolicies can
 	// always be chosen; names must be unique.
 	Policies []*sched.Policy
+	// OverlapRefreshAfter: a request that waited in the router queue at
+	// least this long matches its prompt in the index again before it
+	// is scored (the reference's overlap refresh interval); 0 never does.
+	OverlapRefreshAfter time.Duration
+	// SessionAffinity enables one session table per partition (TTL > 0).
+	SessionAffinity AffinityConfig
+	// MaxAffinityEntries bounds each partition's session table; 0 picks
+	// MaxSessionAffinityEntries (tests lower it).
+	MaxAffinityEntries int
 }
 
 // Partition names a routing partition: (model_name, routing_group).
@@ -94,12 +118,14 @@ func DefaultConfig() Config {
 	return Config{
 		Sched:                    sched.DefaultConfig(),
 		UseKVEvents:              true,
+		ApproxTTL:                radix.DefaultApproxTTL,
 		SelectionCacheTTL:        DefaultSelectionCacheTTL,
 		SelectionCacheMaxEntries: DefaultSelectionCacheMaxEntries,
 		SelectionCacheMaxBytes:   DefaultSelectionCacheMaxBytes,
 		MaxReservations:          DefaultMaxReservations,
 		MaxReservationBytes:      DefaultMaxReservationBytes,
 		MaxListeners:             DefaultMaxListeners,
+		OverlapRefreshAfter:      DefaultOverlapRefreshAfter,
 	}
 }
 
@@ -122,6 +148,27 @@ func (c *Config) Validate() error {
 	}
 	if c.IndexShards < 0 || c.IndexShards > 1024 {
 		return fmt.Errorf("%w: index shards %d outside [0, 1024]", ErrConfig, c.IndexShards)
+	}
+	if c.OverlapRefreshAfter < 0 {
+		return fmt.Errorf("%w: overlap refresh after %v < 0", ErrConfig, c.OverlapRefreshAfter)
+	}
+	if err := c.SessionAffinity.validate(); err != nil {
+		return err
+	}
+	if c.MaxAffinityEntries < 0 || c.MaxAffinityEntries > MaxSessionAffinityEntries {
+		return fmt.Errorf("%w: affinity entries %d outside [0, %d]", ErrConfig, c.MaxAffinityEntries, MaxSessionAffinityEntries)
+	}
+	if err := c.Tracking.Validate(); err != nil {
+		return err
+	}
+	if c.PredictedTTL < 0 {
+		return fmt.Errorf("%w: router_predicted_ttl_secs must be > 0, got %v", ErrConfig, c.PredictedTTL)
+	}
+	if c.PredictedTTL > 0 && !c.UseKVEvents {
+		return fmt.Errorf("%w: router_predicted_ttl_secs requires use_kv_events=true; do not combine a primary approximate indexer with a side approximate indexer", ErrConfig)
+	}
+	if err := (radix.ApproxConfig{TTL: c.ApproxTTL, MaxBlocks: c.ApproxMaxBlocks, Shards: c.IndexShards}).Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	if _, err := c.policyRegistry(); err != nil {
 		return err
@@ -176,7 +223,11 @@ func (c *Config) policyFor(model, group string) *sched.Policy {
 	return sched.DefaultPolicy()
 }
 
-// queueing reports whether queueing is enabled (router_queue_threshold
-// set). Queueing itself is not implemented yet; the flag only makes
-// max_num_batched_tokens required, as in Dynamo.
-func (c *Config) queueing() bool { return c.Sched.QueueThreshold != nil }
+// profile returns model's router policy profile.
+func (c *Config) profile(model string) *sched.PolicyProfile {
+	return c.Sched.Policy.Profile(model, c.Sched.QueueThreshold, c.Sched.QueuePolicy)
+}
+
+// queueing reports whether model's partitions queue (a policy class with
+// a busy line); max_num_batched_tokens is then required, as in Dynamo.
+func (c *Config) queueing(model string) bool { return c.profile(model).Queues() }

@@ -178,14 +178,6 @@ func (s PlanState) String() string {
 // MarshalText writes String().
 func (s PlanState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
-// AffinityTarget is a session-affinity target the host resolved (worker and,
-// optionally, rank).
-type AffinityTarget struct {
-	WorkerID  uint64
-	DPRank    uint32
-	HasDPRank bool
-}
-
 // DisaggRequest is one coordinated request. Strings and slices may alias
 // the caller's buffers: the plan keeps copies.
 type DisaggRequest struct {
@@ -201,10 +193,11 @@ type DisaggRequest struct {
 	// probe; prefill bookings always send 1.
 	ExpectedOutputTokens    uint32
 	HasExpectedOutputTokens bool
-	// SessionID goes to every call (the reference's session_context).
-	// Like SelectRequest.SessionID it is ignored until session affinity
-	// lands; so is AffinityTarget, which the reference passes to the
-	// decode preview, plan_prefill and plan_decode.
+	// SessionID goes to every call (the reference's session_context) and
+	// AffinityTarget is what the reference passes to the decode preview,
+	// plan_prefill and plan_decode; the coordinator does not steer or bind
+	// sessions with them yet (a leg's SelectRequest carries SessionID
+	// without HasSessionID).
 	SessionID      string
 	AffinityTarget *AffinityTarget
 	// PinnedPrefillWorker pins the prefill booking exactly.

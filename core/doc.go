@@ -10,8 +10,10 @@
 // # The host's contract
 //
 //  1. Build a Config (DefaultConfig, then change fields) and call
-//     New(cfg, Options{Ingress, Replica, Clock, Rand}). Zero options pick
-//     NopIngress, NopReplicaSink, time.Now and a runtime RNG.
+//     New(cfg, Options{Ingress, Replica, Clock, Rand, Primary}). Zero
+//     options pick NopIngress, NopReplicaSink, time.Now, a runtime RNG and
+//     each partition's own radix index as the primary index (Primary is a
+//     standalone indexer's client; see index.go for the index shapes).
 //  2. Register workers with UpsertWorker (whole-record upsert; a worker
 //     that cannot be scheduled is recorded as incomplete with its reasons,
 //     which is still a success), PatchWorker and DeleteWorker. The service
@@ -29,8 +31,10 @@
 //     encoded before those buffers are reused.
 //  4. Call Sweep(now) periodically (DefaultSweepInterval): it releases
 //     reservations older than the expiry guard and removes expired pending
-//     selections. The service starts no goroutine and reads time only
-//     through the Clock.
+//     selections. When ExpiresIndex (approximate primary or predicted-TTL
+//     side index), also call ExpireIndex(now) every ApproxExpiryInterval.
+//     The service starts no goroutine and reads time only through the
+//     Clock.
 //  5. At shutdown call Close (readiness turns false, new work fails as not
 //     ready), drain the front end, then close the Ingress (the host owns
 //     it).
@@ -146,12 +150,54 @@
 // a bad request). The service keeps eligibility, bookings, the ledger and
 // replication whatever the policy; a policy whose filters drop every row
 // fails the request as not ready.
+// # Session affinity
+//
+// With Config.SessionAffinity.TTL set, every partition has a session table
+// (affinity.go; Dynamo's SessionAffinity): a booking of a session holds it
+// before it books and binds it when it commits, and the binding's lease
+// hangs off the reservation record (released with it: free, expiry,
+// worker removal); /select only reads it. The host:
+//
+//  1. Calls ReapAffinity(now) every SessionAffinity.ReapInterval()
+//     (min(TTL, 30 s)).
+//  2. To replicate bindings, passes Options.Affinity (an AffinitySink that
+//     must not block) and Options.WriterID (its process id on the mesh),
+//     and feeds peers' events to ApplyAffinity.
+//
+// # The router queue
+//
+// When the model's router policy profile queues (Config.Sched.
+// QueueThreshold, or a class of Config.Sched.Policy with a busy line), a
+// partition has a router queue (queue.go): a selection that must wait
+// parks on its own channel and is dispatched, one at a time, when a
+// prefill completion, a release, a catalog change or Sweep frees
+// capacity. Pass a context that ends when the caller goes away
+// (SelectContext, SelectAndReserveContext): a waiting selection then
+// leaves the queue. A class at a cap refuses with ErrOverloaded carrying
+// a *QueueRejection (AsQueueRejection). Advisory selects, explicit and
+// replayed reservations never wait.
+//
+// # kv hints
+//
+// A booking response of a partition where some worker has a
+// router_hint_worker_type carries a kv_hint (Selection.KVHint) when a
+// source of the target's type holds a longer prefix (hint.go). The index
+// must be the local event-driven one (no approximate primary, no
+// predicted side index, no remote primary); otherwise the service warns
+// once through Options.Logf.
+//
+// # The standalone indexer
+//
+// Indexer (indexer.go) is Dynamo's standalone indexer as a library: a
+// registry of worker ranks over the same Ingress, radix index, hashing and
+// dump format as Service, without catalog, loads or reservations. Its
+// host contract is on the type.
 //
 // # Seams for later issues
 //
 // ReplicaSink receives admission, prefill-completion and free events
 // (never output blocks) for the replica mesh; Origin and Lease on the
-// record are for mirrored bookings, session affinity and plan legs; session_id,
-// affinity_target and priority_jump/strict_priority are accepted and
-// ignored until session affinity and the router queue land.
+// record are for mirrored bookings, session affinity and plan legs.
+// session_context is carried whole on the scoring request
+// (sched.Request.Session) for policies the policy seam will add.
 package core

@@ -1,12 +1,6 @@
 package core
 
-import (
-	"encoding/binary"
-	"slices"
-
-	"github.com/kvselect/kvselect/radix"
-	"github.com/zeebo/xxh3"
-)
+import "github.com/kvselect/kvselect/radix"
 
 // localHashes appends the local block hashes of toks (the reference's
 // compute_block_hash_for_seq, ai-dynamo/dynamo:lib/kv-router/src/protocols.rs):
@@ -34,33 +28,7 @@ func localHashes(dst []uint64, toks []uint32, bs int, seed uint64, eagle bool, m
 			dst = append(dst, radix.BlockHash(w, seed))
 			continue
 		}
-		p := (*buf)[:0]
-		for _, t := range w {
-			p = binary.LittleEndian.AppendUint32(p, t)
-		}
-		start := len(p)
-		for _, h := range mm[b] {
-			p = binary.LittleEndian.AppendUint64(p, h)
-		}
-		sortU64LE(p[start:])
-		*buf = p
-		dst = append(dst, xxh3.HashSeed(p, seed))
+		dst = append(dst, radix.BlockHashMM(w, mm[b], seed, buf))
 	}
 	return dst
-}
-
-// sortU64LE sorts the little-endian u64s of b ascending, in place.
-func sortU64LE(b []byte) {
-	n := len(b) / 8
-	if n < 2 {
-		return
-	}
-	vs := make([]uint64, n)
-	for i := range vs {
-		vs[i] = binary.LittleEndian.Uint64(b[8*i:])
-	}
-	slices.Sort(vs)
-	for i, v := range vs {
-		binary.LittleEndian.PutUint64(b[8*i:], v)
-	}
 }

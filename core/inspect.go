@@ -29,7 +29,8 @@ type PartitionLoads struct {
 // Loads returns the current load of every schedulable (worker, rank) of
 // every partition, sorted by (model_name, routing_group) then (worker,
 // rank), filtered by model and group when non-empty. pending_count and
-// pending_isl_tokens are the queue's, always 0 until queueing lands.
+// pending_isl_tokens are the requests waiting in the partition's router
+// queue and their raw ISL tokens.
 func (s *Service) Loads(model, group string) []PartitionLoads {
 	out := []PartitionLoads{}
 	for _, p := range *s.parts.Load() {
@@ -43,6 +44,15 @@ func (s *Service) Loads(model, group string) []PartitionLoads {
 				l := wl.Loads()
 				pl.Loads = append(pl.Loads, PotentialLoad{WorkerID: w.ID, DPRank: w.DPStart + uint32(j), PotentialPrefillTokens: l.PrefillTokens, PotentialDecodeBlocks: l.Blocks, ActiveRequests: l.Requests})
 			}
+		}
+		if q := p.queue; q != nil {
+			q.mu.Lock()
+			for c := range q.profile.Classes {
+				u := q.mu.q.Stats(c)
+				pl.PendingCount += u.Requests
+				pl.PendingISLTokens += u.RawISLTokens
+			}
+			q.mu.Unlock()
 		}
 		out = append(out, pl)
 	}
@@ -204,6 +214,17 @@ func (s *Service) Restore(model, group string, blockSize uint32, events []radix.
 	p.blockSize = blockSize
 	p.publishLocked()
 	s.mu.Unlock()
+	if p.approx != nil {
+		// Approximate primary: the restored blocks expire like recorded
+		// ones, counted from now.
+		now, n := s.clock(), 0
+		for i := range events {
+			if p.approx.Restore(&events[i], now) {
+				n++
+			}
+		}
+		return n, nil
+	}
 	before := p.index.Stats().EventsApplied
 	p.index.ApplyBatch(events)
 	return int(p.index.Stats().EventsApplied - before), nil

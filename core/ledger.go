@@ -151,11 +151,12 @@ func (l *ledger) live(id string) *reservation {
 type releaseReason uint8
 
 const (
-	releasedFree       releaseReason = iota // DELETE
-	releasedExpired                         // the expiry guard
-	releasedWorkerGone                      // its worker rank left
-	releasedReplica                         // a peer's Free
-	releasedReplaced                        // a peer's admission of the same id
+	releasedFree          releaseReason = iota // DELETE
+	releasedExpired                            // the expiry guard
+	releasedWorkerGone                         // its worker rank left
+	releasedReplica                            // a peer's Free
+	releasedReplaced                           // a peer's admission of the same id
+	releasedBookingUndone                      // its rank left while it was booked (counted as worker gone)
 	numReleaseReasons
 )
 
@@ -168,11 +169,22 @@ func (s *Service) release(r *reservation, why releaseReason) bool {
 		return false
 	}
 	r.slot.Release()
+	if why == releasedFree || why == releasedBookingUndone {
+		// Published while the id is still held in the ledger: a booking
+		// of the same id cannot claim it, and so publish its admission,
+		// before peers have this free (they would apply add, add, free
+		// and drop the newer booking).
+		s.publish(ReplicaFree, r)
+	}
 	s.ledger.remove(r)
 	if r.lease != nil {
 		r.lease.Release()
 	}
+	if why == releasedBookingUndone {
+		why = releasedWorkerGone
+	}
 	s.stats.released[why].Add(1)
+	r.p.kick()
 	return true
 }
 

@@ -38,6 +38,15 @@ func TestLifecycleCallSparesANewerBooking(t *testing.T) {
 			if err := s.SelectAndReserve(&req, &out); err != nil {
 				t.Fatal(err)
 			}
+			// The newer booking has the same loads as the first, but other
+			// block hashes: without KV events the first booking's prompt is
+			// now cached on the worker (approximate index), which would
+			// lower a repeat's prefill.
+			req2 := hashReq(4)
+			req2.SelectionID, req2.HasSelectionID = "r", true
+			for i := range req2.BlockHashes {
+				req2.BlockHashes[i] += 1 << 40
+			}
 			ran := false
 			s.afterLookup = func(id string) {
 				if ran {
@@ -47,7 +56,7 @@ func TestLifecycleCallSparesANewerBooking(t *testing.T) {
 				if err := s.Free(id); err != nil {
 					t.Errorf("free of the first booking: %v", err)
 				}
-				if err := s.SelectAndReserve(&req, &out); err != nil {
+				if err := s.SelectAndReserve(&req2, &out); err != nil {
 					t.Errorf("second booking: %v", err)
 				}
 			}

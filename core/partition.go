@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"slices"
 	"sync/atomic"
 
@@ -18,8 +19,22 @@ type partKey struct{ model, group string }
 // does).
 type partition struct {
 	model, group string
-	index        *radix.Index
-	sink         *partitionSink
+	// index is the local primary index: event-driven, or approx's index
+	// (written only through approx) when the primary is approximate. With
+	// a remote primary it stays empty.
+	index *radix.Index
+	// approx is the approximate primary (no KV events), else nil; side is
+	// the predicted-TTL side index, else nil (index.go).
+	approx, side *radix.Approx
+	// primary is what selections match against: localIndex{index} or the
+	// service's remote index.
+	primary PrimaryIndex
+	sink    *partitionSink
+	// affinity is the session table (nil: session affinity off), queue
+	// the router queue (nil: the model's profile never queues).
+	// Immutable after creation.
+	affinity *affinityTable
+	queue    *routerQueue
 	// policy is the partition's selection policy (Config.policyFor).
 	policy *sched.Policy
 
@@ -49,6 +64,9 @@ type snapshot struct {
 	views []workerView
 	// ranks is the number of (worker, rank) rows.
 	ranks int
+	// hintCapable: some worker advertises a router_hint_worker_type, so
+	// bookings look for a kv hint source.
+	hintCapable bool
 }
 
 // workerView is the routing data of one schedulable worker.
@@ -59,6 +77,13 @@ type workerView struct {
 	dpStart       uint32
 	// loads[r-dpStart] is rank r's load handle.
 	loads []*sched.WorkerLoad
+	// hintType is router_hint_worker_type ("" none); hintEndpoints its
+	// router_hint_source_control_endpoints by global DP rank;
+	// stateAgent: kv_event_source_mode is state_agent_v2, never a hint
+	// source.
+	hintType      string
+	hintEndpoints map[uint32]string
+	stateAgent    bool
 }
 
 // find returns the index of worker id in the snapshot, or -1.
@@ -97,13 +122,24 @@ func (s *Service) partitionLocked(model, group string) *partition {
 	if p, ok := (*s.parts.Load())[k]; ok {
 		return p
 	}
-	ix, err := radix.New(radix.Config{Shards: s.cfg.IndexShards})
-	if err != nil {
-		panic("BUG: radix config validated by Config.Validate: " + err.Error())
-	}
-	p := &partition{model: model, group: group, index: ix, policy: s.cfg.policyFor(model, group), workers: map[uint64]*catalogEntry{}, loads: map[radix.WorkerKey]*sched.WorkerLoad{}}
+	p := &partition{model: model, group: group, policy: s.cfg.policyFor(model, group), workers: map[uint64]*catalogEntry{}, loads: map[radix.WorkerKey]*sched.WorkerLoad{}}
+	s.newIndexes(p)
 	p.sink = &partitionSink{p: p}
 	p.snap.Store(&snapshot{})
+	if prof := s.cfg.profile(model); prof.Queues() {
+		p.queue = newRouterQueue(prof, s.clock(), &s.queueStats)
+	}
+	if s.cfg.SessionAffinity.TTL > 0 {
+		p.affinity = newAffinityTable(s.cfg.SessionAffinity, cmp.Or(s.cfg.MaxAffinityEntries, MaxSessionAffinityEntries), s.clock, s.writerID, &s.affinityStats)
+		if sink := s.affinitySink; sink != nil {
+			p.affinity.publish = func(id string, t AffinityTarget, v affinityVersion) {
+				sink.PublishAffinity(&AffinityEvent{
+					ModelName: model, RoutingGroup: group, SessionID: id,
+					WorkerID: t.WorkerID, DPRank: t.DPRank, HasDPRank: t.HasDPRank, Sequence: v.seq, WriterID: v.writer,
+				})
+			}
+		}
+	}
 	// Copy on write: readers load the map pointer without a lock.
 	m := make(map[partKey]*partition, len(*s.parts.Load())+1)
 	for k, v := range *s.parts.Load() {
@@ -129,6 +165,8 @@ func (s *Service) publishLocked(p *partition) {
 	}
 	p.publishLocked()
 	s.stats.publishes.Add(1)
+	// Workers came or went: a waiting request may be dispatchable.
+	p.kick()
 }
 
 // publishLocked rebuilds the partition's snapshot from its schedulable
@@ -148,7 +186,11 @@ func (p *partition) publishLocked() {
 			totalKVBlocks: int64(deref(e.rec.TotalKVBlocks, 0)),
 			maxBatched:    int64(deref(e.rec.MaxNumBatchedTokens, 0)),
 			dpStart:       w.DPStart,
+			hintType:      deref(e.rec.RouterHintWorkerType, ""),
+			hintEndpoints: e.rec.RouterHintSourceControlEndpoints,
+			stateAgent:    deref(e.rec.KVEventSourceMode, "") == StateAgentV2,
 		}
+		sn.hintCapable = sn.hintCapable || v.hintType != ""
 		for r := w.DPStart; r < w.DPStart+w.DPSize; r++ {
 			v.loads = append(v.loads, p.loads[radix.WorkerKey{WorkerID: id, DPRank: r}])
 		}
@@ -166,5 +208,13 @@ type partitionSink struct{ p *partition }
 func (ps *partitionSink) ApplyBatch(evs []radix.Event) { ps.p.index.ApplyBatch(evs) }
 
 func (ps *partitionSink) ClearRank(w radix.WorkerKey) {
-	ps.p.index.Apply(&radix.Event{Worker: w, Kind: radix.Cleared})
+	p := ps.p
+	if p.approx != nil {
+		p.approx.ClearRank(w)
+	} else {
+		p.index.Apply(&radix.Event{Worker: w, Kind: radix.Cleared})
+	}
+	if p.side != nil {
+		p.side.ClearRank(w)
+	}
 }

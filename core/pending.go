@@ -20,12 +20,17 @@ type pendingEntry struct {
 	key                  pendingKey
 	worker               WorkerKey
 	seq                  []uint64
+	local                []uint64 // set when the partition records bookings
 	isl                  int64
 	effective            int64
 	expectedOutputTokens *uint32
 	trackPrefill         bool
 	assumeKVReuse        bool
 	lora                 string
+	// session is the session id of a select its session steered: the
+	// replay holds and binds it (hasSession).
+	session    string
+	hasSession bool
 
 	inserted time.Time
 	// gen orders entries inserted at the same instant and tells a
@@ -97,7 +102,7 @@ func (c *pendingCache) shard(k pendingKey) *pendingShard {
 
 // entrySize is the reference's approximate size of one entry.
 func entrySize(e *pendingEntry) int64 {
-	return int64(8*len(e.seq) + len(e.key.id) + len(e.key.model) + len(e.key.group) + len(e.lora))
+	return int64(8*len(e.seq) + 8*len(e.local) + len(e.key.id) + len(e.key.model) + len(e.key.group) + len(e.lora))
 }
 
 // insert stores e (latest wins), first sweeping its shard's expired
@@ -177,6 +182,15 @@ func (c *pendingCache) peek(k pendingKey, now time.Time) *pendingEntry {
 		return nil
 	}
 	return e
+}
+
+// has reports whether k's entry is still generation gen.
+func (c *pendingCache) has(k pendingKey, gen uint64) bool {
+	sh := c.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.byKey[k]
+	return ok && e.gen == gen
 }
 
 // removeGen removes k's entry if it is still generation gen (a newer

@@ -89,9 +89,11 @@ func policyTranscript(t *testing.T, s *Service) string {
 // TestPolicyDefaultDecisionsUnchanged: the default policy makes the
 // decisions that the code before the policy seam made (Score then Pick,
 // called directly): testdata/policy_default.golden was recorded with that
-// code (commit 71aeb10) and is compared line by line; a separately built
-// copy of the reference's components decides the same. -rewrite
-// regenerates the file.
+// code, main at db7e67c (recorded again when the seam was merged with it:
+// main's index without KV events predicts cached blocks from bookings,
+// which changed the scenario's overlaps), and is compared line by line; a
+// separately built copy of the reference's components decides the same.
+// -rewrite regenerates the file.
 func TestPolicyDefaultDecisionsUnchanged(t *testing.T) {
 	got := policyTranscript(t, policyEnv(t, DefaultConfig(), 42))
 	const golden = "testdata/policy_default.golden"

@@ -77,7 +77,12 @@ func (s *Service) applyReplica(ev *ReplicaEvent, now int64) (ReplicaDrop, bool) 
 		return DropUnknownPartition, false
 	}
 	sn := p.snap.Load()
-	if sn.blockSize == 0 || sn.blockSize != ev.BlockSize {
+	if sn.blockSize == 0 {
+		// No worker is schedulable here yet: the event is for a worker
+		// this replica does not know (a mesh asks again once it does).
+		return DropUnknownWorker, false
+	}
+	if sn.blockSize != ev.BlockSize {
 		return DropBlockSize, false
 	}
 	if ev.Kind == ReplicaAdd {
@@ -90,6 +95,7 @@ func (s *Service) applyReplica(ev *ReplicaEvent, now int64) (ReplicaDrop, bool) 
 	switch ev.Kind {
 	case ReplicaPrefillCompleted:
 		r.slot.CompletePrefill()
+		p.kick()
 	case ReplicaFree:
 		if !s.release(r, releasedReplica) {
 			return DropUnknownRequest, false

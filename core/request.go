@@ -57,8 +57,21 @@ type SelectRequest struct {
 	HasExpectedOutputTokens bool
 	PriorityJump            float64
 	StrictPriority          uint32
-	// SessionID is accepted and ignored until session affinity lands.
-	SessionID string
+	// SessionID is the legacy session_id (HasSessionID: present), ignored
+	// when session_context is present.
+	SessionID    string
+	HasSessionID bool
+	// SessionContext is session_context when HasSessionContext: its
+	// session_id is the session's key; the rest is carried for policies.
+	SessionContext    SessionContext
+	HasSessionContext bool
+	// AffinityTarget is the explicit affinity_target; nil when absent. It
+	// steers selection like a hard binding and takes the session out of
+	// affinity (neither steered nor bound).
+	AffinityTarget *AffinityTarget
+	// PolicyClass is the router policy class the request asks for (the
+	// x-dynamo-meta-policy-class header, trimmed); "" is none.
+	PolicyClass string
 	// PinnedWorker is an exact pin; nil when absent.
 	PinnedWorker *WorkerKey
 	// AllowedWorkerIDs is the allow-set when HasAllowedWorkerIDs.
@@ -78,7 +91,18 @@ func (r *SelectRequest) Reset() {
 	// capacity too.
 	clear(r.RequiredTaints)
 	clear(r.PreferredTaints)
-	*r = SelectRequest{Prompt: pr, AllowedWorkerIDs: r.AllowedWorkerIDs[:0], RequiredTaints: r.RequiredTaints[:0], PreferredTaints: r.PreferredTaints[:0]}
+	sc := r.SessionContext
+	sc.Reset()
+	*r = SelectRequest{Prompt: pr, AllowedWorkerIDs: r.AllowedWorkerIDs[:0], RequiredTaints: r.RequiredTaints[:0], PreferredTaints: r.PreferredTaints[:0], SessionContext: sc}
+}
+
+// sessionKey returns the request's session id: session_context's, else the
+// legacy session_id; ok is false without either.
+func (r *SelectRequest) sessionKey() (id string, ok bool) {
+	if r.HasSessionContext {
+		return r.SessionContext.SessionID, true
+	}
+	return r.SessionID, r.HasSessionID
 }
 
 // RankTokens is one entry of the overlap summary's dp map.
@@ -133,9 +157,22 @@ type Selection struct {
 
 	HasWorkerLoad bool
 	WorkerLoad    WorkerLoadInfo
+
+	// HasKVHint: a booking response carries a kv_hint (its message_id is
+	// SelectionID).
+	HasKVHint bool
+	KVHint    KVHint
+}
+
+// KVHint is the payload of a kv_hint's single kv.fetch action: where the
+// target can fetch a longer cached prefix, and the source's external
+// sequence hashes of it, root-aligned (entry i is request block i).
+type KVHint struct {
+	SourceControlEndpoint string
+	BlockHashes           []uint64
 }
 
 // Reset empties s, keeping slice capacity.
 func (s *Selection) Reset() {
-	*s = Selection{SequenceHashes: s.SequenceHashes[:0], Overlap: Overlap{DP: s.Overlap.DP[:0]}}
+	*s = Selection{SequenceHashes: s.SequenceHashes[:0], Overlap: Overlap{DP: s.Overlap.DP[:0]}, KVHint: KVHint{BlockHashes: s.KVHint.BlockHashes[:0]}}
 }

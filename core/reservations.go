@@ -2,9 +2,11 @@ package core
 
 import (
 	"cmp"
+	"context"
 	"encoding/binary"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/kvselect/kvselect/radix"
 	"github.com/kvselect/kvselect/sched"
@@ -13,11 +15,14 @@ import (
 
 // booking is what book needs to claim, book and announce one reservation.
 type booking struct {
-	p           *partition
-	id          string
-	worker      WorkerKey
-	load        *sched.WorkerLoad
-	seq         []uint64
+	p      *partition
+	id     string
+	worker WorkerKey
+	load   *sched.WorkerLoad
+	seq    []uint64
+	// local, when non-empty, is the prompt's local block hashes: recorded
+	// into p's approximate indexes once the booking lands (index.go).
+	local       []uint64
 	effective   int64
 	track       bool
 	reuse       bool
@@ -30,6 +35,10 @@ type booking struct {
 	// lease, when set, is installed on the record at its claim (before
 	// any other goroutine can see it) and released when the record ends.
 	lease Lease
+	// commit, when set, runs once the slot is booked and before the
+	// record turns live (the session commit): its lease becomes the
+	// record's; its error undoes the booking.
+	commit func() (Lease, error)
 	// rec is set by a successful book: the record it made live.
 	rec *reservation
 }
@@ -57,6 +66,15 @@ func (s *Service) book(b *booking) error {
 		s.stats.bookRefused.Add(1)
 		return err
 	}
+	if e := b.replayed; e != nil && !s.pending.has(e.key, e.gen) {
+		// Another replay booked the entry (and the booking may since
+		// have been freed, which let this claim through) between the
+		// peek and the claim: the claim now keeps any other replay out,
+		// so the entry's absence is final. Single use.
+		s.ledger.remove(r)
+		s.stats.replayMiss.Add(1)
+		return errorf(ErrNotFound, "no pending selection %s for model=%s routing_group=%s (expired, already used, or never selected)", b.id, b.p.model, b.p.group)
+	}
 	var prefill int64
 	if b.track {
 		prefill = b.effective
@@ -65,6 +83,22 @@ func (s *Service) book(b *booking) error {
 		s.ledger.remove(r)
 		s.stats.bookFailed.Add(1)
 		return errorf(ErrNotFound, "Worker %s not found", b.worker)
+	}
+	if b.commit != nil {
+		l, err := b.commit()
+		if err != nil {
+			r.slot.Release()
+			s.ledger.remove(r)
+			s.stats.bookFailed.Add(1)
+			b.p.kick()
+			return err
+		}
+		if r.lease != nil && l != nil {
+			panic("BUG: core: a booking carries a lease and a session commit")
+		}
+		if l != nil {
+			r.lease = l
+		}
 	}
 	if e := b.replayed; e != nil {
 		s.pending.removeGen(e.key, e.gen)
@@ -79,13 +113,14 @@ func (s *Service) book(b *booking) error {
 		// The rank left after the pick and its removal's release may have
 		// ranged the ledger before this record turned live: release it
 		// here (one of the two releases wins).
-		if s.release(r, releasedWorkerGone) {
-			s.publish(ReplicaFree, r)
-		}
+		s.release(r, releasedBookingUndone)
 		s.stats.bookFailed.Add(1)
 		return errorf(ErrNotFound, "Worker %s not found", b.worker)
 	}
 	s.stats.bookOK.Add(1)
+	if p := b.p; p.records() {
+		p.record(b.worker, b.local, time.Unix(0, now))
+	}
 	b.rec = r
 	return nil
 }
@@ -192,13 +227,34 @@ func (s *Service) replay(id, model, group string) (Reservation, error) {
 	}
 	v, wl := sn.load(e.worker)
 	if wl == nil {
-		return Reservation{}, errorf(ErrNotFound, "schedulable worker %d not found for model=%s routing_group=%s", e.worker.WorkerID, model, group)
+		return Reservation{}, errorf(ErrNotFound, "schedulable worker %d (dp_rank %d) not found for model=%s routing_group=%s", e.worker.WorkerID, e.worker.DPRank, model, group)
 	}
-	b := booking{p: p, id: id, worker: e.worker, load: wl, seq: e.seq, effective: e.effective, track: e.trackPrefill, reuse: e.assumeKVReuse, lora: e.lora, replayed: e}
+	b := booking{p: p, id: id, worker: e.worker, load: wl, seq: e.seq, local: e.local, effective: e.effective, track: e.trackPrefill, reuse: e.assumeKVReuse, lora: e.lora, replayed: e}
 	if e.expectedOutputTokens != nil {
 		b.expected, b.hasExpected = *e.expectedOutputTokens, true
 	}
+	if e.hasSession && p.affinity != nil {
+		// The cached select's session binds to the replayed worker, as
+		// select_and_reserve binds it: held before booking, committed
+		// before the record turns live.
+		h, err := s.holdSession(context.Background(), p, e.session)
+		if err != nil {
+			if ClassOf(err) == ErrBadRequest {
+				s.pending.removeGen(e.key, e.gen)
+			}
+			return Reservation{}, err
+		}
+		if h != nil {
+			defer h.drop()
+			b.commit = func() (Lease, error) { return s.commitSession(p, h, e.worker) }
+		}
+	}
 	if err := s.book(&b); err != nil {
+		// A session that moved away from the cached worker (hard mode):
+		// that worker can never be booked for it; the entry goes.
+		if ClassOf(err) == ErrBadRequest {
+			s.pending.removeGen(e.key, e.gen)
+		}
 		return Reservation{}, err
 	}
 	return Reservation{SelectionID: id, ModelName: p.model, RoutingGroup: p.group, WorkerID: e.worker.WorkerID, DPRank: e.worker.DPRank, Endpoint: v.endpoint}, nil
@@ -218,7 +274,7 @@ func (s *Service) reserveExplicit(req *ReservationRequest, model, group string) 
 	}
 	sc := s.getScratch()
 	defer s.putScratch(sc)
-	local, seq, isl, err := normalize(&req.Prompt, sn, sc, false)
+	local, seq, isl, err := normalize(&req.Prompt, p, sn, sc, false)
 	if err != nil {
 		return Reservation{}, err
 	}
@@ -243,7 +299,9 @@ func (s *Service) reserveExplicit(req *ReservationRequest, model, group string) 
 	} else if len(local) > 0 {
 		// No caller value: the cache credit of the booked rank, from the
 		// index, as a select would compute it.
-		p.index.Match(local, &sc.res)
+		if err := s.match(p, local, sc); err != nil {
+			return Reservation{}, err
+		}
 		c := sched.Candidate{Worker: w}
 		for _, m := range sc.res.Matches {
 			if m.Worker == w {
@@ -253,7 +311,7 @@ func (s *Service) reserveExplicit(req *ReservationRequest, model, group string) 
 		eff = sched.EffectivePrefillTokens(isl, sched.CachedTokens(&params, int64(sn.blockSize), &c))
 	}
 	b := booking{
-		p: p, id: req.SelectionID, worker: w, load: wl, seq: seq, effective: eff, track: track, reuse: params.AssumeKVReuse,
+		p: p, id: req.SelectionID, worker: w, load: wl, seq: seq, local: local, effective: eff, track: track, reuse: params.AssumeKVReuse,
 		lora: req.LoraName, expected: req.ExpectedOutputTokens, hasExpected: req.HasExpectedOutputTokens,
 	}
 	if err := s.book(&b); err != nil {
@@ -288,6 +346,7 @@ func (s *Service) PrefillComplete(id string) error {
 	r.slot.CompletePrefill()
 	s.stats.lifecycleOK.Add(1)
 	s.publish(ReplicaPrefillCompleted, r)
+	r.p.kick()
 	return nil
 }
 
@@ -339,6 +398,5 @@ func (s *Service) freeRecord(r *reservation) error {
 		return errorf(ErrNotFound, "reservation %s not found", r.id)
 	}
 	s.stats.lifecycleOK.Add(1)
-	s.publish(ReplicaFree, r)
 	return nil
 }

@@ -37,6 +37,11 @@ type env struct {
 	cfg     Config
 	ingress *recIngress
 	replica *recReplica
+	// affinity records the published session bindings; holds and leases
+	// are the table-level commands' (scenario_session_test.go).
+	affinity *recAffinity
+	holds    map[string]*affinityHold
+	leases   map[string]*affinityLease
 	// recon is the scenario's catalog reconciler, once made.
 	recon *reconState
 }
@@ -57,8 +62,10 @@ func (r *recIngress) Sync(id uint64, bs int, ranks []RankSource, sink EventSink)
 }
 
 func sinkName(s EventSink) string {
-	ps := s.(*partitionSink)
-	return ps.p.model + ":" + ps.p.group
+	if ps, ok := s.(*partitionSink); ok {
+		return ps.p.model + ":" + ps.p.group
+	}
+	return "indexer"
 }
 
 func (r *recIngress) Detach(id uint64) {
@@ -121,8 +128,8 @@ func (r *recReplica) take() string {
 }
 
 func newEnv(t *testing.T, cfg Config) *env {
-	e := &env{t: t, now: time.Unix(1_700_000_000, 0), cfg: cfg, ingress: &recIngress{ranks: map[uint64][]RankSource{}}, replica: &recReplica{}}
-	s, err := New(cfg, Options{Clock: func() time.Time { return e.now }, Rand: firstRand{}, Ingress: e.ingress, Replica: e.replica})
+	e := &env{t: t, now: time.Unix(1_700_000_000, 0), cfg: cfg, ingress: &recIngress{ranks: map[uint64][]RankSource{}}, replica: &recReplica{}, affinity: &recAffinity{}}
+	s, err := New(cfg, Options{Clock: func() time.Time { return e.now }, Rand: firstRand{}, Ingress: e.ingress, Replica: e.replica, Affinity: e.affinity, WriterID: 1, Logf: e.affinity.logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,6 +234,18 @@ func applyConfig(t *testing.T, cfg *Config, args string) {
 			cfg.MaxReservationBytes = int64(n)
 		case "max_listeners":
 			cfg.MaxListeners, _ = strconv.Atoi(v)
+		case "approx_ttl", "predicted_ttl":
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k == "approx_ttl" {
+				cfg.ApproxTTL = d
+			} else {
+				cfg.PredictedTTL = d
+			}
+		case "approx_max":
+			cfg.ApproxMaxBlocks, _ = strconv.Atoi(v)
 		case "networks":
 			cfg.KVEndpointNetworks = []netip.Prefix{}
 			for _, n := range strings.Split(v, ",") {
@@ -236,7 +255,7 @@ func applyConfig(t *testing.T, cfg *Config, args string) {
 			*cfg = DefaultConfig()
 			cfg.UseKVEvents = false
 		default:
-			if !applyDisaggConfig(cfg, k, v) {
+			if !applyDisaggConfig(cfg, k, v) && !applySessionConfig(cfg, k, v) {
 				t.Fatalf("unknown config %q", k)
 			}
 		}
@@ -338,6 +357,9 @@ func fmtSelection(o *Selection) string {
 	if o.HasWorkerLoad {
 		fmt.Fprintf(&b, " worker_load=%+v", o.WorkerLoad)
 	}
+	if o.HasKVHint {
+		fmt.Fprintf(&b, " kv_hint={source=%s hashes=%v}", o.KVHint.SourceControlEndpoint, o.KVHint.BlockHashes)
+	}
 	return b.String()
 }
 
@@ -407,6 +429,7 @@ func (e *env) run(line string) string {
 			req.Override = &sched.Override{TrackPrefillTokens: &f}
 		}
 		req.Advisory = a["advisory"] == "true"
+		sessionArgs(&req, a)
 		var out Selection
 		var err error
 		if cmd == "select" {
@@ -511,6 +534,14 @@ func (e *env) run(line string) string {
 		return "now +" + rest
 	case "sweep":
 		return fmt.Sprintf("expired %d", s.Sweep(e.now))
+	case "expire_index":
+		return fmt.Sprintf("expired %d blocks", s.ExpireIndex(e.now))
+	case "index":
+		st := s.Stats()
+		f := func(a radix.ApproxStats) string {
+			return fmt.Sprintf("blocks=%d/%d recorded=%d expired=%d pruned=%d", a.Blocks, a.MaxBlocks, a.Recorded, a.Expired, a.Pruned)
+		}
+		return fmt.Sprintf("device=%d approx{%s} predicted{%s}", st.IndexBlocks[radix.TierDevice], f(st.Approx), f(st.Predicted))
 	case "stats":
 		st := s.Stats()
 		// active is what the workers' load counters hold: it must agree
@@ -579,6 +610,9 @@ func (e *env) run(line string) string {
 		return b.String()
 	}
 	if out, ok := e.runDisagg(cmd, rest, a); ok {
+		return out
+	}
+	if out, ok := e.runSession(cmd, rest, a); ok {
 		return out
 	}
 	e.t.Fatalf("unknown command %q", line)

@@ -2,6 +2,7 @@ package core
 
 import (
 	"cmp"
+	"context"
 	"crypto/rand"
 	"slices"
 
@@ -13,17 +14,22 @@ import (
 type scratch struct {
 	local, seq []uint64
 	res        radix.Result
+	side       radix.Result // the side index's matches, merged into res
 	cands      []sched.Candidate
 	costs      []float64
 	part       []float64 // a policy's second and later scorers
-	// ctx, params and req are the policy's sched.Context and what it
-	// points to: kept here, in the pooled scratch, so that passing them
-	// to a policy's interface methods allocates nothing.
+	loads      []sched.PotentialLoad
+	mmBuf      []byte
+	// kh derives keyed tracking seeds (nil without keyed tracking);
+	// track holds keyed tracking hashes.
+	kh    *keyedHasher
+	track []uint64
+	// ctx, params and req are the selection policy's sched.Context and
+	// what it points to: kept here, in the pooled scratch, so that
+	// passing them to a policy's interface methods allocates nothing.
 	ctx    sched.Context
 	params sched.Params
 	req    sched.Request
-	loads  []sched.PotentialLoad
-	mmBuf  []byte
 }
 
 func (s *Service) getScratch() *scratch   { return s.scratch.Get().(*scratch) }
@@ -60,10 +66,11 @@ var (
 // normalize turns a prompt into local block hashes (for the index), tracking
 // hashes and the ISL. With tokens it hashes them with the partition's block
 // size and eagle mode (or the request's is_eagle), LoRA name, cache salt and
-// per-block multimodal hashes; the hash trio is trusted as-is. local and
+// per-block multimodal hashes, and derives the tracking hashes publicly or
+// keyed (tracking.go); the hash trio is trusted as-is. local and
 // seq alias sc or the prompt. needLocal is false for reservations, which
 // need only sequence_hashes and isl_tokens.
-func normalize(pr *Prompt, sn *snapshot, sc *scratch, needLocal bool) (local, seq []uint64, isl int64, err error) {
+func normalize(pr *Prompt, p *partition, sn *snapshot, sc *scratch, needLocal bool) (local, seq []uint64, isl int64, err error) {
 	toks, has, mm := pr.TokenIDs, pr.HasTokenIDs, pr.BlockMMHashes
 	if len(pr.RoutingTokenIDs) > 0 {
 		toks, has, mm = pr.RoutingTokenIDs, true, pr.RoutingBlockMMHashes
@@ -78,6 +85,13 @@ func normalize(pr *Prompt, sn *snapshot, sc *scratch, needLocal bool) (local, se
 		}
 		seed := radix.HashSeed(pr.LoraName, pr.CacheSalt)
 		sc.local = localHashes(sc.local[:0], toks, int(sn.blockSize), seed, eagle, mm, &sc.mmBuf)
+		if sc.kh != nil {
+			// Keyed tracking: the index is still matched with the public
+			// local hashes.
+			ts := trackingScope{model: p.model, group: p.group, blockSize: sn.blockSize, salt: pr.CacheSalt, lora: pr.LoraName, eagle: eagle}
+			sc.track = sc.kh.keyedSequence(sc.track[:0], &ts, toks, mm, &sc.mmBuf)
+			return sc.local, sc.track, int64(len(toks)), nil
+		}
 		sc.seq = radix.SequenceHashes(sc.seq[:0], sc.local)
 		return sc.local, sc.seq, int64(len(toks)), nil
 	}
@@ -118,7 +132,7 @@ func fillOverlap(cands []sched.Candidate, ms []radix.Match) {
 // overlap and loads filled (in sc.cands, sc.res).
 type scored struct {
 	p      *partition
-	sn     *snapshot
+	sn     *snapshot // the snapshot the candidates come from
 	params sched.Params
 	local  []uint64 // local block hashes (alias sc or the prompt)
 	seq    []uint64 // tracking hashes (alias sc or the prompt)
@@ -135,7 +149,7 @@ func (s *Service) prepare(p *partition, sn *snapshot, pr *Prompt, ov *sched.Over
 	if err != nil {
 		return scored{}, fromSched(err)
 	}
-	local, seq, isl, err := normalize(pr, sn, sc, true)
+	local, seq, isl, err := normalize(pr, p, sn, sc, true)
 	if err != nil {
 		return scored{}, err
 	}
@@ -144,7 +158,9 @@ func (s *Service) prepare(p *partition, sn *snapshot, pr *Prompt, ov *sched.Over
 	if err != nil {
 		return scored{}, fromSched(err)
 	}
-	p.index.Match(local, &sc.res)
+	if err := s.match(p, local, sc); err != nil {
+		return scored{}, err
+	}
 	fillOverlap(cands, sc.res.Matches)
 	for i := range cands {
 		v, wl := sn.load(cands[i].Worker)
@@ -161,7 +177,13 @@ func (s *Service) prepare(p *partition, sn *snapshot, pr *Prompt, ov *sched.Over
 // Select picks a worker without booking (POST /select). With a selection
 // id it caches the booking inputs for a later POST /reservations replay.
 func (s *Service) Select(req *SelectRequest, out *Selection) error {
-	_, err := s.selectWorker(req, out, false, nil)
+	return s.SelectContext(context.Background(), req, out)
+}
+
+// SelectContext is Select whose waits (in the router queue, for a
+// session's initialization) end when ctx does.
+func (s *Service) SelectContext(ctx context.Context, req *SelectRequest, out *Selection) error {
+	_, err := s.selectWorker(ctx, req, out, false, nil)
 	s.countSelect(err)
 	return err
 }
@@ -171,7 +193,13 @@ func (s *Service) Select(req *SelectRequest, out *Selection) error {
 // /select_and_reserve). A conflict when the id is already reserved or being
 // reserved, whatever the worker.
 func (s *Service) SelectAndReserve(req *SelectRequest, out *Selection) error {
-	_, err := s.selectWorker(req, out, true, nil)
+	return s.SelectAndReserveContext(context.Background(), req, out)
+}
+
+// SelectAndReserveContext is SelectAndReserve whose waits end when ctx
+// does (the caller went away); nothing is booked then.
+func (s *Service) SelectAndReserveContext(ctx context.Context, req *SelectRequest, out *Selection) error {
+	_, err := s.selectWorker(ctx, req, out, true, nil)
 	s.countSelect(err)
 	return err
 }
@@ -179,7 +207,7 @@ func (s *Service) SelectAndReserve(req *SelectRequest, out *Selection) error {
 // reserveWithLease is SelectAndReserve whose record carries lease from its
 // claim on; it returns the record it booked.
 func (s *Service) reserveWithLease(req *SelectRequest, out *Selection, lease Lease) (*reservation, error) {
-	r, err := s.selectWorker(req, out, true, lease)
+	r, err := s.selectWorker(context.Background(), req, out, true, lease)
 	s.countSelect(err)
 	return r, err
 }
@@ -193,8 +221,12 @@ func (s *Service) countSelect(err error) {
 }
 
 // selectWorker selects and, with book, books under lease (nil: none) and
-// returns the booked record.
-func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool, lease Lease) (*reservation, error) {
+// returns the booked record. Its steps: readiness; the session (a booking
+// holds it, a select queries it); candidates, overlap and loads
+// (prepare); the router queue; the affinity target's restriction; score
+// and pick; then either the pending-selection cache (select) or the
+// booking, the session commit and the kv hint (select_and_reserve).
+func (s *Service) selectWorker(ctx context.Context, req *SelectRequest, out *Selection, book bool, lease Lease) (*reservation, error) {
 	out.Reset()
 	model := cmp.Or(req.ModelName, DefaultPartition)
 	group := cmp.Or(req.RoutingGroup, DefaultPartition)
@@ -218,11 +250,52 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool, le
 			cons.AllowedWorkerIDs = []uint64{}
 		}
 	}
+	target := req.AffinityTarget
+	sid, hasSession := req.sessionKey()
+	steer := hasSession && p.affinity != nil && req.AffinityTarget == nil && req.PinnedWorker == nil
+	var hold *affinityHold
+	if steer {
+		if book {
+			if hold, err = s.holdSession(ctx, p, sid); err != nil {
+				return nil, err
+			}
+			defer hold.drop() // a no-op once committed
+			if hold != nil && !hold.init {
+				t := hold.target
+				target = &t
+			}
+		} else {
+			t, ok, err := p.affinity.query(sid, nil)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				target = &t
+			}
+		}
+	}
 	sc := s.getScratch()
 	defer s.putScratch(sc)
 	q, err := s.prepare(p, sn, &req.Prompt, req.Override, &cons, sc)
 	if err != nil {
 		return nil, err
+	}
+	if req.HasSessionContext {
+		q.req.Session = &req.SessionContext
+	}
+	if p.queue != nil && !(req.Advisory && !book) {
+		dispatched, err := s.admit(ctx, p, &q, req, &cons, sc)
+		if dispatched {
+			defer p.queue.done()
+		}
+		if err != nil {
+			return nil, err
+		}
+		sn = q.sn
+	}
+	cands := sc.cands
+	if target != nil {
+		cands = restrictToTarget(cands, *target)
 	}
 	pol, err := s.policyOf(p, req.Override)
 	if err != nil {
@@ -231,12 +304,13 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool, le
 	sc.params, sc.req = q.params, q.req
 	sc.ctx = sched.Context{Params: &sc.params, Request: &sc.req, Rand: s.rng}
 	params, seq, isl, bs := &sc.params, q.seq, q.req.ISLTokens, q.req.BlockSize
-	n := len(sc.cands)
+	n := len(cands)
 	sc.costs = slices.Grow(sc.costs[:0], n)[:n]
 	if len(pol.Scorers) > 1 {
 		sc.part = slices.Grow(sc.part[:0], n)[:n]
 	}
-	cands, pick, err := pol.Choose(&sc.ctx, sc.cands, sc.costs, sc.part)
+	cands, pick, err := pol.Choose(&sc.ctx, cands, sc.costs, sc.part)
+	sc.req.Session = nil // the request's, not the pool's to keep
 	if err != nil {
 		return nil, fromSched(err)
 	}
@@ -252,10 +326,11 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool, le
 	out.DecodeBusy, out.DecodeBusyKnown = sched.DecodeBusy(out.PotentialDecodeBlocks, v.totalKVBlocks, s.cfg.Sched.DecodeBusyThreshold)
 	summarize(&out.Overlap, sc.res.Matches, c.Worker, bs)
 	if req.Advisory && !book {
+		// The worker's booked prefill, without this request's own prompt:
+		// the reference's advisory load is the scheduler's view before
+		// admission (ai-dynamo/dynamo:lib/kv-router/src/scheduling/queue.rs,
+		// select_without_admission), so an idle worker reports 0.
 		ap := c.ActivePrefillTokens
-		if params.TrackPrefillTokens {
-			ap += out.EffectivePrefillTokens
-		}
 		wli := &out.WorkerLoad
 		out.HasWorkerLoad = true
 		wli.ActivePrefillTokens = ap
@@ -268,21 +343,7 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool, le
 	}
 	if !book {
 		if req.HasSelectionID {
-			e := &pendingEntry{
-				key:           pendingKey{p.model, p.group, cloneString(req.SelectionID)},
-				worker:        c.Worker,
-				seq:           slices.Clone(seq),
-				isl:           isl,
-				effective:     out.EffectivePrefillTokens,
-				trackPrefill:  params.TrackPrefillTokens,
-				assumeKVReuse: params.AssumeKVReuse,
-				lora:          cloneString(req.LoraName),
-			}
-			if req.HasExpectedOutputTokens {
-				eo := req.ExpectedOutputTokens
-				e.expectedOutputTokens = &eo
-			}
-			s.pending.insert(e, s.clock())
+			s.cacheSelection(p, req, c.Worker, seq, q.local, isl, out.EffectivePrefillTokens, params, steer, sid)
 		}
 		return nil, nil
 	}
@@ -292,9 +353,13 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool, le
 	}
 	out.SelectionID, out.HasSelectionID = id, true
 	bk := booking{
-		p: p, id: id, worker: c.Worker, load: wl, seq: seq, effective: out.EffectivePrefillTokens,
+		p: p, id: id, worker: c.Worker, load: wl, seq: seq, local: q.local, effective: out.EffectivePrefillTokens,
 		track: params.TrackPrefillTokens, reuse: params.AssumeKVReuse, lora: req.LoraName,
 		expected: req.ExpectedOutputTokens, hasExpected: req.HasExpectedOutputTokens, lease: lease,
+	}
+	if hold != nil {
+		w := c.Worker
+		bk.commit = func() (Lease, error) { return s.commitSession(p, hold, w) }
 	}
 	if err := s.book(&bk); err != nil {
 		return nil, err
@@ -303,6 +368,13 @@ func (s *Service) selectWorker(req *SelectRequest, out *Selection, book bool, le
 	out.SequenceHashes = append(out.SequenceHashes, seq...)
 	out.ISLTokens = isl
 	out.TrackPrefillTokens = params.TrackPrefillTokens
+	if sn.hintCapable {
+		if p.retainsChain() {
+			s.attachHint(p, sn, sc.res.Matches, q.local, c.Worker, c.DeviceBlocks, out)
+		} else {
+			s.hintsNeedIndex()
+		}
+	}
 	return bk.rec, nil
 }
 
@@ -316,6 +388,35 @@ func (s *Service) policyOf(p *partition, ov *Override) (*sched.Policy, error) {
 		return pol, nil
 	}
 	return nil, errorf(ErrBadRequest, "unknown routing_policy %q", ov.RoutingPolicy)
+}
+
+// cacheSelection stores a /select's booking inputs for a later replay,
+// with its session id when the session steered the selection (so that
+// the replay binds it).
+func (s *Service) cacheSelection(p *partition, req *SelectRequest, w WorkerKey, seq, local []uint64, isl, effective int64, params *sched.Params, steer bool, sid string) {
+	e := &pendingEntry{
+		key:           pendingKey{p.model, p.group, cloneString(req.SelectionID)},
+		worker:        w,
+		seq:           slices.Clone(seq),
+		isl:           isl,
+		effective:     effective,
+		trackPrefill:  params.TrackPrefillTokens,
+		assumeKVReuse: params.AssumeKVReuse,
+		lora:          cloneString(req.LoraName),
+	}
+	if p.records() {
+		// A replay records what the select would have: keep the prompt's
+		// local hashes.
+		e.local = slices.Clone(local)
+	}
+	if req.HasExpectedOutputTokens {
+		eo := req.ExpectedOutputTokens
+		e.expectedOutputTokens = &eo
+	}
+	if steer {
+		e.session, e.hasSession = cloneString(sid), true
+	}
+	s.pending.insert(e, s.clock())
 }
 
 // summarize fills o with the overlap summary of worker w's ranks.

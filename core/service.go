@@ -1,6 +1,8 @@
 package core
 
 import (
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +20,19 @@ type Options struct {
 	Clock func() time.Time
 	// Rand breaks ties and samples the softmax picker.
 	Rand sched.Rand
+	// Affinity receives the session bindings to replicate (nil: none);
+	// WriterID is this replica's id in their versions (the mesh's process
+	// id), and ApplyAffinity drops events that carry it.
+	Affinity AffinitySink
+	WriterID uint64
+	// Logf receives the service's rare warnings (nil: discarded).
+	Logf func(format string, args ...any)
+	// Primary, when set, is the primary index of every partition, served
+	// by another process (a standalone indexer): the service then listens
+	// to no KV events (Ingress is not called; workers need no kv_events
+	// endpoint) and its own primary indexes stay empty, so Dump has no
+	// primary events. Requires Config.UseKVEvents.
+	Primary PrimaryIndex
 }
 
 // Service is the selection service. All methods are safe for concurrent
@@ -29,8 +44,23 @@ type Service struct {
 	replica ReplicaSink
 	// publishing is false when replica is NopReplicaSink.
 	publishing bool
-	clock      func() time.Time
-	rng        sched.Rand
+	// remote is Options.Primary; listening is UseKVEvents without it: the
+	// service attaches KV-event listeners and requires kv_events
+	// endpoints.
+	remote    PrimaryIndex
+	listening bool
+	clock     func() time.Time
+	rng       sched.Rand
+	logf      func(format string, args ...any)
+
+	// affinitySink and writerID replicate session bindings (nil: no
+	// replication); affinityStats count every table's outcomes.
+	affinitySink  AffinitySink
+	writerID      uint64
+	affinityStats affinityCounters
+	queueStats    queueCounters
+	// hintWarned makes the no-index kv hint warning once-only.
+	hintWarned sync.Once
 
 	// parts is a copy-on-write map (written under mu, read lock-free).
 	parts atomic.Pointer[map[partKey]*partition]
@@ -54,6 +84,13 @@ type Service struct {
 	// schedulable counts schedulable workers over all partitions.
 	schedulable atomic.Int64
 	closed      atomic.Bool
+	// closing is closed by Close: selections waiting (in a router queue,
+	// for a session's initialization) end as shutting down.
+	closing   chan struct{}
+	closeOnce sync.Once
+	// mayWait: the configuration lets a selection wait (queueing or
+	// session affinity), so a host should pass a caller context.
+	mayWait bool
 	// recovery is what the host's startup recovery restored (SetRecovery).
 	recovery atomic.Pointer[Recovery]
 	// owner, when set, names the source that owns the catalog: the public
@@ -100,6 +137,7 @@ type counters struct {
 	planExpired               atomic.Uint64
 	planProbeFailed           atomic.Uint64
 	planFreeFailed            atomic.Uint64
+	hints, hintsNoIndex       atomic.Uint64
 }
 
 // New returns an empty service.
@@ -107,19 +145,28 @@ func New(cfg Config, opts Options) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if _, err := radix.New(radix.Config{Shards: cfg.IndexShards}); err != nil {
-		return nil, err
+	if opts.Primary != nil && !cfg.UseKVEvents {
+		return nil, fmt.Errorf("%w: a remote indexer requires use_kv_events=true; the standalone indexer does not record routing decisions", ErrConfig)
 	}
+	cfg.Tracking.Key = slices.Clone(cfg.Tracking.Key) // the caller may reuse it
 	s := &Service{
-		cfg:     cfg,
-		ingress: opts.Ingress,
-		replica: opts.Replica,
-		clock:   opts.Clock,
-		rng:     opts.Rand,
-		catalog: map[uint64]*catalogEntry{},
-		ledger:  newLedger(cfg.MaxReservations, cfg.MaxReservationBytes),
-		pending: newPendingCache(cfg.SelectionCacheTTL, cfg.SelectionCacheMaxEntries, cfg.SelectionCacheMaxBytes),
-		plans:   newPlanRegistry(cfg.MaxReservations),
+		cfg:       cfg,
+		ingress:   opts.Ingress,
+		replica:   opts.Replica,
+		clock:     opts.Clock,
+		rng:       opts.Rand,
+		remote:    opts.Primary,
+		listening: cfg.UseKVEvents && opts.Primary == nil,
+		catalog:   map[uint64]*catalogEntry{},
+		ledger:    newLedger(cfg.MaxReservations, cfg.MaxReservationBytes),
+		pending:   newPendingCache(cfg.SelectionCacheTTL, cfg.SelectionCacheMaxEntries, cfg.SelectionCacheMaxBytes),
+		plans:     newPlanRegistry(cfg.MaxReservations),
+		logf:      opts.Logf,
+
+		affinitySink: opts.Affinity,
+		writerID:     opts.WriterID,
+		closing:      make(chan struct{}),
+		mayWait:      cfg.Sched.QueueThreshold != nil || cfg.Sched.Policy != nil || cfg.SessionAffinity.TTL > 0,
 
 		disaggPolicy: cfg.Sched.DisaggPolicy(),
 	}
@@ -138,9 +185,18 @@ func New(cfg Config, opts Options) (*Service, error) {
 		s.rng = sched.RuntimeRand{}
 	}
 	s.policies, _ = cfg.policyRegistry() // validated above
+	if s.logf == nil {
+		s.logf = func(string, ...any) {}
+	}
 	m := map[partKey]*partition{}
 	s.parts.Store(&m)
-	s.scratch.New = func() any { return new(scratch) }
+	s.scratch.New = func() any {
+		sc := new(scratch)
+		if cfg.Tracking.Keyed {
+			sc.kh = newKeyedHasher(&cfg.Tracking)
+		}
+		return sc
+	}
 	return s, nil
 }
 
@@ -149,9 +205,23 @@ func (s *Service) Config() Config { return s.cfg }
 
 // Close marks the service as shutting down: readiness turns false and every
 // selection, booking and registration fails as not ready ("selection
-// service is shutting down"). Lifecycle calls keep working. Close does not
-// close the Ingress (the host owns it).
-func (s *Service) Close() { s.closed.Store(true) }
+// service is shutting down"), waiting selections included. Lifecycle calls
+// keep working. Close does not close the Ingress (the host owns it).
+func (s *Service) Close() {
+	s.closed.Store(true)
+	s.CancelWaits()
+}
+
+// CancelWaits ends every waiting selection (a router queue, a session's
+// initialization) as shutting down, and every later wait at once, without
+// refusing new work: a host calls it when it starts draining, so that
+// waiters do not hold the drain. Close implies it.
+func (s *Service) CancelWaits() { s.closeOnce.Do(func() { close(s.closing) }) }
+
+// MayWait reports whether a selection can wait (a router queue, a session
+// being initialized by another booking): a host then passes a context that
+// ends when its caller goes away (SelectContext, SelectAndReserveContext).
+func (s *Service) MayWait() bool { return s.mayWait }
 
 // Sweep runs the periodic maintenance at now: live reservations older than
 // the expiry guard are released (in-flight claims are kept), then
@@ -161,6 +231,10 @@ func (s *Service) Sweep(now time.Time) int {
 	n := s.expire(now.UnixNano())
 	s.expirePlans(now.UnixNano())
 	s.pending.sweep(now)
+	// The router queue's periodic recheck (Dynamo's runs every 60 s).
+	for _, p := range *s.parts.Load() {
+		p.kick()
+	}
 	return n
 }
 
@@ -206,6 +280,9 @@ type Stats struct {
 	IndexBlocks                           [radix.NumTiers]int64
 	EventsApplied                         uint64
 	EventsDropped                         uint64
+	// Approx and Predicted sum the approximate primary indexes and the
+	// predicted-TTL side indexes over the partitions (zero when absent).
+	Approx, Predicted radix.ApproxStats
 	// CatalogPublishes counts the partition snapshots published by catalog
 	// changes (one per affected partition for a reconciler's batch).
 	CatalogPublishes uint64
@@ -219,6 +296,10 @@ type Stats struct {
 	PlansExpired         uint64
 	PlanProbeFailed      uint64
 	PlanFreeFailed       uint64
+	// Hints counts booking responses that carried a kv_hint;
+	// HintsNoIndex bookings of a hint-capable partition that could not
+	// look for one (no local event-driven index).
+	Hints, HintsNoIndex uint64
 }
 
 // Stats sums the partitions' index stats and the service's counters. It
@@ -254,6 +335,8 @@ func (s *Service) Stats() Stats {
 		PlansExpired:        s.stats.planExpired.Load(),
 		PlanProbeFailed:     s.stats.planProbeFailed.Load(),
 		PlanFreeFailed:      s.stats.planFreeFailed.Load(),
+		Hints:               s.stats.hints.Load(),
+		HintsNoIndex:        s.stats.hintsNoIndex.Load(),
 	}
 	st.Recovery = s.recovery.Load()
 	for d := range st.ReplicaDropped {
@@ -270,10 +353,29 @@ func (s *Service) Stats() Stats {
 		for t := range is.Blocks {
 			st.IndexBlocks[t] += is.Blocks[t]
 		}
-		st.EventsApplied += is.EventsApplied
-		for _, d := range is.Dropped {
-			st.EventsDropped += d
+		if p.approx == nil {
+			// An approximate primary's events are the service's own
+			// recordings, not KV events.
+			st.EventsApplied += is.EventsApplied
+			for _, d := range is.Dropped {
+				st.EventsDropped += d
+			}
 		}
+		addApprox(&st.Approx, p.approx)
+		addApprox(&st.Predicted, p.side)
 	}
 	return st
+}
+
+func addApprox(sum *radix.ApproxStats, a *radix.Approx) {
+	if a == nil {
+		return
+	}
+	st := a.Stats()
+	sum.Blocks += st.Blocks
+	sum.MaxBlocks += st.MaxBlocks
+	sum.Recorded += st.Recorded
+	sum.Expired += st.Expired
+	sum.Pruned += st.Pruned
+	sum.Prunes += st.Prunes
 }

@@ -87,6 +87,12 @@ func TestConcurrentBookingsSpread(t *testing.T) {
 			var out Selection
 			for i := range perG {
 				req.SelectionID, req.HasSelectionID = "g"+strconv.Itoa(g)+"-"+strconv.Itoa(i), true
+				// Without KV events a booking predicts its prompt on its
+				// worker: a fresh prompt each time keeps the workers equally
+				// good, which is what this test needs.
+				for j := range req.BlockHashes {
+					req.BlockHashes[j] = uint64(g<<32 | i<<16 | j)
+				}
 				if err := s.SelectAndReserve(&req, &out); err != nil {
 					t.Error(err)
 					return

@@ -83,12 +83,12 @@ type effects struct {
 // run performs the effects of a change of worker id.
 func (s *Service) run(id uint64, eff *effects) {
 	if p := eff.detach; p != nil {
-		if s.cfg.UseKVEvents {
+		if s.listening {
 			// Listeners first: once Detach returns no late batch can
 			// restore the blocks removed next.
 			s.ingress.Detach(id)
 		}
-		p.index.RemoveWorker(id)
+		p.removeWorker(id)
 		s.releaseRetired(p)
 	}
 	if p := eff.release; p != nil && p != eff.detach {
@@ -242,6 +242,7 @@ func (s *Service) upsertWorkers(specs []WorkerSpec) []upsertResult {
 	for p := range s.deferred {
 		p.publishLocked()
 		s.stats.publishes.Add(1)
+		p.kick()
 	}
 	s.deferred = nil
 	s.mu.Unlock()
@@ -282,7 +283,7 @@ func (s *Service) applyLocked(id uint64, model, group string, f WorkerFields, ef
 	old := s.catalog[id]
 	moving := old != nil && old.part != p
 	reasons := s.reconcileLocked(id, &f, p, moving || old == nil)
-	if len(reasons) == 0 && s.cfg.UseKVEvents {
+	if len(reasons) == 0 && s.listening {
 		_, size := f.dpRange()
 		inUse := s.listeners
 		if old != nil && old.attached {
@@ -346,19 +347,19 @@ func (s *Service) attachLocked(id uint64, e *catalogEntry, eff *effects) {
 		}
 	}
 	e.attached, e.rankStart, e.rankSize = true, start, size
-	if s.cfg.UseKVEvents {
+	if s.listening {
 		s.listeners += int(size)
 	}
 	p.workers[id] = e
 	s.publishLocked(p)
-	if s.cfg.UseKVEvents {
+	if s.listening {
 		eff.sync, eff.syncPart, eff.blockSize, eff.ranks = true, p, int(p.blockSize), e.rec.rankSources()
 	}
 }
 
 // removeListenersLocked takes e's ranks out of the listener count.
 func (s *Service) removeListenersLocked(e *catalogEntry) {
-	if s.cfg.UseKVEvents {
+	if s.listening {
 		s.listeners -= int(e.rankSize)
 	}
 }
@@ -410,7 +411,7 @@ func (s *Service) ListWorkers(model, group string) []WorkerRecord {
 		}
 	}
 	s.mu.Unlock()
-	if s.cfg.UseKVEvents {
+	if s.listening {
 		for i := range out {
 			if out[i].Lifecycle == Schedulable {
 				out[i].Listeners = s.ingress.Status(out[i].WorkerID, nil)

@@ -3,7 +3,12 @@
 // lib/kv-router/src/services/selection/server.rs), JSON decoding and
 // encoding, the one table from core's error classes to status codes
 // (classStatus),
-// /metrics and /debug/pprof. kvselect adds the /disagg routes over core's
+// /metrics and /debug/pprof. The same server machinery serves a second
+// route table: NewIndexer, the standalone indexer's routes over a
+// core.Indexer (indexer.go). Client side: Recover (a peer's /dump, for
+// startup recovery into a selector or an indexer) and RemoteIndex (a
+// standalone indexer as a selector's core.PrimaryIndex, remote.go).
+// kvselect adds the /disagg routes over core's
 // disaggregated plans (Dynamo's coordinator has no HTTP surface): POST
 // /disagg/plan, POST /disagg/{id}/prefill_complete and /plan_decode, DELETE
 // and GET /disagg/{id}; a plan answers 200 with its view (core's
@@ -25,9 +30,18 @@
 //
 // Nothing obtained from a RequestCtx outlives the handler.
 //
+// A selection that may wait (core.Service.MayWait: a router queue or
+// session affinity) runs under a context that ends when its client hangs
+// up (clientgone.go): the connection is watched only while the selection
+// waits, and the watch ends before the handler returns. The
+// x-dynamo-meta-policy-class header (trimmed; empty is none) names the
+// router policy class a selection asks for.
+//
 // # Errors
 //
-// Every error body is {"error": msg}. Syntax errors are 400 and data errors
+// Every error body is {"error": msg}; a router queue at a class cap
+// answers 429 with the reference's "details" ({policy_class, limit_kind,
+// current, limit}). Syntax errors are 400 and data errors
 // (wrong type, missing required field) 422, with axum's texts ("Failed to
 // parse the request body as JSON: ..." and "Failed to deserialize the JSON
 // body into the target type: ..."). Keys match field names exactly and

@@ -93,7 +93,32 @@ func appendSelection(dst []byte, o *core.Selection, rawSeq []byte) []byte {
 		}
 		dst = append(dst, '}')
 	}
+	if o.HasKVHint {
+		dst = appendKVHint(dst, o)
+	}
 	return append(dst, '}')
+}
+
+// appendKVHint appends a booking's kv_hint: the reference's versioned
+// action envelope (ai-dynamo/dynamo:lib/kv-router/src/kv_hints.rs,
+// protocol 0.1, one kv.fetch 1.0 action "a1" whose message_id is the
+// selection id), laid out as the standalone-selection document shows it
+// (the payload's source_control_endpoint, then block_hashes as u64
+// numbers; the reference's serde map would sort the two keys, which no
+// JSON reader can tell apart).
+func appendKVHint(dst []byte, o *core.Selection) []byte {
+	dst = append(dst, `,"kv_hint":{"protocol_version":"0.1","message_id":`...)
+	dst = appendString(dst, o.SelectionID)
+	dst = append(dst, `,"actions":[{"action_id":"a1","action_type":"kv.fetch","action_version":"1.0","payload":{"source_control_endpoint":`...)
+	dst = appendString(dst, o.KVHint.SourceControlEndpoint)
+	dst = append(dst, `,"block_hashes":[`...)
+	for i, h := range o.KVHint.BlockHashes {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendUint(dst, h, 10)
+	}
+	return append(dst, `]}}]}`...)
 }
 
 // appendError appends {"error":msg}.
@@ -101,6 +126,22 @@ func appendError(dst []byte, msg string) []byte {
 	dst = append(dst, `{"error":`...)
 	dst = appendString(dst, msg)
 	return append(dst, '}')
+}
+
+// appendRejection appends a router queue rejection's body: the reference's
+// {"error": msg, "details": {policy_class, limit_kind, current, limit}}.
+func appendRejection(dst []byte, msg string, r *core.QueueRejection) []byte {
+	dst = append(dst, `{"error":`...)
+	dst = appendString(dst, msg)
+	dst = append(dst, `,"details":{"policy_class":`...)
+	dst = appendString(dst, r.Class)
+	dst = append(dst, `,"limit_kind":`...)
+	dst = appendString(dst, r.Kind.String())
+	dst = append(dst, `,"current":`...)
+	dst = strconv.AppendInt(dst, r.Current, 10)
+	dst = append(dst, `,"limit":`...)
+	dst = strconv.AppendInt(dst, r.Limit, 10)
+	return append(dst, `}}`...)
 }
 
 const hexDigits = "0123456789abcdef"

@@ -55,6 +55,9 @@ var selectSeeds = []string{
 	`{"pinned_worker":{"worker_id":1,"dp_rank":0,"dp_rank":1}}`, `{"router_config_override":{"router_temperature":1,"router_temperature":2}}`,
 	`{"router_config_override":{"Router_Temperature":"x"}}`, `{"session_context":{"session_id":"a","SESSION_ID":1}}`,
 	`{"block_mm_infos":[{"mm_objects":[{"mm_hash":1,"offsets":[],"mm_hash":2}]}]}`, `{"routing_constraints":{"preferred_taints":{"a":1,"a":2}}}`,
+	`{"session_context":{"session_id":"c","parent_session_id":"p","session_final":true,"agent_headers":{"x-a":["1","2"],"x-b":[]}},"session_id":"legacy"}`,
+	`{"session_context":{"session_id":"c","agent_headers":{"x":[null]}}}`, `{"session_context":{"session_id":"c","agent_headers":["x"]}}`,
+	`{"affinity_target":{"worker_id":3},"session_id":"s"}`, `{"affinity_target":{"dp_rank":1}}`, `{"affinity_target":null,"session_context":null}`,
 }
 
 // comparableInput reports whether the reference decoder (refExact, then

@@ -2,7 +2,7 @@ package httpapi
 
 import (
 	"bytes"
-	"strconv"
+	"context"
 
 	"github.com/kvselect/kvselect/core"
 	"github.com/valyala/fasthttp"
@@ -31,6 +31,11 @@ func isJSONContentType(ct []byte) bool {
 	return bytes.EqualFold(sub, []byte("json")) || (len(sub) >= 5 && bytes.EqualFold(sub[len(sub)-5:], []byte("+json")))
 }
 
+// policyClassHeader names the router policy class a selection asks for
+// (the reference reads it on /select and /select_and_reserve; trimmed, an
+// empty value is none).
+const policyClassHeader = "x-dynamo-meta-policy-class"
+
 // handleSelect serves /select and /select_and_reserve: decode into a pooled
 // request, run core, encode into a pooled buffer. Nothing of ctx outlives
 // the call.
@@ -49,11 +54,22 @@ func (s *Server) handleSelect(ctx *fasthttp.RequestCtx, book bool) {
 		s.writeErr(ctx, err)
 		return
 	}
+	var wctx context.Context = context.Background()
+	if s.svc.MayWait() {
+		// The selection may wait: it ends when the client goes away. The
+		// policy class matters only to a queue.
+		r.wctx.reset(ctx.Conn())
+		defer r.wctx.stop()
+		wctx = &r.wctx
+		if v := bytes.TrimSpace(ctx.Request.Header.Peek(policyClassHeader)); len(v) > 0 {
+			r.req.PolicyClass = b2s(v)
+		}
+	}
 	var err error
 	if book {
-		err = s.svc.SelectAndReserve(&r.req, &r.out)
+		err = s.svc.SelectAndReserveContext(wctx, &r.req, &r.out)
 	} else {
-		err = s.svc.Select(&r.req, &r.out)
+		err = s.svc.SelectContext(wctx, &r.req, &r.out)
 	}
 	if err != nil {
 		s.writeErr(ctx, err)
@@ -76,6 +92,7 @@ func (s *Server) releaseSelect(r *selectReq) {
 	r.out.Reset()
 	r.sc = scanner{strbuf: r.sc.strbuf[:0]}
 	r.rawSeq = nil
+	r.wctx.raw, r.wctx.done, r.wctx.finished = nil, nil, nil
 	if r.retained() <= maxPooledBytes {
 		s.selectPool.Put(r)
 	}
@@ -221,34 +238,9 @@ func (s *Server) handlePeer(ctx *fasthttp.RequestCtx, register bool) {
 	s.writeRaw(ctx, status, statusOK)
 }
 
-// handleDump writes {"<model>:<group>": {"block_size": N, "events": [...],
-// "model_name": m, "routing_group": g}}. The last two are kvselect's: the
-// reference's readers ignore unknown fields, and with them a model name
-// containing ':' is recovered whole.
+// handleDump writes the dump of every partition (appendDump).
 func (s *Server) handleDump(ctx *fasthttp.RequestCtx) {
-	dst := []byte{'{'}
-	for i, d := range s.svc.Dump() {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = appendString(dst, d.Key)
-		dst = append(dst, `:{"block_size":`...)
-		dst = strconv.AppendUint(dst, uint64(d.BlockSize), 10)
-		dst = append(dst, `,"events":[`...)
-		for j := range d.Events {
-			if j > 0 {
-				dst = append(dst, ',')
-			}
-			dst = core.AppendEventJSON(dst, &d.Events[j])
-		}
-		dst = append(dst, `],"model_name":`...)
-		dst = appendString(dst, d.ModelName)
-		dst = append(dst, `,"routing_group":`...)
-		dst = appendString(dst, d.RoutingGroup)
-		dst = append(dst, '}')
-	}
-	dst = append(dst, '}')
-	s.writeRaw(ctx, 200, dst)
+	s.writeRaw(ctx, 200, appendDump(nil, s.svc.Dump()))
 }
 
 // handleDisaggPlan serves POST /disagg/plan: decode into a pooled request,

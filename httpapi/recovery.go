@@ -26,6 +26,12 @@ func DefaultRecoveryConfig() RecoveryConfig {
 	return RecoveryConfig{Timeout: 10 * time.Second, MaxBody: 1 << 30}
 }
 
+// Restorer is what a peer's dump is restored into: a selector
+// (core.Service) or a standalone indexer (core.Indexer).
+type Restorer interface {
+	Restore(model, group string, blockSize uint32, events []core.Event) (int, error)
+}
+
 // Recovered is what a recovery applied.
 type Recovered struct {
 	// Peer is the base URL whose dump was applied; empty when none.
@@ -46,7 +52,7 @@ type Recovered struct {
 // last ':' (the reference splits on the first, which mis-reads a model name
 // with ':'; routing groups rarely have one). An empty dump is a success.
 // The error is non-nil only when every peer failed.
-func Recover(ctx context.Context, svc *core.Service, peers []string, cfg RecoveryConfig) (Recovered, error) {
+func Recover(ctx context.Context, svc Restorer, peers []string, cfg RecoveryConfig) (Recovered, error) {
 	client := &http.Client{Timeout: cfg.Timeout}
 	var out Recovered
 	for _, peer := range peers {
@@ -137,7 +143,7 @@ func fetchDump(ctx context.Context, client *http.Client, peer string, maxBody in
 	return parts, nil
 }
 
-func restoreDump(svc *core.Service, parts []dumpPart) (partitions, events int, err error) {
+func restoreDump(svc Restorer, parts []dumpPart) (partitions, events int, err error) {
 	for _, p := range parts {
 		n, err := svc.Restore(p.model, p.group, p.blockSize, p.events)
 		if err != nil {

@@ -74,8 +74,16 @@ func statusOf(err error) int {
 	return fasthttp.StatusInternalServerError
 }
 
-// writeErr answers {"error": msg} with the error's status.
+// writeErr answers {"error": msg} with the error's status; a router
+// queue rejection adds its "details".
 func (s *Server) writeErr(ctx *fasthttp.RequestCtx, err error) {
+	if r := core.AsQueueRejection(err); r != nil {
+		bp := s.bufPool.Get().(*[]byte)
+		*bp = appendRejection((*bp)[:0], err.Error(), r)
+		s.writeRaw(ctx, statusOf(err), *bp)
+		s.putBuf(bp)
+		return
+	}
 	s.writeErrMsg(ctx, statusOf(err), err.Error())
 }
 

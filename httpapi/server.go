@@ -3,6 +3,7 @@ package httpapi
 import (
 	"crypto/sha256"
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -13,13 +14,17 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Server is the HTTP front end of a core.Service.
+// Server is the HTTP front end of a core.Service (New) or of a
+// core.Indexer (NewIndexer): one server machinery (connections, drain,
+// auth, metrics) with one route table per kind.
 type Server struct {
 	svc    *core.Service
+	ix     *core.Indexer
+	table  *routeTable
 	cfg    Config
 	srv    *fasthttp.Server
 	reg    *perf.Registry
-	routes [numRoutes]*perf.Route
+	routes []*perf.Route // by route id of table
 	conns  *connTracker
 	// auth is set with Config.AuthToken; authSum is the token's SHA-256.
 	auth    bool
@@ -37,21 +42,48 @@ type Server struct {
 	bufPool     sync.Pool // *[]byte
 }
 
+// routeTable is one kind of server: its routes' metric names, its
+// dispatch, and the ids Handle observes for the requests it answers
+// before dispatching.
+type routeTable struct {
+	names                  []string
+	dispatch               func(s *Server, ctx *fasthttp.RequestCtx) int
+	draining, unauthorized int
+	// drainBody answers requests that arrive while the server drains.
+	drainBody []byte
+	stats     func(s *Server, w io.Writer)
+}
+
+var selectorRoutes = routeTable{
+	names: routeNames[:], dispatch: (*Server).dispatch, draining: rDraining, unauthorized: rUnauthorized,
+	drainBody: errShuttingDown, stats: (*Server).writeStats,
+}
+
 // New returns a server for svc. It registers its metrics on a registry of
 // its own (Registry).
 func New(svc *core.Service, cfg Config) (*Server, error) {
+	s, err := newServer(cfg, &selectorRoutes)
+	if err != nil {
+		return nil, err
+	}
+	s.svc = svc
+	return s, nil
+}
+
+func newServer(cfg Config, table *routeTable) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{svc: svc, cfg: cfg, reg: perf.NewRegistry(), conns: newConnTracker(cfg.MaxConnections, cfg.TLS != nil)}
+	s := &Server{table: table, cfg: cfg, reg: perf.NewRegistry(), conns: newConnTracker(cfg.MaxConnections, cfg.TLS != nil)}
 	if len(cfg.AuthToken) > 0 {
 		s.auth, s.authSum = true, sha256.Sum256(cfg.AuthToken)
 		s.cfg.AuthToken = nil
 	}
+	s.routes = make([]*perf.Route, len(table.names))
 	for i := range s.routes {
-		s.routes[i] = s.reg.Route(routeNames[i])
+		s.routes[i] = s.reg.Route(table.names[i])
 	}
-	s.reg.OnScrape(s.writeStats)
+	s.reg.OnScrape(func(w io.Writer) { table.stats(s, w) })
 	s.selectPool.New = func() any { return new(selectReq) }
 	s.reservePool.New = func() any { return new(reserveReq) }
 	s.disaggPool.New = func() any { return new(disaggReq) }
@@ -141,6 +173,10 @@ func (s *Server) handleError(ctx *fasthttp.RequestCtx, err error) {
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		status, msg = fasthttp.StatusRequestEntityTooLarge, "Failed to buffer the request body: length limit exceeded"
 	}
+	if s.ix != nil {
+		writeText(ctx, status, msg) // the indexer's rejections are plain text
+		return
+	}
 	ctx.Response.Header.SetContentType("application/json")
 	ctx.SetStatusCode(status)
 	ctx.SetBody(appendError(nil, msg))
@@ -156,13 +192,13 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	var r int
 	switch {
 	case s.draining.Load():
-		r = rDraining
-		s.writeRaw(ctx, fasthttp.StatusServiceUnavailable, errShuttingDown)
+		r = s.table.draining
+		s.writeRaw(ctx, fasthttp.StatusServiceUnavailable, s.table.drainBody)
 	case s.auth && !authExempt(ctx.Path()) && !s.authorized(ctx):
-		r = rUnauthorized
+		r = s.table.unauthorized
 		s.unauthorized(ctx)
 	default:
-		r = s.dispatch(ctx)
+		r = s.table.dispatch(s, ctx)
 	}
 	if s.draining.Load() {
 		ctx.SetConnectionClose()

@@ -193,8 +193,12 @@ func TestSelectEchoesIDAndDoesNotBook(t *testing.T) {
 	if n := num(h.load("m", 1, 0)["active_requests"]); n != 0 {
 		t.Fatalf("select booked: active_requests %d", n)
 	}
-	// Advisory select adds worker_load.
-	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"advisory":true}`), 200, `"worker_load":{"active_prefill_tokens":4,"prefill_token_capacity":10000000}`)
+	// Advisory select adds worker_load: the worker's booked prefill,
+	// without this request's own prompt (0 on an idle worker, as the
+	// reference reports).
+	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"advisory":true}`), 200, `"worker_load":{"active_prefill_tokens":0,"prefill_token_capacity":10000000}`)
+	h.want(h.do("POST", "/select_and_reserve", `{"model_name":"m","token_ids":[9,9,9,9,9,9,9,9]}`), 200)
+	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"advisory":true}`), 200, `"worker_load":{"active_prefill_tokens":8,"prefill_token_capacity":10000000}`)
 }
 
 func TestDecodeBusy(t *testing.T) {
@@ -321,7 +325,7 @@ func TestCachedReplay(t *testing.T) {
 	h.worker(2, `,"data_parallel_size":2`)
 	h.want(h.do("POST", "/select", `{"selection_id":"c-4","model_name":"m","token_ids":[1,2,3,4],"pinned_worker":{"worker_id":2,"dp_rank":1}}`), 200, `"worker_id":2,"dp_rank":1`)
 	h.want(h.do("PATCH", "/workers/2", `{"data_parallel_size":1}`), 200)
-	h.want(h.do("POST", "/reservations", `{"selection_id":"c-4","model_name":"m"}`), 404, "schedulable worker 2 not found")
+	h.want(h.do("POST", "/reservations", `{"selection_id":"c-4","model_name":"m"}`), 404, "schedulable worker 2 (dp_rank 1) not found for model=m routing_group=default")
 	h.want(h.do("PATCH", "/workers/2", `{"data_parallel_size":2}`), 200)
 	h.want(h.do("POST", "/reservations", `{"selection_id":"c-4","model_name":"m"}`), 201)
 
@@ -471,8 +475,11 @@ func TestMetricsAndPprof(t *testing.T) {
 		`kvselect_bookings_total{outcome="ok"} 1`,
 		`kvselect_active_reservations 1`,
 		`kvselect_pending_selections 1`,
-		`kvselect_pending_selection_bytes 17`,
-		`kvselect_index_blocks{tier="device"} 0`,
+		`kvselect_pending_selection_bytes 25`,
+		// Without KV events the booking's block is predicted (approximate
+		// index) and the pending selection keeps its local hash.
+		`kvselect_index_blocks{tier="device"} 1`,
+		`kvselect_approx_index_blocks{index="primary"} 1`,
 		`kvselect_kv_events_applied_total 0`,
 		`kvselect_kv_events_dropped_total 0`,
 	)

@@ -55,8 +55,31 @@ func (s *Server) writeStats(w io.Writer) {
 	for t := range st.IndexBlocks {
 		perf.WriteGauge(w, tierNames[t], float64(st.IndexBlocks[t]))
 	}
+	for i, a := range [...]struct {
+		name string
+		st   *core.ApproxStats
+	}{{"primary", &st.Approx}, {"predicted", &st.Predicted}} {
+		if a.st.MaxBlocks == 0 {
+			continue // no such index
+		}
+		perf.WriteGaugeUint(w, approxNames[i][0], uint64(a.st.Blocks))
+		perf.WriteGaugeUint(w, approxNames[i][1], uint64(a.st.MaxBlocks))
+		perf.WriteCounter(w, approxNames[i][2], a.st.Recorded)
+		perf.WriteCounter(w, approxNames[i][3], a.st.Expired)
+		perf.WriteCounter(w, approxNames[i][4], a.st.Pruned)
+		perf.WriteCounter(w, approxNames[i][5], a.st.Prunes)
+	}
+	perf.WriteCounter(w, `kvselect_kv_hints_total`, st.Hints)
+	perf.WriteCounter(w, `kvselect_kv_hints_skipped_no_index_total`, st.HintsNoIndex)
+	s.writeSessionStats(w)
 	perf.WriteCounter(w, `kvselect_kv_events_applied_total`, st.EventsApplied)
 	perf.WriteCounter(w, `kvselect_kv_events_dropped_total`, st.EventsDropped)
+	s.writeConnStats(w)
+}
+
+// writeConnStats exports the connection cap, the rejecters, the body limit
+// and the drain state.
+func (s *Server) writeConnStats(w io.Writer) {
 	c := s.conns
 	perf.WriteGaugeUint(w, `kvselect_http_connections_open`, uint64(max(c.open.Load(), 0)))
 	perf.WriteGaugeUint(w, `kvselect_http_connections_max`, uint64(c.max))
@@ -75,6 +98,19 @@ func (s *Server) writeStats(w io.Writer) {
 var tierNames = func() (out [core.NumTiers]string) {
 	for t := range out {
 		out[t] = perf.Label("kvselect_index_blocks", "tier", core.TierName(t))
+	}
+	return out
+}()
+
+// approxNames are the metrics of the approximate indexes, primary (no KV
+// events) and predicted (the side index), in ApproxStats' order.
+var approxNames = func() (out [2][6]string) {
+	for i, index := range [2]string{"primary", "predicted"} {
+		for j, m := range [6]string{"kvselect_approx_index_blocks", "kvselect_approx_index_blocks_limit",
+			"kvselect_approx_index_recordings_total", "kvselect_approx_index_expired_blocks_total",
+			"kvselect_approx_index_pruned_blocks_total", "kvselect_approx_index_prunes_total"} {
+			out[i][j] = perf.Label(m, "index", index)
+		}
 	}
 	return out
 }()

@@ -10,9 +10,12 @@ type selectReq struct {
 	req      core.SelectRequest
 	override core.Override
 	pin      core.WorkerKey
+	target   core.AffinityTarget
 	prefs    map[string]float64
-	sc       scanner
-	out      core.Selection
+	// wctx is the request's context while it may wait (handleSelect).
+	wctx waitCtx
+	sc   scanner
+	out  core.Selection
 	// rawSeq is the sequence_hashes array as the body spelled it (validated
 	// i64s); nil when absent. It aliases the body.
 	rawSeq []byte
@@ -69,7 +72,7 @@ func decodeSelectAs(body []byte, r *selectReq, fs *fieldSet) error {
 		case "selection_id":
 			q.SelectionID, q.HasSelectionID, err = s.str("selection_id")
 		case "session_id":
-			q.SessionID, _, err = s.str("session_id")
+			q.SessionID, q.HasSessionID, err = s.str("session_id")
 		case "router_config_override":
 			q.Override, err = decodeOverride(s, &r.override)
 		case "expected_output_tokens":
@@ -101,14 +104,17 @@ func decodeSelectAs(body []byte, r *selectReq, fs *fieldSet) error {
 			var n bool
 			if n, err = s.null(); !n && err == nil {
 				var k core.WorkerKey
-				_, err = decodeWorkerRank(s, "affinity_target", "struct WorkerAffinityTarget", &k, false)
+				var hasRank bool
+				hasRank, err = decodeWorkerRank(s, "affinity_target", "struct WorkerAffinityTarget", &k, false)
+				r.target = core.AffinityTarget{WorkerID: k.WorkerID, DPRank: k.DPRank, HasDPRank: hasRank}
+				q.AffinityTarget = &r.target
 			}
 		case "allowed_worker_ids":
 			q.AllowedWorkerIDs, q.HasAllowedWorkerIDs, err = s.u64s("allowed_worker_ids", q.AllowedWorkerIDs[:0])
 		case "routing_constraints":
 			err = decodeConstraints(s, &r.prefs, &q.RequiredTaints, &q.PreferredTaints)
 		case "session_context":
-			_, err = decodeSessionContext(s)
+			q.HasSessionContext, err = decodeSessionContext(s, &q.SessionContext)
 		case "advisory":
 			var n bool
 			if n, err = s.null(); !n && err == nil {

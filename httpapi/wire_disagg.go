@@ -81,7 +81,10 @@ func decodeDisagg(body []byte, r *disaggReq) error {
 		case "session_id":
 			session, _, err = s.str("session_id")
 		case "session_context":
-			ctxSession, err = decodeSessionContext(s)
+			var sc core.SessionContext
+			if _, err = decodeSessionContext(s, &sc); err == nil {
+				ctxSession = sc.SessionID
+			}
 		case "affinity_target":
 			if n, err = s.null(); !n && err == nil {
 				var k core.WorkerKey

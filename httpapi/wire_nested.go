@@ -14,7 +14,7 @@ import (
 var (
 	workerRankFields     = newFieldSet("worker_id", "dp_rank")
 	constraintFields     = newFieldSet("required_taints", "preferred_taints")
-	sessionContextFields = newFieldSet("session_id", "parent_session_id", "session_final", "input_trigger")
+	sessionContextFields = newFieldSet("session_id", "parent_session_id", "session_final", "input_trigger", "agent_headers")
 	mmRoutingInfoFields  = newFieldSet("routing_token_ids", "block_mm_infos")
 	blockExtraInfoFields = newFieldSet("mm_objects")
 	mmObjectFields       = newFieldSet("mm_hash", "offsets")
@@ -168,13 +168,16 @@ func decodeConstraints(s *scanner, prefs *map[string]float64, required *[]string
 	})
 }
 
-// decodeSessionContext validates session_context (session_id required)
-// and returns its session_id (aliasing the body); the rest is ignored until
-// session affinity lands.
-func decodeSessionContext(s *scanner) (id string, err error) {
+// decodeSessionContext reads session_context into c, whole: session_id
+// (required), parent_session_id, session_final, input_trigger (one of
+// user_message, tool_result, other) and agent_headers (header name to an
+// ordered list of values, kept in the body's order, never interpreted).
+// set is false for null. Strings alias the body or the scanner's strbuf.
+func decodeSessionContext(s *scanner, c *core.SessionContext) (set bool, err error) {
 	if n, err := s.null(); n || err != nil {
-		return "", err
+		return false, err
 	}
+	c.Reset()
 	has := false
 	var seen uint64
 	err = s.object("struct SelectionSessionContext", func(key []byte) error {
@@ -185,33 +188,59 @@ func decodeSessionContext(s *scanner) (id string, err error) {
 		case "session_id":
 			v, set, err := s.str("session_context.session_id")
 			if set {
-				id, has = v, true
+				c.SessionID, has = v, true
 			}
 			return err
 		case "parent_session_id":
-			_, _, err := s.str("session_context.parent_session_id")
+			var err error
+			c.ParentSessionID, c.HasParent, err = s.str("session_context.parent_session_id")
 			return err
 		case "session_final":
 			if n, err := s.null(); n || err != nil {
 				return err
 			}
-			_, err := s.boolean("session_context.session_final")
+			var err error
+			c.SessionFinal, err = s.boolean("session_context.session_final")
+			c.HasSessionFinal = true
 			return err
+		case "agent_headers":
+			return decodeAgentHeaders(s, c)
 		default: // input_trigger
 			v, set, err := s.str("session_context.input_trigger")
 			if err == nil && set && v != "user_message" && v != "tool_result" && v != "other" {
 				return s.typeErr("session_context.input_trigger", "unknown variant `"+echo([]byte(v))+"`, expected one of `user_message`, `tool_result`, `other`")
 			}
+			c.InputTrigger = v
 			return err
 		}
 	})
 	if err != nil {
-		return "", err
+		return false, err
 	}
 	if !has {
-		return "", s.typeErr("session_context", "missing field `session_id`")
+		return false, s.typeErr("session_context", "missing field `session_id`")
 	}
-	return id, nil
+	return true, nil
+}
+
+// decodeAgentHeaders reads agent_headers: {name: [value, ...]} (null: none).
+func decodeAgentHeaders(s *scanner, c *core.SessionContext) error {
+	if n, err := s.null(); n || err != nil {
+		return err
+	}
+	return s.object("a map", func(key []byte) error {
+		h := core.AgentHeader{Name: b2s(key)}
+		_, err := s.array("session_context.agent_headers", "a sequence", func() error {
+			v, set, err := s.str("session_context.agent_headers")
+			if err == nil && !set {
+				err = s.typeErr("session_context.agent_headers", "invalid type: null, expected a string")
+			}
+			h.Values = append(h.Values, v)
+			return err
+		})
+		c.AgentHeaders = append(c.AgentHeaders, h)
+		return err
+	})
 }
 
 // decodeMMRoutingInfo reads mm_routing_info (MmRoutingInfoRequest:

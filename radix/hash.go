@@ -87,3 +87,34 @@ func SequenceHashes(dst []uint64, local []uint64) []uint64 {
 	}
 	return dst
 }
+
+// BlockHashMM returns the local hash of a block holding multimodal
+// content: XXH3-64 with seed over the tokens as u32 little-endian followed
+// by the block's mm hashes as u64 little-endian, ascending (Dynamo's
+// compute_block_hash_for_seq with block_mm_infos,
+// ai-dynamo/dynamo:lib/kv-router/src/protocols.rs). With no mm hash it is
+// BlockHash. buf is scratch, grown as needed and reused.
+func BlockHashMM(tokens []uint32, mm []uint64, seed uint64, buf *[]byte) uint64 {
+	if len(mm) == 0 {
+		return BlockHash(tokens, seed)
+	}
+	p := (*buf)[:0]
+	for _, t := range tokens {
+		p = binary.LittleEndian.AppendUint32(p, t)
+	}
+	start := len(p)
+	for _, h := range mm {
+		p = binary.LittleEndian.AppendUint64(p, h)
+	}
+	// Insertion sort of the mm hashes in place: a block has a handful.
+	for i := start + 8; i < len(p); i += 8 {
+		v := binary.LittleEndian.Uint64(p[i:])
+		j := i
+		for ; j > start && binary.LittleEndian.Uint64(p[j-8:]) > v; j -= 8 {
+			copy(p[j:j+8], p[j-8:j])
+		}
+		binary.LittleEndian.PutUint64(p[j:], v)
+	}
+	*buf = p
+	return xxh3.HashSeed(p, seed)
+}

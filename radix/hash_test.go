@@ -92,3 +92,20 @@ func BenchmarkHashPrompt2048(b *testing.B) {
 		seq = SequenceHashes(seq[:0], local)
 	}
 }
+
+// TestBlockHashMM: the mm hashes enter in ascending order whatever order
+// they are given in, after the token bytes; none is BlockHash.
+func TestBlockHashMM(t *testing.T) {
+	toks := []uint32{1, 2, 3, 4}
+	var buf []byte
+	if BlockHashMM(toks, nil, Seed, &buf) != BlockHash(toks, Seed) {
+		t.Fatal("no mm hash differs from BlockHash")
+	}
+	a := BlockHashMM(toks, []uint64{42, 7, 1 << 63}, Seed, &buf)
+	b := BlockHashMM(toks, []uint64{1 << 63, 42, 7}, Seed, &buf)
+	want := xxh3.HashSeed([]byte{1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0,
+		7, 0, 0, 0, 0, 0, 0, 0, 42, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80}, Seed)
+	if a != b || a != want {
+		t.Fatalf("%d %d, want %d", a, b, want)
+	}
+}

@@ -72,11 +72,15 @@ type Config struct {
 	// booked block is new.
 	AssumeKVReuse bool `json:"router_assume_kv_reuse"`
 
-	// QueueThreshold is router_queue_threshold. The router queue is not
-	// built yet (the queueing issue will use it through Admission); today it
-	// only makes max_num_batched_tokens required at registration, as in
-	// Dynamo. Finite, >= 0 when set.
+	// QueueThreshold is router_queue_threshold: the synthetic policy
+	// class's busy line, a multiple of a worker's max_num_batched_tokens
+	// (unset: no queueing without a policy config). Finite, >= 0 when set.
 	QueueThreshold *float64 `json:"router_queue_threshold,omitempty"`
+	// QueuePolicy is router_queue_policy, the synthetic class's order.
+	QueuePolicy QueuePolicy `json:"router_queue_policy"`
+	// Policy is the router policy config (router_policy_config), resolved;
+	// nil: the synthetic class of QueueThreshold and QueuePolicy.
+	Policy *PolicyConfig `json:"-"`
 	// PrefillBusyThreshold is conditional_disagg_prefill_busy_threshold, a
 	// fraction of the worker's prefill token capacity. Finite, >= 0 when set.
 	PrefillBusyThreshold *float64 `json:"conditional_disagg_prefill_busy_threshold,omitempty"`

@@ -30,12 +30,14 @@
 //     pol.Choose(&Context{Params, Request, Rand}, cands, costs, part).
 //     DefaultPolicy is the reference's Score then Pick(costs,
 //     p.Temperature, rng), bit for bit; an embedder's policy adds Filters,
-//     Scorers and a Picker of its own (policy.go, ExamplePolicy). Choose is
-//     allocation-free when the components are; the Context must not be a
-//     fresh value per request if that makes it escape. ErrAllFiltered when
-//     the policy's filters drop every row. Queueing (router_queue_threshold,
-//     policy classes) will sit between steps 3 and 4 behind the Admission
-//     interface; today every request is admitted.
+//     Scorers and a Picker of its own (selection.go, ExamplePolicy), and
+//     kvselect's own is CacheBalancePolicy. Choose is allocation-free when
+//     the components are; the Context must not be a fresh value per
+//     request if that makes it escape. ErrAllFiltered when the policy's
+//     filters drop every row. With queueing on (a PolicyProfile whose
+//     class has a busy line), a host asks PolicyClass.ShouldQueue before
+//     this step and parks the request in a PolicyQueue until capacity
+//     frees (admission.go).
 //  5. Books (select_and_reserve, reservations): slot.Book(load,
 //     &Booking{...}) on the Slot of the host's record of the request, with
 //     PrefillTokens = EffectivePrefillTokens(isl, CachedTokens(&p, bs,

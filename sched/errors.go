@@ -36,4 +36,7 @@ var (
 	// ErrInvalidRequest: a request the scorer cannot score (isl_tokens <= 0,
 	// block_size <= 0).
 	ErrInvalidRequest = errors.New("invalid scheduling request")
+	// ErrQueueRejected: a policy class's queue is at one of its caps; the
+	// error is a *QueueRejection.
+	ErrQueueRejected = errors.New("router queue limit reached")
 )

@@ -2,148 +2,140 @@ package sched
 
 import (
 	"errors"
-	"math"
-	"math/rand/v2"
+	"strings"
 	"testing"
-
-	"github.com/kvselect/kvselect/radix"
 )
 
-// randomRows returns n candidate rows with random overlaps and loads, ties
-// included (small ranges), for request req.
-func randomRows(rng *rand.Rand, n int) []Candidate {
-	cands := make([]Candidate, n)
-	for i := range cands {
-		c := &cands[i]
-		c.Worker = radix.WorkerKey{WorkerID: uint64(i + 1)}
-		c.DeviceBlocks = int64(rng.IntN(8))
-		c.HostBlocks = int64(rng.IntN(3))
-		c.HasLoad = rng.IntN(5) > 0
-		c.ActivePrefillTokens = int64(rng.IntN(4)) * 64
-		c.ActiveBlocks = int64(rng.IntN(4))
-		c.NewBlocks = int64(rng.IntN(8))
-		c.ActiveRequests = int64(rng.IntN(3))
-		c.TaintMultiplier = []float64{0, 1, 0.5}[rng.IntN(3)]
+func class(name, family, bucket string, quantum int64) PolicyClassDoc {
+	c := PolicyClassDoc{Name: name, Quantum: ptr(quantum)}
+	if family != "" {
+		c.PolicyFamily, c.CacheBucket = ptr(family), ptr(bucket)
 	}
-	return cands
+	return c
 }
 
-// TestDefaultPolicyIsScoreThenPick: the default policy decides bit for
-// bit as Score then Pick (the code it replaced in the host), over random
-// rows, weights and temperatures, with two identically seeded sources.
-func TestDefaultPolicyIsScoreThenPick(t *testing.T) {
-	seed := testSeed(t)
-	gen := rand.New(rand.NewPCG(seed, 1))
-	a, b := rand.New(rand.NewPCG(seed, 2)), rand.New(rand.NewPCG(seed, 2))
-	pol := DefaultPolicy()
-	for it := range 5000 {
-		p := defaultParams(t)
-		p.OverlapScoreCreditDecay = []float64{0, 0.5}[gen.IntN(2)]
-		p.Temperature = []float64{0, 0, 0.7}[gen.IntN(3)]
-		p.TrackPrefillTokens = gen.IntN(4) > 0
-		req := Request{ISLTokens: int64(1 + gen.IntN(512)), BlockSize: 16, WorkerType: WorkerType(gen.IntN(3))}
-		cands := randomRows(gen, 1+gen.IntN(12))
-		want := make([]float64, len(cands))
-		Score(&p, &req, cands, want)
-		wantPick := Pick(want, p.Temperature, a)
-
-		costs := make([]float64, len(cands))
-		ctx := Context{Params: &p, Request: &req, Rand: b}
-		kept, got, err := pol.Choose(&ctx, cands, costs, nil)
-		if err != nil || len(kept) != len(cands) {
-			t.Fatalf("iteration %d: %v, %d rows kept of %d", it, err, len(kept), len(cands))
-		}
-		for i := range want {
-			if math.Float64bits(costs[i]) != math.Float64bits(want[i]) {
-				t.Fatalf("iteration %d: cost[%d] %v, Score %v", it, i, costs[i], want[i])
-			}
-		}
-		if got != wantPick {
-			t.Fatalf("iteration %d: picked %d, Score then Pick %d (costs %v)", it, got, wantPick, want)
-		}
-	}
+func twoBucketDoc() PolicyDoc {
+	interactive := class("interactive-hot", "interactive", "hot", 8)
+	interactive.PrefillBusyThresholdFrac = ptr(0.5)
+	cold := class("interactive-cold", "interactive", "cold", 8)
+	cold.QueuePolicy = "wspt"
+	cold.PrefillBusyThreshold = ptr(int64(4096))
+	batchHot := class("batch-hot", "batch", "hot", 2)
+	batchCold := class("batch-cold", "batch", "cold", 2)
+	batchCold.RequestQueueLimitPerWorker = ptr(int64(3))
+	return PolicyDoc{PolicyProfileDoc: PolicyProfileDoc{
+		DefaultPolicyFamily: ptr("interactive"),
+		UncachedISLBuckets:  []BucketDoc{{MinTokens: ptr(int64(0)), Bucket: "hot"}, {MinTokens: ptr(int64(1024)), Bucket: "cold"}},
+		PolicyClasses:       []PolicyClassDoc{interactive, cold, batchHot, batchCold, class("admin", "", "", 1)},
+	}}
 }
 
-// dropWorker keeps every row but one worker's.
-type dropWorker uint64
-
-func (d dropWorker) Keep(_ *Context, c *Candidate) bool { return c.Worker.WorkerID != uint64(d) }
-
-// constScorer adds v[worker id] to each row's cost.
-type constScorer map[uint64]float64
-
-func (s constScorer) Score(_ *Context, cands []Candidate, out []float64) {
-	for i := range cands {
-		out[i] = s[cands[i].Worker.WorkerID]
-	}
-}
-
-// fixedPicker returns a fixed row.
-type fixedPicker int
-
-func (f fixedPicker) Pick(*Context, []Candidate, []float64) int { return int(f) }
-
-func TestPolicyChoose(t *testing.T) {
-	p := defaultParams(t)
-	req := Request{ISLTokens: 64, BlockSize: 16}
-	ctx := Context{Params: &p, Request: &req, Rand: rand.New(rand.NewPCG(1, 2))}
-	rows := func() []Candidate {
-		return []Candidate{{Worker: radix.WorkerKey{WorkerID: 1}}, {Worker: radix.WorkerKey{WorkerID: 2}}, {Worker: radix.WorkerKey{WorkerID: 3}}}
-	}
-	costs, part := make([]float64, 3), make([]float64, 3)
-
-	// Filters compact in order; two scorers are summed; the picker sees
-	// the kept rows.
-	pol := &Policy{Name: "t", Filters: []Filter{dropWorker(2)},
-		Scorers: []Scorer{constScorer{1: 5, 3: 1}, constScorer{1: -1, 3: 10}}, Picker: DefaultPicker{}}
-	if err := pol.Validate(); err != nil {
+// TestPolicyClassify: an explicit class by name, else (requested family or
+// the default, bucket of the uncached tokens); a model profile replaces the
+// root; no document is the synthetic class.
+func TestPolicyClassify(t *testing.T) {
+	d := twoBucketDoc()
+	d.Models = map[string]PolicyProfileDoc{"m": {
+		DefaultPolicyFamily: ptr("only"),
+		UncachedISLBuckets:  []BucketDoc{{MinTokens: ptr(int64(0)), Bucket: "all"}},
+		PolicyClasses:       []PolicyClassDoc{class("m-only", "only", "all", 1)},
+	}}
+	c, err := d.Resolve()
+	if err != nil {
 		t.Fatal(err)
 	}
-	kept, i, err := pol.Choose(&ctx, rows(), costs, part)
-	if err != nil || len(kept) != 2 || kept[0].Worker.WorkerID != 1 || kept[1].Worker.WorkerID != 3 {
-		t.Fatalf("kept %v, err %v", kept, err)
-	}
-	if costs[0] != 4 || costs[1] != 11 || i != 0 {
-		t.Fatalf("costs %v, pick %d; want [4 11], 0", costs[:2], i)
-	}
-
-	// Every row filtered out.
-	all := &Policy{Name: "t", Filters: []Filter{dropWorker(1), dropWorker(2), dropWorker(3)}, Scorers: []Scorer{DefaultScorer{}}, Picker: DefaultPicker{}}
-	if _, _, err := all.Choose(&ctx, rows(), costs, part); !errors.Is(err, ErrAllFiltered) {
-		t.Fatalf("all filtered: %v", err)
-	}
-	// A picker out of range is an error, not a panic.
-	bad := &Policy{Name: "t", Scorers: []Scorer{DefaultScorer{}}, Picker: fixedPicker(3)}
-	if _, _, err := bad.Choose(&ctx, rows(), costs, part); err == nil {
-		t.Fatal("picker out of range accepted")
-	}
-
-	for _, pol := range []*Policy{nil, {Scorers: []Scorer{DefaultScorer{}}, Picker: DefaultPicker{}}, {Name: "x", Picker: DefaultPicker{}},
-		{Name: "x", Scorers: []Scorer{DefaultScorer{}}}, {Name: "x", Scorers: []Scorer{nil}, Picker: DefaultPicker{}},
-		{Name: "x", Filters: []Filter{nil}, Scorers: []Scorer{DefaultScorer{}}, Picker: DefaultPicker{}}} {
-		if err := pol.Validate(); !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("%+v: Validate = %v", pol, err)
+	root := c.Profile("other", nil, FCFS)
+	for _, tc := range []struct {
+		req      string
+		uncached int64
+		want     string
+	}{
+		{"", 0, "interactive-hot"},
+		{"", 1023, "interactive-hot"},
+		{"", 1024, "interactive-cold"},
+		{"batch", 5, "batch-hot"},
+		{"batch", 1 << 40, "batch-cold"},
+		{"unknown", 2000, "interactive-cold"},
+		{"admin", 2000, "admin"},
+	} {
+		if got := root.Classes[root.Classify(tc.req, tc.uncached)].Name; got != tc.want {
+			t.Errorf("classify(%q, %d) = %s, want %s", tc.req, tc.uncached, got, tc.want)
 		}
 	}
-	for _, name := range []string{PolicyDefault, PolicyCacheBalance} {
-		if pol := BuiltinPolicy(name); pol == nil || pol.Name != name || pol.Validate() != nil {
-			t.Errorf("built-in %q: %+v", name, pol)
+	if !root.Queues() || root.Classes[2].Queues() {
+		t.Fatal("queueing: the profile queues; batch-hot has no busy line")
+	}
+	if p := c.Profile("m", nil, FCFS); p.Classes[p.Classify("", 99)].Name != "m-only" || p.Queues() {
+		t.Fatalf("model profile: %+v", p.Classes)
+	}
+	syn := (*PolicyConfig)(nil).Profile("x", ptr(0.5), LCFS)
+	if len(syn.Classes) != 1 || syn.Classes[0].Name != "default" || syn.Classes[0].Policy != LCFS || !syn.Queues() {
+		t.Fatalf("synthetic: %+v", syn.Classes)
+	}
+	if (*PolicyConfig)(nil).Profile("x", nil, FCFS).Queues() {
+		t.Fatal("no threshold, no config: no queueing")
+	}
+}
+
+// TestPolicyDocErrors: the reference's validation texts.
+func TestPolicyDocErrors(t *testing.T) {
+	for _, tc := range []struct {
+		edit func(d *PolicyDoc)
+		want string
+	}{
+		{func(d *PolicyDoc) { d.DefaultPolicyFamily = nil }, "root profile must specify default_policy_family, uncached_isl_buckets, and policy_classes"},
+		{func(d *PolicyDoc) { d.PolicyClasses[0].Quantum = ptr(int64(0)) }, `root policy class "interactive-hot" quantum must be greater than zero`},
+		{func(d *PolicyDoc) { d.PolicyClasses[0].QueuePolicy = "lcfs" }, `root policy class "interactive-hot" queue_policy must be fcfs or wspt`},
+		{func(d *PolicyDoc) { d.UncachedISLBuckets[0].MinTokens = ptr(int64(1)) }, "root uncached_isl_buckets must start at min_tokens 0"},
+		{func(d *PolicyDoc) { d.UncachedISLBuckets[1].MinTokens = ptr(int64(0)) }, "root uncached_isl_buckets min_tokens must be strictly increasing"},
+		{func(d *PolicyDoc) { d.PolicyClasses = d.PolicyClasses[1:] }, `root is missing a policy class for family "interactive" and bucket "hot"`},
+		{func(d *PolicyDoc) { d.PolicyClasses[4].Name = "batch" }, `root explicit policy class "batch" collides with a policy family`},
+		{func(d *PolicyDoc) { d.PolicyClasses[3].Name = "batch-hot" }, `root contains duplicate policy class "batch-hot"`},
+		{func(d *PolicyDoc) { d.PolicyClasses[0].Name = "a b" }, `root policy class name "a b" must match [A-Za-z0-9_.-]+`},
+		{func(d *PolicyDoc) { d.PolicyClasses[0].CacheBucket = ptr("warm") }, `root policy class "interactive-hot" references unknown cache bucket "warm"`},
+		{func(d *PolicyDoc) { d.PolicyClasses[0].CacheBucket = nil }, `root policy class "interactive-hot" must specify both policy_family and cache_bucket or neither for an explicit class`},
+		{func(d *PolicyDoc) { d.PolicyClasses[2].BusyWorkerRatio = ptr(0.5) }, `root policy class "batch-hot" sets busy_worker_ratio but no prefill_busy_threshold or prefill_busy_threshold_frac`},
+		{func(d *PolicyDoc) { d.PolicyClasses[0].BusyWorkerRatio = ptr(16.0) }, `busy_worker_ratio must be a finite fraction in (0.0, 1.0]`},
+		{func(d *PolicyDoc) { d.DefaultPolicyFamily = ptr("nope") }, `root default_policy_family "nope" does not name a configured family`},
+		{func(d *PolicyDoc) { *d = PolicyDoc{} }, "router policy config must define a root profile, at least one model profile, or worker_selection"},
+		{func(d *PolicyDoc) { d.WorkerSelection = map[string]any{} }, "worker_selection is not supported by kvselect"},
+	} {
+		d := twoBucketDoc()
+		tc.edit(&d)
+		_, err := d.Resolve()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("got %v, want %q", err, tc.want)
 		}
 	}
 }
 
-// TestPolicyChooseAllocs: running the default policy allocates nothing.
-func TestPolicyChooseAllocs(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts need a non-race run")
+// TestBusyLines: strict comparisons; an unknown capacity is 10,000,000;
+// the pool rule is every eligible rank, or the ratio; never with none.
+func TestBusyLines(t *testing.T) {
+	c := PolicyClass{BusyThreshold: ptr(int64(100)), BusyThresholdFrac: ptr(0.5)}
+	for _, tc := range []struct {
+		ap, cap int64
+		busy    bool
+	}{{100, 1000, false}, {101, 1000, true}, {100, 100, true}, {50, 100, false}, {99, 0, false}} {
+		if got := c.WorkerBusy(tc.ap, tc.cap); got != tc.busy {
+			t.Errorf("WorkerBusy(%d, %d) = %t", tc.ap, tc.cap, got)
+		}
 	}
-	p := defaultParams(t)
-	req := Request{ISLTokens: 512, BlockSize: 16}
-	ctx := Context{Params: &p, Request: &req, Rand: RuntimeRand{}}
-	cands := randomRows(rand.New(rand.NewPCG(1, 2)), 64)
-	costs := make([]float64, len(cands))
-	pol := DefaultPolicy()
-	if n := testing.AllocsPerRun(100, func() { _, _, _ = pol.Choose(&ctx, cands, costs, nil) }); n != 0 {
-		t.Fatalf("Choose allocates %v times", n)
+	frac := PolicyClass{BusyThresholdFrac: ptr(1e-6)}
+	if frac.WorkerBusy(10, 0) || !frac.WorkerBusy(11, 0) {
+		t.Error("unknown capacity is 10,000,000")
+	}
+	if c.PoolBusy(1, 2) || !c.PoolBusy(2, 2) || c.PoolBusy(0, 0) {
+		t.Error("pool rule")
+	}
+	r := PolicyClass{BusyThreshold: ptr(int64(0)), BusyWorkerRatio: ptr(0.95)}
+	if r.PoolBusy(121, 128) || !r.PoolBusy(122, 128) || r.PoolBusy(1, 2) {
+		t.Error("ratio rule")
+	}
+	if !c.ShouldQueue(true, 0, 3) || c.ShouldQueue(false, 2, 3) || !c.ShouldQueue(false, 3, 3) || c.ShouldQueue(true, 0, 0) {
+		t.Error("queue decision")
+	}
+	if (&PolicyClass{}).ShouldQueue(true, 3, 3) {
+		t.Error("a class without a busy line never queues")
 	}
 }

@@ -29,6 +29,9 @@ type Request struct {
 	BlockSize int64
 	// WorkerType picks the logit variant; WorkerSelect for the service.
 	WorkerType WorkerType
+	// Session is the request's session_context (nil when absent), for
+	// policies; the built-in scorer ignores it.
+	Session *SessionContext
 }
 
 // RequestBlocks returns ceil(isl / bs).

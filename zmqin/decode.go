@@ -157,6 +157,14 @@ type Decoder struct {
 	loraName string
 	loraSeed uint64
 
+	// The current event's extra_keys (extra.go): mm hashes, one span per
+	// entry, and the first entry's strings (aliasing the payload). Reset
+	// by readExtraKeys and after each event.
+	mm        []uint64
+	mmBlocks  []span
+	firstStrs [][]byte
+	mmBuf     []byte
+
 	// groups maps rank<<32|group_idx to the kind learned for it. Bounded
 	// by maxGroups: keys come from untrusted bytes.
 	groups map[uint64]kindClass
@@ -178,6 +186,7 @@ func NewDecoder(blockSize int) *Decoder {
 // listener calls it when its connection ends.
 func (d *Decoder) dropScratch() {
 	d.events, d.meta, d.blocks, d.hashes, d.tokens = nil, nil, nil, nil, nil
+	d.mm, d.mmBlocks, d.firstStrs, d.mmBuf = nil, nil, nil, nil
 }
 
 // BlockSize returns the partition block size the Decoder cuts blocks by.
@@ -297,12 +306,15 @@ func (d *Decoder) finish(ev *rawEvent, h0 int, b *Batch) {
 // len(d.tokens) == (ev.hHi-ev.hLo) * d.blockSize.
 func (d *Decoder) stored(ev *rawEvent, h0 int) {
 	seed := d.seed(ev.lora)
+	if salt := d.cacheSalt(ev); salt != nil {
+		seed = radix.HashSeed(string(ev.lora), string(salt))
+	}
 	bs := d.blockSize
 	lo := len(d.blocks)
 	for i, h := range d.hashes[ev.hLo:ev.hHi] {
 		d.blocks = append(d.blocks, radix.Block{
 			Hash:  h,
-			Local: radix.BlockHash(d.tokens[i*bs:(i+1)*bs], seed),
+			Local: radix.BlockHashMM(d.tokens[i*bs:(i+1)*bs], d.blockMM(i), seed, &d.mmBuf),
 		})
 	}
 	d.hashes = d.hashes[:h0]

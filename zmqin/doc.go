@@ -248,9 +248,13 @@
 //     their memory (Batch documents the lifetime rule).
 //
 // Each Stored block carries the engine's hash (Block.Hash, the identity used
-// by parents and removals) and the local hash of its tokens
-// (radix.BlockHash with radix.HashSeed(lora_name, "")), by which requests
-// are matched.
+// by parents and removals) and the local hash of its tokens, by which
+// requests are matched: radix.BlockHashMM over the block's tokens and the
+// mm hashes of its extra_keys entry, seeded with
+// radix.HashSeed(lora_name, cache salt), where the cache salt is the
+// event's cache_salt or the tagged one in extra_keys (extra.go). A request
+// with the same tokens, block_mm_infos, LoRA name and cache_salt hashes
+// the same.
 //
 // Decode reads untrusted bytes: it never panics, never allocates more than
 // the payload can hold (every declared length is checked against the bytes

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // PubSocket is a bound ZMTP PUB socket: it accepts SUB peers, tracks each
@@ -61,8 +63,17 @@ type PubPeer struct {
 	sock *PubSocket
 
 	mu     sync.Mutex
-	topics []string // subscribed prefixes; guarded by mu
+	topics []string // subscribed prefixes, distinct, at most maxTopics; guarded by mu
+
+	// snapshots are when a Mesh last sent this peer snapshots, oldest
+	// first; used only on the peer's reader goroutine (OnSubscribe).
+	snapshots [snapshotBurst]time.Time
 }
+
+// maxTopics bounds one peer's subscriptions: each costs a prefix
+// comparison per message sent, and a peer that asks for more is broken or
+// hostile (a replica subscribes to three topics at most).
+const maxTopics = 64
 
 // Send queues frames for this peer alone; false (and a drop counted) when
 // its queue is full. The frames must not change afterwards.
@@ -260,6 +271,10 @@ func (s *PubSocket) serve(c net.Conn) {
 			p.mu.Lock()
 			switch f[0] {
 			case 1:
+				if slices.Contains(p.topics, topic) || len(p.topics) >= maxTopics {
+					p.mu.Unlock()
+					continue
+				}
 				p.topics = append(p.topics, topic)
 			case 0:
 				for i, t := range p.topics {

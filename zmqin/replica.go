@@ -30,6 +30,9 @@ type MeshConfig struct {
 	// Inbound bounds the peer events queued for applying (100,000); a full
 	// queue drops, counted.
 	Inbound int
+	// AffinityOutbound bounds the session bindings queued for the
+	// publisher (4,096); a full queue drops, counted.
+	AffinityOutbound int
 	// HWM bounds the messages queued per subscribed peer (100,000, so that
 	// a joiner's snapshot fits beside the live stream).
 	HWM int
@@ -42,6 +45,11 @@ type MeshConfig struct {
 	NoSnapshot bool
 	// MaxPeers bounds the peer set (128).
 	MaxPeers int
+	// ResyncSettle is how long the catalog must stay unchanged before a
+	// peer whose snapshot fell short is asked again (500 ms: registrations
+	// come in bursts at start-up, and one snapshot after the burst is
+	// enough).
+	ResyncSettle time.Duration
 	// BackoffMin and BackoffMax bound the wait between two dials of a peer
 	// (libzmq's reconnect interval 100 ms, maximum 5 s, as the reference
 	// configures its sockets).
@@ -59,12 +67,16 @@ func (c MeshConfig) withDefaults() MeshConfig {
 	}
 	def(&c.Outbound, 100_000)
 	def(&c.Inbound, 100_000)
+	def(&c.AffinityOutbound, DefaultAffinityOutbound)
 	def(&c.HWM, 100_000)
 	def(&c.DrainBatch, 256)
 	def(&c.MaxPeers, 128)
 	def(&c.MaxMessage, 16<<20)
 	if c.DrainWait == 0 {
 		c.DrainWait = time.Millisecond
+	}
+	if c.ResyncSettle == 0 {
+		c.ResyncSettle = 500 * time.Millisecond
 	}
 	if c.BackoffMin == 0 {
 		c.BackoffMin = 100 * time.Millisecond
@@ -102,9 +114,10 @@ type inEvent struct {
 // catches up with its kvselect peers' live bookings.
 //
 // Goroutines: the PubSocket's (accept, per subscriber a reader and a
-// writer); one publisher draining the outbound queue; one drainer applying
-// the inbound queue; one dial-and-receive loop per peer. Close stops them
-// all.
+// writer); one publisher draining the outbound queues (lifecycle events,
+// session bindings); one drainer applying the inbound queue; one
+// dial-and-receive loop per peer (which also applies peers' bindings, when
+// a handler is installed). Close stops them all.
 type Mesh struct {
 	cfg   MeshConfig
 	id    uint64
@@ -115,6 +128,11 @@ type Mesh struct {
 	stop  context.CancelFunc
 	wg    sync.WaitGroup
 	apply atomic.Pointer[applierBox]
+	// aff, affOut and ast are the session-affinity channel
+	// (replica_affinity.go).
+	aff    atomic.Pointer[affinityBox]
+	affOut chan []byte
+	ast    affinityStats
 
 	mu struct {
 		sync.Mutex
@@ -132,9 +150,11 @@ type meshPeer struct {
 	conn   atomic.Pointer[Conn]
 	// short is set when a snapshot event of this peer could not be
 	// applied because its partition or worker was not registered here
-	// yet: the drainer asks the peer again once the catalog changed and
-	// settled (resync). Written by the drainer only.
-	short bool
+	// yet, and shortAt is the catalog version it was applied against: the
+	// drainer asks the peer again once the catalog moved past shortAt and
+	// settled (resync). Both written by the drainer only.
+	short   bool
+	shortAt uint64
 }
 
 // MeshDrop is why the mesh skipped a received message.
@@ -158,6 +178,8 @@ func (d MeshDrop) String() string { return meshDropNames[d] }
 type meshStats struct {
 	published, outDropped, snapshotEvents atomic.Uint64
 	snapshotRequests                      atomic.Uint64
+	snapshotsTruncated, snapshotsRefused  atomic.Uint64
+	resyncChecks                          atomic.Uint64 // drainer ticks (tests wait on it)
 	received, batches                     atomic.Uint64
 	dropped                               [NumMeshDrops]atomic.Uint64
 	connects, disconnects, dialErrors     atomic.Uint64
@@ -173,6 +195,10 @@ type MeshStats struct {
 	// changed (the first one at connect is not counted).
 	Published, OutboundDropped, PeerQueueDropped, SnapshotEvents uint64
 	SnapshotRequests                                             uint64
+	// SnapshotsTruncated: snapshots cut short by a full subscriber
+	// queue; SnapshotsRefused: snapshot subscriptions refused by the
+	// per-peer rate limit.
+	SnapshotsTruncated, SnapshotsRefused uint64
 	// Received: messages read from peers; Dropped: by MeshDrop; Batches:
 	// apply batches handed to the service.
 	Received uint64
@@ -184,6 +210,11 @@ type MeshStats struct {
 	Connects, Disconnects, DialErrors uint64
 	OutboundDepth, InboundDepth       int
 	OutboundLimit, InboundLimit       int
+	// The session-affinity channel: bindings queued for the peers, dropped
+	// at a full queue, applied from peers (after the drops above), and the
+	// queue's depth and bound.
+	AffinityPublished, AffinityOutboundDropped, AffinityApplied uint64
+	AffinityOutboundDepth, AffinityOutboundLimit                int
 }
 
 // NewMesh binds the PUB socket. Events published before Start are queued
@@ -193,7 +224,7 @@ func NewMesh(cfg MeshConfig) (*Mesh, error) {
 	if cfg.Bind == "" {
 		return nil, errors.New("zmqin: replica mesh needs a bind address")
 	}
-	m := &Mesh{cfg: cfg, id: cfg.ProcessID, out: make(chan []byte, cfg.Outbound), in: make(chan inEvent, cfg.Inbound)}
+	m := &Mesh{cfg: cfg, id: cfg.ProcessID, out: make(chan []byte, cfg.Outbound), in: make(chan inEvent, cfg.Inbound), affOut: make(chan []byte, cfg.AffinityOutbound)}
 	for m.id == 0 {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
@@ -260,6 +291,8 @@ func (m *Mesh) publish() {
 			return
 		case payload := <-m.out:
 			m.pub.Send(ReplicaTopic, [][]byte{replicaTopicBytes, payload})
+		case payload := <-m.affOut:
+			m.pub.Send(AffinityTopic, [][]byte{affinityTopicBytes, payload})
 		}
 	}
 }
@@ -274,18 +307,34 @@ func (m *Mesh) sendSnapshot(p *PubPeer, topic string) {
 	if topic != SnapshotTopic || box == nil {
 		return
 	}
+	// A peer gets at most snapshotBurst snapshots per snapshotWindow (the
+	// one at connect and a resync or two after its catalog changed): each
+	// walks the whole ledger, and any TCP peer can subscribe.
+	now := time.Now()
+	if now.Sub(p.snapshots[0]) < snapshotWindow {
+		m.st.snapshotsRefused.Add(1)
+		return
+	}
+	copy(p.snapshots[:], p.snapshots[1:])
+	p.snapshots[snapshotBurst-1] = now
 	for _, ev := range box.AppendLocalBookings(nil) {
 		if !p.Send([][]byte{snapshotTopicBytes, AppendEnvelope(nil, &ev, m.id)}) {
+			// The peer's queue is full: the rest of this snapshot is lost
+			// (counted); the joiner's mirrors of it come from live events
+			// or not at all, and expire in time.
+			m.st.snapshotsTruncated.Add(1)
 			return
 		}
 		m.st.snapshotEvents.Add(1)
 	}
 }
 
-// resyncSettle is how long the catalog must stay unchanged before a peer
-// whose snapshot fell short is asked again: registrations come in bursts
-// at start-up, and one snapshot after the burst is enough.
-const resyncSettle = 500 * time.Millisecond
+// snapshotBurst and snapshotWindow bound how often one peer is sent a
+// snapshot.
+const (
+	snapshotBurst  = 3
+	snapshotWindow = 10 * time.Second
+)
 
 // drain applies the inbound queue in batches until Close, and asks peers
 // whose snapshot fell short for a new one once the catalog has changed
@@ -297,7 +346,7 @@ func (m *Mesh) drain() {
 	from := make([]inEvent, 0, m.cfg.DrainBatch)
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	tick := time.NewTicker(resyncSettle / 2)
+	tick := time.NewTicker(m.cfg.ResyncSettle / 2)
 	defer tick.Stop()
 	var short []*meshPeer // peers whose last snapshot fell short
 	version, changed := m.apply.Load().CatalogVersion(), time.Now()
@@ -306,10 +355,11 @@ func (m *Mesh) drain() {
 		case <-m.ctx.Done():
 			return
 		case <-tick.C:
+			m.st.resyncChecks.Add(1)
 			if v := m.apply.Load().CatalogVersion(); v != version {
 				version, changed = v, time.Now()
-			} else if len(short) > 0 && time.Since(changed) >= resyncSettle {
-				short = m.resync(short)
+			} else if len(short) > 0 && time.Since(changed) >= m.cfg.ResyncSettle {
+				short = m.resync(short, version)
 			}
 			continue
 		case e := <-m.in:
@@ -331,13 +381,18 @@ func (m *Mesh) drain() {
 		for i := range from {
 			batch = append(batch, from[i].ev)
 		}
+		// Read before applying: a registration racing the batch moves
+		// the version past it, and the peer is asked again.
+		applied := m.apply.Load().CatalogVersion()
 		m.apply.Load().ApplyReplica(batch)
 		m.st.batches.Add(1)
 		for i := range batch {
-			if e := &from[i]; e.snapshot && batch[i].Dropped && !e.peer.short &&
+			if e := &from[i]; e.snapshot && batch[i].Dropped &&
 				(batch[i].Drop == core.DropUnknownPartition || batch[i].Drop == core.DropUnknownWorker) {
-				e.peer.short = true
-				short = append(short, e.peer)
+				if !e.peer.short {
+					short = append(short, e.peer)
+				}
+				e.peer.short, e.peer.shortAt = true, applied
 			}
 		}
 		clear(batch)
@@ -346,12 +401,18 @@ func (m *Mesh) drain() {
 	}
 }
 
-// resync asks each peer again for its snapshot (unsubscribe, subscribe:
-// the peer's PUB answers every subscription with a snapshot), and returns
-// the peers it could not ask (not connected: their next connection
-// subscribes anew anyway, so they are dropped from the list too).
-func (m *Mesh) resync(peers []*meshPeer) []*meshPeer {
+// resync asks each peer whose snapshot fell short against an older
+// catalog than version again for its snapshot (unsubscribe, subscribe: the
+// peer's PUB answers every subscription with a snapshot), and returns the
+// peers still waiting for a catalog change. A peer that is not connected
+// is dropped from the list: its next connection subscribes anew.
+func (m *Mesh) resync(peers []*meshPeer, version uint64) []*meshPeer {
+	keep := peers[:0]
 	for _, p := range peers {
+		if p.shortAt == version {
+			keep = append(keep, p) // nothing registered since: asking again would fall short again
+			continue
+		}
 		p.short = false
 		c := p.conn.Load()
 		if c == nil {
@@ -361,28 +422,37 @@ func (m *Mesh) resync(peers []*meshPeer) []*meshPeer {
 			m.st.snapshotRequests.Add(1)
 		}
 	}
-	return peers[:0]
+	clear(peers[len(keep):])
+	return keep
 }
 
 // Stats returns the mesh's counters and gauges.
 func (m *Mesh) Stats() MeshStats {
 	st := MeshStats{
-		ProcessID:        m.id,
-		Published:        m.st.published.Load(),
-		OutboundDropped:  m.st.outDropped.Load(),
-		PeerQueueDropped: m.pub.Dropped(),
-		SnapshotEvents:   m.st.snapshotEvents.Load(),
-		SnapshotRequests: m.st.snapshotRequests.Load(),
-		Received:         m.st.received.Load(),
-		Batches:          m.st.batches.Load(),
-		Subscribers:      m.pub.Subscribers(),
-		Connects:         m.st.connects.Load(),
-		Disconnects:      m.st.disconnects.Load(),
-		DialErrors:       m.st.dialErrors.Load(),
-		OutboundDepth:    len(m.out),
-		InboundDepth:     len(m.in),
-		OutboundLimit:    cap(m.out),
-		InboundLimit:     cap(m.in),
+		ProcessID:          m.id,
+		Published:          m.st.published.Load(),
+		OutboundDropped:    m.st.outDropped.Load(),
+		PeerQueueDropped:   m.pub.Dropped(),
+		SnapshotEvents:     m.st.snapshotEvents.Load(),
+		SnapshotRequests:   m.st.snapshotRequests.Load(),
+		SnapshotsTruncated: m.st.snapshotsTruncated.Load(),
+		SnapshotsRefused:   m.st.snapshotsRefused.Load(),
+		Received:           m.st.received.Load(),
+		Batches:            m.st.batches.Load(),
+		Subscribers:        m.pub.Subscribers(),
+		Connects:           m.st.connects.Load(),
+		Disconnects:        m.st.disconnects.Load(),
+		DialErrors:         m.st.dialErrors.Load(),
+		OutboundDepth:      len(m.out),
+		InboundDepth:       len(m.in),
+		OutboundLimit:      cap(m.out),
+		InboundLimit:       cap(m.in),
+
+		AffinityPublished:       m.ast.published.Load(),
+		AffinityOutboundDropped: m.ast.outDropped.Load(),
+		AffinityApplied:         m.ast.applied.Load(),
+		AffinityOutboundDepth:   len(m.affOut),
+		AffinityOutboundLimit:   cap(m.affOut),
 	}
 	for d := range st.Dropped {
 		st.Dropped[d] = m.st.dropped[d].Load()

@@ -93,8 +93,13 @@ func (m *Mesh) Register(ep string) (added bool, err error) {
 }
 
 // Deregister stops receiving from a peer and returns once its connection
-// is closed.
+// is closed. An invalid endpoint is a bad request, as in the reference
+// (which validates before it looks the peer up); an unknown one is not
+// found.
 func (m *Mesh) Deregister(ep string) error {
+	if err := ValidatePeer(ep); err != nil {
+		return &core.Error{Class: core.ErrBadRequest, Msg: err.Error()}
+	}
 	m.mu.Lock()
 	p, ok := m.mu.peers[ep]
 	delete(m.mu.peers, ep)
@@ -137,6 +142,9 @@ func (m *Mesh) receive(ctx context.Context, ep string, p *meshPeer) {
 			err = zc.Send(append([]byte{1}, replicaTopicBytes...))
 			if err == nil && !m.cfg.NoSnapshot {
 				err = zc.Send(append([]byte{1}, snapshotTopicBytes...))
+			}
+			if err == nil && m.aff.Load() != nil {
+				err = zc.Send(append([]byte{1}, affinityTopicBytes...))
 			}
 			if err != nil {
 				_ = zc.Close()
@@ -189,7 +197,12 @@ func (m *Mesh) handle(frames [][]byte, p *meshPeer) {
 		return
 	}
 	topic := string(frames[0])
-	if topic != ReplicaTopic && topic != SnapshotTopic {
+	switch topic {
+	case ReplicaTopic, SnapshotTopic:
+	case AffinityTopic:
+		m.handleAffinity(frames[1])
+		return
+	default:
 		m.st.dropped[MeshDropTopic].Add(1)
 		return
 	}

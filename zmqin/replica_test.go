@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvselect/kvselect/core"
+	"github.com/zeebo/xxh3"
 )
 
 // replica is one selector of a mesh test: a service with workers 1 and 2
@@ -71,8 +72,11 @@ func (r *replica) loads() (prefill, blocks, reqs int64) {
 func (r *replica) book(t *testing.T, id string, n int) {
 	t.Helper()
 	req := core.SelectRequest{SelectionID: id, HasSelectionID: true}
+	// Block hashes of the id's own: without KV events a booking predicts
+	// its prompt on its worker (approximate index), and a repeated prompt
+	// would be booked with less prefill.
 	for i := range n {
-		req.BlockHashes = append(req.BlockHashes, uint64(1000*len(id)+i))
+		req.BlockHashes = append(req.BlockHashes, xxh3.HashString(id)+uint64(i))
 		req.SequenceHashes = append(req.SequenceHashes, uint64(7000*len(id)+i+1))
 	}
 	req.HasBlockHashes, req.HasSequenceHashes = true, true

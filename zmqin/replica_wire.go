@@ -37,8 +37,8 @@ import (
 const (
 	// ReplicaTopic carries active-sequence lifecycle events (Dynamo's).
 	ReplicaTopic = "dynamo.slot-tracker.v1"
-	// AffinityTopic carries session bindings; reserved for session
-	// affinity (Dynamo's), never subscribed to today.
+	// AffinityTopic carries session bindings (Dynamo's; see
+	// replica_affinity.go), subscribed to only with a handler installed.
 	AffinityTopic = "dynamo.session-affinity.v1"
 	// SnapshotTopic is kvselect's own: a peer that subscribes to it gets the
 	// live local bookings once, so a joining replica catches up. Dynamo's

@@ -119,6 +119,7 @@ func (d *Decoder) eventList(r *reader, b *Batch) error {
 		}
 		h0 := len(d.hashes)
 		d.tokens = d.tokens[:0]
+		d.mm, d.mmBlocks, d.firstStrs = d.mm[:0], d.mmBlocks[:0], d.firstStrs[:0]
 		ev := rawEvent{}
 		switch {
 		case (c >= 0x90 && c <= 0x9f) || c == 0xdc || c == 0xdd:
@@ -185,6 +186,8 @@ type rawEvent struct {
 	tier         radix.Tier
 	badMedium    bool
 	lora         []byte // aliases the payload
+	salt         []byte // cache_salt, aliasing the payload; hasSalt: present
+	hasSalt      bool
 	group        uint32
 	hasGroup     bool
 	kind         kindClass
@@ -229,7 +232,9 @@ func (d *Decoder) arrayEvent(r *reader, n int, ev *rawEvent) error {
 				err = d.readMedium(r, ev)
 			case 7:
 				err = d.readLora(r, ev)
-			case 5, 8: // lora_id (deprecated), extra_keys
+			case 8:
+				err = d.readExtraKeys(r)
+			case 5: // lora_id (deprecated)
 				err = r.skip()
 			default:
 				err = d.readTail(r, ev)
@@ -295,6 +300,10 @@ func (d *Decoder) mapEvent(r *reader, n int, ev *rawEvent) error {
 			err = d.readMedium(r, ev)
 		case "lora_name":
 			err = d.readLora(r, ev)
+		case "extra_keys":
+			err = d.readExtraKeys(r)
+		case "cache_salt":
+			err = d.readSalt(r, ev)
 		case "group_idx":
 			err = d.readGroup(r, ev)
 		case "kv_cache_spec_kind":

@@ -7,7 +7,12 @@
 // selector at bench.Config.Target or StartServer, as configured: in
 // process, the reference's policy), cache_balance (the same selector with
 // router_config_override.routing_policy "cache_balance" on every request),
-// round_robin and random (seeded by bench.Config.Seed). The load harness
+// approximate (a selector without KV events, at Config.ApproxTarget or
+// StartApproxServer: its workers register no kv_events endpoint and it
+// predicts the engines' caches from its own bookings; nothing is published
+// or synchronised, and its overlap mismatches count wrong predictions;
+// skipped when neither is given), round_robin and random (seeded by
+// bench.Config.Seed). The load harness
 // itself is package bench; this package adds the virtual-time loop, the
 // policies and their report.
 //

@@ -27,7 +27,7 @@ type router interface {
 // simulatePolicy runs one policy over fresh engines at the workload's
 // current arrangement.
 func simulatePolicy(ctx context.Context, name, base string, load *bench.Config, cfg *Config, w *workload) (*PolicyResult, error) {
-	engines, err := newEngines(load, cfg, w, selectorPolicy(name))
+	engines, err := newEngines(load, cfg, w, name == PolicyKVSelect || name == PolicyCacheBalance)
 	if err != nil {
 		return nil, err
 	}
@@ -38,12 +38,12 @@ func simulatePolicy(ctx context.Context, name, base string, load *bench.Config, 
 		rt = &roundRobin{n: load.Workers}
 	case PolicyRandom:
 		rt = &randomPick{n: load.Workers, rng: newSimRand(load.Seed)}
-	case PolicyKVSelect, PolicyCacheBalance:
+	case PolicyKVSelect, PolicyCacheBalance, PolicyApprox:
 		override := ""
 		if name == PolicyCacheBalance {
 			override = PolicyCacheBalance
 		}
-		k, err := newSelectorRouter(ctx, base, load, cfg, engines, override)
+		k, err := newSelectorRouter(ctx, base, load, cfg, engines, override, name == PolicyApprox)
 		if err != nil {
 			return nil, err
 		}

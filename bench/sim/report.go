@@ -174,8 +174,13 @@ func (rep *Report) WriteTable(out io.Writer) error {
 			if k == nil || !selectorPolicy(name) {
 				continue
 			}
-			fmt.Fprintf(&b, "%s: sync wait %.0f ms, sync timeouts %d, overlap mismatches %d, leaked reservations %d",
-				name, k.SyncWaitMs, k.SyncTimeouts, k.OverlapMismatches, k.LeakedReservations)
+			if name == PolicyApprox {
+				fmt.Fprintf(&b, "%s (no KV events): predicted overlap differed from the engine's cache in %d of %d requests, leaked reservations %d",
+					name, k.OverlapMismatches, k.Requests, k.LeakedReservations)
+			} else {
+				fmt.Fprintf(&b, "%s: sync wait %.0f ms, sync timeouts %d, overlap mismatches %d, leaked reservations %d",
+					name, k.SyncWaitMs, k.SyncTimeouts, k.OverlapMismatches, k.LeakedReservations)
+			}
 			if len(k.Errors) > 0 {
 				fmt.Fprintf(&b, ", errors %s", formatCounts(k.Errors))
 			}

@@ -48,6 +48,11 @@ type Config struct {
 	// SyncTimeout bounds the wait for the selector to apply one round of
 	// KV event batches (see the package doc).
 	SyncTimeout time.Duration
+	// ApproxTarget is the base URL of a selector running without KV events
+	// (approximate mode), for the approximate policy; empty means: start
+	// one with StartApproxServer. With neither, the policy is skipped.
+	ApproxTarget      string
+	StartApproxServer func() (url string, stop func(), err error)
 }
 
 // DefaultConfig returns the simulation defaults, for block size 64 and 8
@@ -117,15 +122,20 @@ const (
 	// request (kvselect's own policy; a selector without it ignores the
 	// key and decides as PolicyKVSelect).
 	PolicyCacheBalance = "cache_balance"
-	PolicyRoundRobin   = "round_robin"
-	PolicyRandom       = "random"
+	// PolicyApprox is kvselect without KV events: its selector predicts
+	// the engines' caches from its own bookings (approximate mode).
+	PolicyApprox     = "approximate"
+	PolicyRoundRobin = "round_robin"
+	PolicyRandom     = "random"
 )
 
 // Policies are the policies Run can simulate, in the report's order.
-var Policies = []string{PolicyKVSelect, PolicyCacheBalance, PolicyRoundRobin, PolicyRandom}
+var Policies = []string{PolicyKVSelect, PolicyCacheBalance, PolicyApprox, PolicyRoundRobin, PolicyRandom}
 
-// selectorPolicy reports whether policy name asks the selector.
-func selectorPolicy(name string) bool { return name == PolicyKVSelect || name == PolicyCacheBalance }
+// selectorPolicy reports whether policy name asks a selector.
+func selectorPolicy(name string) bool {
+	return name == PolicyKVSelect || name == PolicyCacheBalance || name == PolicyApprox
+}
 
 // Run measures the cluster's capacity (unless cfg.Loads is empty), then
 // replays load.Workload at every load level through fresh simulated
@@ -176,14 +186,25 @@ func Run(ctx context.Context, load bench.Config, cfg Config) (*Report, error) {
 		return nil, err
 	}
 
-	var base string
-	if slices.ContainsFunc(cfg.Policies, selectorPolicy) {
+	var base, approx string
+	if slices.ContainsFunc(cfg.Policies, func(p string) bool { return p == PolicyKVSelect || p == PolicyCacheBalance }) {
 		b, stop, err := bench.ResolveTarget(&load, logw)
 		if err != nil {
 			return nil, err
 		}
 		defer stop()
 		base = b
+	}
+	if slices.Contains(cfg.Policies, PolicyApprox) {
+		a, stop, err := resolveApprox(&cfg, logw)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+		approx = a
+		if approx == "" {
+			fmt.Fprintf(logw, "policy %s: skipped (no selector without KV events: --approx-target)\n", PolicyApprox)
+		}
 	}
 	rep.Target = base
 	for _, lv := range levels {
@@ -192,8 +213,14 @@ func Run(ctx context.Context, load bench.Config, cfg Config) (*Report, error) {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
+			target := base
+			if name == PolicyApprox {
+				if target = approx; target == "" {
+					continue
+				}
+			}
 			t0 := time.Now()
-			res, err := simulatePolicy(ctx, name, base, &load, &cfg, w)
+			res, err := simulatePolicy(ctx, name, target, &load, &cfg, w)
 			if err != nil {
 				return nil, fmt.Errorf("sim: policy %s at %s: %w", name, lv.label(), err)
 			}
@@ -245,4 +272,21 @@ func planLevels(ctx context.Context, w *workload, load *bench.Config, cfg *Confi
 		levels = append(levels, lv)
 	}
 	return levels, nil
+}
+
+// resolveApprox returns the approximate policy's selector: ApproxTarget, or
+// one started with StartApproxServer; "" when there is neither.
+func resolveApprox(cfg *Config, logw io.Writer) (string, func(), error) {
+	if cfg.ApproxTarget != "" {
+		return cfg.ApproxTarget, func() {}, nil
+	}
+	if cfg.StartApproxServer == nil {
+		return "", func() {}, nil
+	}
+	url, stop, err := cfg.StartApproxServer()
+	if err != nil {
+		return "", nil, fmt.Errorf("sim: starting the in-process selector without KV events: %w", err)
+	}
+	fmt.Fprintf(logw, "in-process selector without KV events at %s\n", url)
+	return url, stop, nil
 }

@@ -89,6 +89,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.Float64Var(&simCfg.ToolThinkTime, "tool-think-time", simCfg.ToolThinkTime, "--simulate: mean seconds between a turn's end and the next turn carrying a tool's result (synthetic workloads)")
 	fs.Float64Var(&simCfg.TimeScale, "time-scale", simCfg.TimeScale, "--simulate: one level instead of --loads: the trace's timestamps times this (0.5 replays it twice as fast)")
 	fs.DurationVar(&simCfg.SyncTimeout, "sync-timeout", simCfg.SyncTimeout, "--simulate: how long to wait for the selector to apply one KV event batch")
+	fs.StringVar(&simCfg.ApproxTarget, "approx-target", "", "--simulate with --target: base URL of a selector without KV events (DYN_USE_KV_EVENTS=false) for the approximate policy; without --target one runs in this process")
 	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", cfg.ReadyTimeout, "how long to wait for GET /ready after registration")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -138,7 +139,15 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		if cfg.Target == "" {
 			// Seeded tie-breaks: a run is reproducible from --seed.
-			cfg.StartServer = inProcessServer(stderr, "--rand-seed", strconv.FormatUint(uint64(cfg.Seed)|1<<63, 10))
+			seed := strconv.FormatUint(uint64(cfg.Seed)|1<<63, 10)
+			cfg.StartServer = inProcessServer(stderr, "--rand-seed", seed)
+			if simCfg.ApproxTarget == "" {
+				// The approximate policy: the same selector without KV
+				// events. Its TTL runs in wall time, which a simulation
+				// compresses: with the default 120 s nothing expires during
+				// a run, and only the cap bounds its predictions.
+				simCfg.StartApproxServer = inProcessServer(stderr, "--no-router-kv-events", "--rand-seed", seed)
+			}
 		}
 		cfg.Log = stderr
 		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
@@ -217,7 +226,7 @@ func simulateMain(ctx context.Context, cfg bench.Config, simCfg sim.Config, json
 		return 2
 	}
 	for _, lv := range rep.Levels {
-		for _, name := range []string{sim.PolicyKVSelect, sim.PolicyCacheBalance} {
+		for _, name := range []string{sim.PolicyKVSelect, sim.PolicyCacheBalance, sim.PolicyApprox} {
 			if k := lv.Policies[name]; k != nil && (k.LeakedReservations != 0 || len(k.Errors) > 0 || k.SyncTimeouts > 0) {
 				fmt.Fprintf(stderr, "kvselect bench: FAIL: the %s policy leaked reservations, had failed calls or unapplied KV event batches (see the report)\n", name)
 				return 1

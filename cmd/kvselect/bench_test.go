@@ -174,7 +174,7 @@ func TestBenchSimulateEndToEnd(t *testing.T) {
 		t.Fatalf("exit %d: %s\n%s", code, errw.String(), out.String())
 	}
 	t.Logf("\n%s", out.String())
-	for _, s := range []string{"kvselect", "cache_balance", "round_robin", "random", "hit", "TTFT ms", "E2E ms", "preempt"} {
+	for _, s := range []string{"kvselect", "cache_balance", "approximate", "round_robin", "random", "hit", "TTFT ms", "E2E ms", "preempt"} {
 		if !strings.Contains(out.String(), s) {
 			t.Fatalf("table lacks %q:\n%s", s, out.String())
 		}
@@ -202,7 +202,7 @@ func TestBenchSimulateEndToEnd(t *testing.T) {
 	if err := json.Unmarshal(raw, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.BlockSize != 64 || rep.Workers != 8 || len(rep.Policies) != 4 {
+	if rep.BlockSize != 64 || rep.Workers != 8 || len(rep.Policies) != 5 {
 		t.Fatalf("report %s", raw)
 	}
 	for name, p := range rep.Policies {
@@ -219,6 +219,9 @@ func TestBenchSimulateEndToEnd(t *testing.T) {
 		if *k.HitRate < *rr.HitRate {
 			t.Fatalf("%s hit rate %.3f below round-robin's %.3f", name, *k.HitRate, *rr.HitRate)
 		}
+	}
+	if a := rep.Policies["approximate"]; a.Leaked != 0 || len(a.Errors) != 0 || a.Timeouts != 0 {
+		t.Fatalf("approximate policy: %+v", a)
 	}
 }
 

@@ -21,18 +21,32 @@
 // routes' plans) and --workers-file (the catalog's only source: a JSON file
 // of POST /workers bodies, polled every second; workersfile.go). The
 // router configuration comes from the DYN_ROUTER_* variables named by the
-// `env` tags of sched.Config, and DYN_USE_KV_EVENTS. Settings that belong to
-// features not built yet (peer recovery, replica sync, session affinity,
-// keyed tracking hashes, remote indexer, queue policies) are validated and
-// logged as "accepted but not yet active", never silently ignored.
+// `env` tags of sched.Config. The index shape (indexflags.go) comes from
+// DYN_ROUTER_USE_KV_EVENTS (or DYN_USE_KV_EVENTS), DYN_ROUTER_TTL_SECS,
+// DYN_ROUTER_PREDICTED_TTL_SECS and DYN_ROUTER_APPROXIMATE_CACHE_POLICY,
+// which the frontend's flags (--router-kv-events/--no-router-kv-events,
+// --router-ttl-secs, --router-predicted-ttl-secs,
+// --router-approximate-cache-policy) override. Keyed tracking hashes:
+// --router-tracking-hash keyed-xxh3-v1, --router-tracking-key-file (exactly
+// 32 raw bytes) and --router-tracking-key-id, over DYN_ROUTER_TRACKING_*.
+// Session affinity: --session-affinity-ttl-secs, --session-affinity-mode.
+// The router queue: DYN_ROUTER_QUEUE_THRESHOLD, DYN_ROUTER_QUEUE_POLICY,
+// DYN_ROUTER_POLICY_CONFIG and DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS, with
+// the frontend's --router-queue-threshold, --router-queue-policy and
+// --router-policy-config over them (flags_queue.go). Settings that belong
+// to features not built yet (the prefill and decode worker-selection
+// policies) are validated and logged as "accepted but not yet active",
+// never silently ignored.
 //
 // SIGINT or SIGTERM: the HTTP server drains (httpapi.Server.Shutdown): it
 // stops accepting, requests already in the handler finish against the live
 // service, requests that start later get 503 "selection service is
 // shutting down", every response carries Connection: close, and idle
 // connections are closed once nothing is waiting in them; after 30 s the
-// rest are cut (exit 1). Then the service turns not-ready, the sweep
-// stops, the ingress closes, exit 0.
+// rest are cut (exit 1). Requests waiting in a router queue or on another
+// booking's session end first, as shutting down (core.Service.CancelWaits),
+// so that they do not hold the drain. Then the service turns not-ready,
+// the sweep and the affinity reaper stop, the ingress closes, exit 0.
 //
 // # Goroutine inventory (serve)
 //
@@ -50,8 +64,18 @@
 //     connection over --max-connections with a 503, reads what the client
 //     sent for up to 1 s, and closes it.
 //   - sweep (one): a 60 s ticker calling core.Service.Sweep (expiry of stale
-//     reservations and of the pending cache's entries); owns
-//     nothing; stopped by cancelling its context after the HTTP drain.
+//     reservations and of the pending cache's entries) and, with an
+//     approximate or predicted-TTL index, a 100 ms ticker calling
+//     core.Service.ExpireIndex; owns nothing; stopped by cancelling its
+//     context after the HTTP drain.
+//   - affinity reaper (one, with --session-affinity-ttl-secs): a ticker of
+//     min(TTL, 30 s) calling core.Service.ReapAffinity (idle bindings past
+//     their TTL); owns nothing; stopped with the sweep.
+//   - waiting selections: a selection parked in a router queue holds its
+//     connection worker (blocked on its own channel, no lock) and one
+//     watcher goroutine parked in the netpoller on its connection (httpapi
+//     clientgone.go), both ended when it is dispatched, its client hangs up
+//     or the service cancels waits.
 //   - --workers-file (two, when given): the poll loop (workersFile.watch),
 //     fed by a 1 s ticker, owns the file's last state and is the only
 //     sender on the source's channel (one snapshot slot, a newer snapshot
@@ -78,6 +102,22 @@
 //     after the HTTP drain and the sweep, before the ingress.
 //   - --demo engines: each simulated engine's publisher runs an accept loop
 //     and one goroutine per subscriber (zmqpub.Publisher); closed last.
+//
+// With --remote-indexer-url the primary index is a standalone indexer
+// (httpapi.RemoteIndex, --remote-indexer-timeout, --remote-indexer-max-conns):
+// no KV-event ingress is started and --indexer-peers is ignored.
+//
+// # kvselect indexer
+//
+// The standalone indexer of `python -m dynamo.indexer` (indexer.go): its
+// flags (--block-size, --port 8090, --threads, --workers, --model-name,
+// --routing-group, --peers) and DYN_ROUTER_MIN_INITIAL_WORKERS; a
+// core.Indexer over a zmqin.Ingress, served by httpapi.NewIndexer. Order:
+// parse, construct, recover from --peers (before any listener, so live
+// events follow the recovered state), register the --workers, serve until
+// SIGINT or SIGTERM, drain HTTP, close the ingress. Its goroutines: the
+// HTTP serve loop and connection workers, and the ingress's listeners and
+// writers, as serve's below.
 //
 // # kvselect bench and kvselect mocker
 //

@@ -29,10 +29,15 @@ type serveOptions struct {
 	core core.Config
 	http httpapi.Config
 	// inactive lists accepted, validated settings whose feature is not built
-	// yet; serve logs each at start-up.
-	inactive []string
+	// yet; serve logs each at start-up. warnings are logged likewise.
+	inactive, warnings []string
+	// index holds the index-shape settings read from the environment
+	// until the flags are resolved (indexflags.go).
+	index indexFlags
 	// pprofMutexFraction and pprofBlockRate are the contention-profile rates.
 	pprofMutexFraction, pprofBlockRate int
+	// remote configures the remote primary index (--remote-indexer-url).
+	remote httpapi.RemoteIndexConfig
 	// replicaPort is --replica-sync-port (0: no mesh); replicaPeers the
 	// initial peers; noReplicaSnapshot turns the catch-up snapshot off.
 	replicaPort       int
@@ -50,6 +55,9 @@ type serveOptions struct {
 	// randSeed seeds the picker's random source (--rand-seed); 0 is the
 	// runtime's per-thread randomness.
 	randSeed uint64
+	// policyConfig is the router policy config file
+	// (DYN_ROUTER_POLICY_CONFIG, --router-policy-config); "" is none.
+	policyConfig string
 }
 
 // parseServe parses the flags of `kvselect serve` (the reference's names
@@ -71,14 +79,19 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	ttl := fs.Float64("selection-cache-ttl-secs", o.core.SelectionCacheTTL.Seconds(), "pending-selection cache TTL in seconds")
 	fs.IntVar(&o.core.SelectionCacheMaxEntries, "selection-cache-max-entries", o.core.SelectionCacheMaxEntries, "pending-selection cache entry cap")
 	maxBytes := fs.Int64("selection-cache-max-bytes", o.core.SelectionCacheMaxBytes, "pending-selection cache byte budget")
-	affinityTTL := fs.Float64("session-affinity-ttl-secs", 0, "session affinity binding TTL in seconds (1 to 31536000); 0 = off")
-	affinityMode := fs.String("session-affinity-mode", "hard", "session affinity mode: hard or soft")
+	affinityTTL := fs.Float64("session-affinity-ttl-secs", 0, "session affinity: the idle TTL of a session's binding to its worker, in seconds (1 to 31536000); unset: no session affinity")
+	affinityMode := fs.String("session-affinity-mode", "hard", "session affinity mode: hard (a booking that lands off the bound worker is a 400) or soft (the session re-binds to where it ran)")
+	queueThreshold := fs.Float64("router-queue-threshold", 0, "router queue: a worker is busy past this multiple of its max_num_batched_tokens of booked prefill; bookings wait while every eligible worker is busy (overrides DYN_ROUTER_QUEUE_THRESHOLD; unset: no queue)")
+	queuePolicy := fs.String("router-queue-policy", "", "router queue order: fcfs, lcfs or wspt (overrides DYN_ROUTER_QUEUE_POLICY; default fcfs)")
+	policyConfig := fs.String("router-policy-config", "", "router policy config YAML (policy classes, their busy lines and queue caps; overrides DYN_ROUTER_POLICY_CONFIG)")
 	reuse := fs.Bool("router-assume-kv-reuse", false, "assume KV reuse across requests (overrides DYN_ROUTER_ASSUME_KV_REUSE)")
 	noReuse := fs.Bool("no-router-assume-kv-reuse", false, "do not assume KV reuse (overrides DYN_ROUTER_ASSUME_KV_REUSE)")
 	trackingHash := fs.String("router-tracking-hash", "public-xxh3-v1", "tracking hash: public-xxh3-v1 or keyed-xxh3-v1 (experimental)")
 	keyFile := fs.String("router-tracking-key-file", "", "file of exactly 32 raw bytes for keyed-xxh3-v1")
 	keyID := fs.String("router-tracking-key-id", "", "key epoch id for keyed-xxh3-v1")
-	remoteIndexer := fs.String("remote-indexer-url", "", "standalone indexer used as the primary index")
+	fs.StringVar(&o.remote.URL, "remote-indexer-url", "", "standalone indexer (kvselect indexer or python -m dynamo.indexer) used as the primary index through POST /query_tiered_by_hash: no KV-event listeners, --indexer-peers ignored, /dump without primary events")
+	fs.DurationVar(&o.remote.Timeout, "remote-indexer-timeout", httpapi.DefaultRemoteIndexTimeout, "deadline of each call to the remote indexer; past it the selection answers 503")
+	fs.IntVar(&o.remote.MaxConns, "remote-indexer-max-conns", httpapi.DefaultRemoteIndexConns, "pooled keep-alive connections to the remote indexer at most")
 	fs.IntVar(&o.core.MaxReservations, "max-reservations", o.core.MaxReservations, "live reservations kept at most; a booking past it is refused with a 503 (kvselect_active_reservations_limit)")
 	fs.Int64Var(&o.core.MaxReservationBytes, "max-reservation-bytes", o.core.MaxReservationBytes, "bytes of tracking hashes and ids the live reservations hold at most (8 per block); a booking past it is refused with a 503")
 	fs.IntVar(&o.core.MaxListeners, "max-kv-listeners", o.core.MaxListeners, "KV-event listener ranks (one per dp rank of each schedulable worker) at most; a registration past it is refused with a 409")
@@ -90,6 +103,7 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	maxConns := fs.Int("max-connections", -1, "cap on open HTTP connections; more are answered 503 and closed (0 = no cap). Default: (soft RLIMIT_NOFILE - 128) * 3/4, at least 16, leaving descriptors for the ZMQ sockets and files")
 	fs.IntVar(&o.demo, "demo", 0, "start N built-in simulated vLLM engines on loopback, publishing real ZMQ KV events, registered as workers 1..N (a working default for trying kvselect)")
 	fs.IntVar(&o.demoBlockSize, "demo-block-size", 16, "KV block size of the --demo engines")
+	ixf := addIndexFlags(fs)
 	disaggOrder := fs.String("disagg-order", "decode-anchored", "order of a /disagg/plan request that names none: decode-anchored (preview and book decode, then prefill in its KV-transfer domain) or prefill-anchored (book prefill, then decode in its domain)")
 	prefillFailure := fs.String("disagg-prefill-failure", "free-decode", "how a decode-anchored plan whose prefill booking fails ends, for a request that names none: free-decode (free decode, fail the plan) or bypass-on-decode (keep decode; prefill runs on the decode worker)")
 	fs.StringVar(&o.workersFile, "workers-file", "", "JSON file of the complete worker membership ({\"workers\": [POST /workers bodies]}), polled every second; it then owns the catalog (POST, PATCH and DELETE /workers answer 409)")
@@ -165,6 +179,12 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 		return nil, fmt.Errorf("--routing-policy: %q is not %s or %s", *routingPolicy, sched.PolicyDefault, sched.PolicyCacheBalance)
 	}
 	o.core.Policy = pol
+	ixf.envTTL, ixf.envPredicted, ixf.envPolicy = o.index.envTTL, o.index.envPredicted, o.index.envPolicy
+	warnings, err := ixf.resolve(o, set)
+	if err != nil {
+		return nil, err
+	}
+	o.warnings = append(o.warnings, warnings...)
 	if set["router-assume-kv-reuse"] && set["no-router-assume-kv-reuse"] {
 		return nil, errors.New("--router-assume-kv-reuse and --no-router-assume-kv-reuse are mutually exclusive")
 	}
@@ -203,31 +223,35 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	}
 	if set["session-affinity-ttl-secs"] {
 		if !(*affinityTTL >= 1 && *affinityTTL <= 31_536_000) {
-			return nil, fmt.Errorf("--session-affinity-ttl-secs must be in [1, 31536000], got %v", *affinityTTL)
+			return nil, fmt.Errorf("--session-affinity-ttl-secs %v: session affinity TTL must be between 1 and 31536000 seconds", *affinityTTL)
 		}
-		o.inactive = append(o.inactive, "--session-affinity-ttl-secs (session affinity; session_id is accepted and ignored)")
+		o.core.SessionAffinity.TTL = time.Duration(*affinityTTL * float64(time.Second))
 	}
-	if *affinityMode != "hard" && *affinityMode != "soft" {
-		return nil, fmt.Errorf("--session-affinity-mode must be hard or soft, got %q", *affinityMode)
+	mode, err := core.ParseAffinityMode(*affinityMode)
+	if err != nil {
+		return nil, fmt.Errorf("--session-affinity-mode: %w", err)
 	}
-	if set["session-affinity-mode"] {
-		o.inactive = append(o.inactive, "--session-affinity-mode")
+	o.core.SessionAffinity.Mode = mode
+	if err := o.applyQueueFlags(set, *queueThreshold, *queuePolicy, *policyConfig); err != nil {
+		return nil, err
 	}
-	switch *trackingHash {
-	case "public-xxh3-v1":
-	case "keyed-xxh3-v1":
-		o.inactive = append(o.inactive, "--router-tracking-hash keyed-xxh3-v1 (tracking hashes stay public-xxh3-v1)")
-	default:
-		return nil, fmt.Errorf("--router-tracking-hash must be public-xxh3-v1 or keyed-xxh3-v1, got %q", *trackingHash)
+	if err := resolveTracking(o, env, set, *trackingHash, *keyFile, *keyID); err != nil {
+		return nil, err
 	}
-	if *keyFile != "" || *keyID != "" {
-		o.inactive = append(o.inactive, "--router-tracking-key-file/--router-tracking-key-id")
-	}
-	if *remoteIndexer != "" {
-		if u, err := url.Parse(*remoteIndexer); err != nil || u.Host == "" {
-			return nil, fmt.Errorf("--remote-indexer-url: %q is not a URL", *remoteIndexer)
+	if o.remote.URL != "" {
+		if _, err := httpapi.NewRemoteIndex(o.remote); err != nil {
+			return nil, fmt.Errorf("--remote-indexer-url: %w", err)
 		}
-		o.inactive = append(o.inactive, "--remote-indexer-url")
+		if o.remote.Timeout <= 0 || o.remote.MaxConns <= 0 {
+			return nil, errors.New("--remote-indexer-timeout and --remote-indexer-max-conns must be > 0")
+		}
+		if !o.core.UseKVEvents {
+			return nil, errors.New("a remote indexer requires use_kv_events=true; the standalone indexer does not record routing decisions")
+		}
+		if len(o.indexerPeers) > 0 {
+			o.warnings = append(o.warnings, "--indexer-peers is ignored with --remote-indexer-url: the remote indexer holds the primary index")
+			o.indexerPeers = nil
+		}
 	}
 	// The coordinator's order and prefill-failure policy, named and
 	// parsed as Dynamo's EPP reads DYN_EPP_DISAGG_ORDER and
@@ -254,6 +278,9 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	}
 	if o.demoBlockSize < 1 {
 		return nil, fmt.Errorf("--demo-block-size %d: want >= 1", o.demoBlockSize)
+	}
+	if o.demo > 0 && o.remote.URL != "" {
+		return nil, errors.New("--demo needs the selector's own index, not --remote-indexer-url")
 	}
 	if o.demo > 0 && !o.core.UseKVEvents {
 		return nil, errors.New("--demo needs KV events (DYN_USE_KV_EVENTS must not be false)")
@@ -303,9 +330,8 @@ func splitList(s string) []string {
 // not yet active when set. (The DYN_ROUTER_CONDITIONAL_DISAGG* names are
 // mapped by schedEnv and act on the /disagg routes.)
 var laterEnv = []string{
-	"DYN_ROUTER_REPLICA_SYNC", "DYN_ROUTER_TRACKING_HASH", "DYN_ROUTER_TRACKING_KEY_FILE", "DYN_ROUTER_TRACKING_KEY_ID",
-	"DYN_ROUTER_POLICY_CONFIG", "DYN_ROUTER_PREFILL_POLICY", "DYN_ROUTER_DECODE_POLICY",
-	"DYN_ROUTER_PREDICTED_TTL_SECS",
+	"DYN_ROUTER_REPLICA_SYNC",
+	"DYN_ROUTER_PREFILL_POLICY", "DYN_ROUTER_DECODE_POLICY",
 }
 
 // schedEnv maps Dynamo's environment variables onto sched.Config, the names
@@ -330,6 +356,14 @@ var schedEnv = []struct {
 	{[]string{"DYN_ROUTER_TRACK_OUTPUT_BLOCKS"}, boolEnv(func(c *sched.Config) *bool { return &c.TrackOutputBlocks })},
 	{[]string{"DYN_ROUTER_ASSUME_KV_REUSE"}, boolEnv(func(c *sched.Config) *bool { return &c.AssumeKVReuse })},
 	{[]string{"DYN_ROUTER_QUEUE_THRESHOLD"}, optFloatEnv(func(c *sched.Config) **float64 { return &c.QueueThreshold })},
+	{[]string{"DYN_ROUTER_QUEUE_POLICY"}, func(c *sched.Config, name, s string) error {
+		p, err := sched.ParseQueuePolicy(s)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		c.QueuePolicy = p
+		return nil
+	}},
 	{[]string{"DYN_ROUTER_CONDITIONAL_DISAGG_PREFILL_BUSY_THRESHOLD"}, optFloatEnv(func(c *sched.Config) **float64 { return &c.PrefillBusyThreshold })},
 	{[]string{"DYN_ROUTER_CONDITIONAL_DISAGG_DECODE_BUSY_THRESHOLD"}, optFloatEnv(func(c *sched.Config) **float64 { return &c.DecodeBusyThreshold })},
 	{[]string{"DYN_ROUTER_CONDITIONAL_DISAGG"}, boolEnv(func(c *sched.Config) *bool { return &c.ConditionalDisaggEnabled })},
@@ -396,8 +430,8 @@ func boolEnv(field func(*sched.Config) *bool) func(*sched.Config, string, string
 	}
 }
 
-// applyEnv maps the environment onto the configs: schedEnv and
-// DYN_USE_KV_EVENTS.
+// applyEnv maps the environment onto the configs: schedEnv and the index
+// shape (readIndexEnv).
 func applyEnv(o *serveOptions, env func(string) (string, bool)) error {
 	for _, row := range schedEnv {
 		for _, name := range row.names {
@@ -411,12 +445,18 @@ func applyEnv(o *serveOptions, env func(string) (string, bool)) error {
 			break
 		}
 	}
-	if s, ok := env("DYN_USE_KV_EVENTS"); ok {
-		b, err := parseBool(s)
-		if err != nil {
-			return fmt.Errorf("DYN_USE_KV_EVENTS: %w", err)
+	if s, ok := env("DYN_ROUTER_POLICY_CONFIG"); ok {
+		o.policyConfig = strings.TrimSpace(s)
+	}
+	if s, ok := env("DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS"); ok {
+		x, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil || math.IsNaN(x) || x < 0 || x > 1e9 {
+			return fmt.Errorf("DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS: %q is not a number of seconds >= 0", s)
 		}
-		o.core.UseKVEvents = b
+		o.core.OverlapRefreshAfter = time.Duration(x * float64(time.Second))
+	}
+	if err := readIndexEnv(o, env); err != nil {
+		return err
 	}
 	for _, name := range laterEnv {
 		if _, ok := env(name); ok {

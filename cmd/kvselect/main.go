@@ -6,9 +6,10 @@ import (
 )
 
 // usage is printed for -h and for an unknown subcommand.
-const usage = `usage: kvselect [serve|bench|mocker] [flags]
+const usage = `usage: kvselect [serve|indexer|bench|mocker] [flags]
 
   serve   the selection service (default)
+  indexer the standalone KV indexer (python -m dynamo.indexer)
   bench   the load and routing-quality harness
   mocker  simulated vLLM engines publishing real ZMQ KV events
 `
@@ -26,6 +27,8 @@ func run(args []string) int {
 	switch cmd {
 	case "serve":
 		return serveMain(args)
+	case "indexer":
+		return indexerMain(args)
 	case "mocker":
 		return runMocker(args)
 	case "bench":

@@ -19,6 +19,7 @@ import (
 	"github.com/kvselect/kvselect/radix"
 	"github.com/kvselect/kvselect/zmqin"
 	"github.com/kvselect/kvselect/zmqin/zmqpub"
+	"github.com/zeebo/xxh3"
 )
 
 // buildOnce builds the kvselect binary for the tests that run it as a
@@ -173,12 +174,15 @@ func (s *selector) registerWorkers() {
 	}
 }
 
-// book books id on the selector with n blocks of hashes.
+// book books id on the selector with n blocks of hashes. The block hashes
+// are the id's own: without KV events a booking predicts its prompt on its
+// worker (approximate index), and a repeated prompt would be booked with
+// less prefill.
 func (s *selector) book(id string, n int) {
 	s.t.Helper()
 	var bh, sh []string
 	for i := range n {
-		bh = append(bh, fmt.Sprint(100*len(id)+i))
+		bh = append(bh, fmt.Sprint(xxh3.HashString(id)>>2+uint64(i)))
 		sh = append(sh, fmt.Sprint(900*len(id)+i+1))
 	}
 	s.must("POST", "/select_and_reserve", fmt.Sprintf(`{"selection_id":%q,"block_hashes":[%s],"sequence_hashes":[%s],"isl_tokens":%d}`,
@@ -241,6 +245,9 @@ func TestMeshOfProcesses(t *testing.T) {
 	// restarted A starts from its peers' snapshots.
 	a.must("DELETE", "/reservations/r2", "", 200)
 	b.book("b1", 2)
+	// C books once it sees b1: otherwise its pick may land on b1's rank,
+	// where b1 and c1's shared first tracking hash counts one block.
+	c.wantTotals("B's b1 on C", 8, 2, 1)
 	c.book("c1", 1)
 	a.wantTotals("B's and C's bookings on A", 12, 3, 2)
 	a.kill()

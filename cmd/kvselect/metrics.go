@@ -4,6 +4,7 @@ import (
 	"io"
 
 	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/httpapi"
 	"github.com/kvselect/kvselect/perf"
 	"github.com/kvselect/kvselect/zmqin"
 )
@@ -54,6 +55,8 @@ func writeMeshMetrics(w io.Writer, st zmqin.MeshStats) {
 	perf.WriteCounter(w, `kvselect_replica_events_not_sent_total{reason="subscriber_queue_full"}`, st.PeerQueueDropped)
 	perf.WriteCounter(w, "kvselect_replica_snapshot_events_sent_total", st.SnapshotEvents)
 	perf.WriteCounter(w, "kvselect_replica_snapshot_requests_total", st.SnapshotRequests)
+	perf.WriteCounter(w, "kvselect_replica_snapshots_truncated_total", st.SnapshotsTruncated)
+	perf.WriteCounter(w, "kvselect_replica_snapshots_refused_total", st.SnapshotsRefused)
 	perf.WriteCounter(w, "kvselect_replica_messages_received_total", st.Received)
 	for d, n := range st.Dropped {
 		perf.WriteCounter(w, perf.Label("kvselect_replica_messages_dropped_total", "reason", zmqin.MeshDrop(d).String()), n)
@@ -69,6 +72,11 @@ func writeMeshMetrics(w io.Writer, st zmqin.MeshStats) {
 	perf.WriteGauge(w, "kvselect_replica_outbound_queue_limit", float64(st.OutboundLimit))
 	perf.WriteGauge(w, "kvselect_replica_inbound_queue_depth", float64(st.InboundDepth))
 	perf.WriteGauge(w, "kvselect_replica_inbound_queue_limit", float64(st.InboundLimit))
+	perf.WriteCounter(w, "kvselect_replica_affinity_events_published_total", st.AffinityPublished)
+	perf.WriteCounter(w, `kvselect_replica_affinity_events_not_sent_total{reason="outbound_full"}`, st.AffinityOutboundDropped)
+	perf.WriteCounter(w, "kvselect_replica_affinity_events_received_total", st.AffinityApplied)
+	perf.WriteGauge(w, "kvselect_replica_affinity_outbound_queue_depth", float64(st.AffinityOutboundDepth))
+	perf.WriteGauge(w, "kvselect_replica_affinity_outbound_queue_limit", float64(st.AffinityOutboundLimit))
 }
 
 // writeMembershipMetrics exports the --workers-file source and its
@@ -94,4 +102,15 @@ func b2u(b bool) uint64 {
 		return 1
 	}
 	return 0
+}
+
+// writeRemoteIndexMetrics exports the remote primary index's calls by
+// outcome.
+func writeRemoteIndexMetrics(w io.Writer, st httpapi.RemoteIndexStats) {
+	for _, c := range []struct {
+		outcome string
+		n       uint64
+	}{{"ok", st.OK}, {"refused", st.Refused}, {"deadline", st.Deadline}, {"status", st.Status}, {"decode", st.Decode}} {
+		perf.WriteCounter(w, perf.Label("kvselect_remote_index_calls_total", "outcome", c.outcome), c.n)
+	}
 }

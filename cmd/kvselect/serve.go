@@ -14,7 +14,6 @@ import (
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/httpapi"
 	"github.com/kvselect/kvselect/perf"
-	"github.com/kvselect/kvselect/sched"
 	"github.com/kvselect/kvselect/zmqin"
 )
 
@@ -43,18 +42,37 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	for _, s := range opts.inactive {
 		logger.Printf("accepted but not yet active: %s", s)
 	}
+	for _, s := range opts.warnings {
+		logger.Printf("warning: %s", s)
+	}
 	// 2. Construct: the KV-event ingress, the service, the HTTP front end.
 	var ingress core.Ingress = core.NopIngress{}
 	var zing *zmqin.Ingress
-	if opts.core.UseKVEvents {
+	var remote *httpapi.RemoteIndex
+	switch {
+	case opts.remote.URL != "":
+		// The standalone indexer listens to the workers; this process
+		// listens to nothing.
+		remote, err = httpapi.NewRemoteIndex(opts.remote)
+		if err != nil {
+			logger.Printf("serve: %v", err)
+			return 2
+		}
+		defer remote.Close()
+		logger.Printf("primary index: the standalone indexer at %s (deadline %v per call, at most %d connections); no KV-event listeners", opts.remote.URL, opts.remote.Timeout, opts.remote.MaxConns)
+	case opts.core.UseKVEvents:
 		zing, err = zmqin.New(zmqin.Config{})
 		if err != nil {
 			logger.Printf("serve: %v", err)
 			return 2
 		}
 		ingress = zing
-	} else {
-		logger.Printf("DYN_USE_KV_EVENTS=false: approximate mode is not built yet; workers need no kv_events endpoint and the index stays empty")
+	default:
+		logger.Printf("KV events off: approximate index (bookings predict each worker's cache for %v); workers need no kv_events endpoint", opts.core.ApproxTTL)
+	}
+	var primary core.PrimaryIndex
+	if remote != nil {
+		primary = remote
 	}
 	var mesh *zmqin.Mesh
 	var replica core.ReplicaSink = core.NopReplicaSink{}
@@ -72,11 +90,16 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 			_ = mesh.Close()
 		}
 	}
-	var rng sched.Rand
+	copts := core.Options{Ingress: ingress, Replica: replica, Primary: primary, Logf: logger.Printf}
 	if opts.randSeed != 0 {
-		rng = newLockedRand(opts.randSeed)
+		copts.Rand = newLockedRand(opts.randSeed)
 	}
-	svc, err := core.New(opts.core, core.Options{Ingress: ingress, Replica: replica, Rand: rng})
+	if mesh != nil && opts.core.SessionAffinity.TTL > 0 {
+		// Session bindings replicate on the mesh, versioned with its
+		// process id; peers' bindings are applied once Start runs.
+		copts.Affinity, copts.WriterID = mesh, mesh.ProcessID()
+	}
+	svc, err := core.New(opts.core, copts)
 	if err != nil {
 		logger.Printf("serve: %v", err)
 		closeMesh()
@@ -96,6 +119,9 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	}
 	if zing != nil {
 		srv.Registry().OnScrape(func(w io.Writer) { writeIngressMetrics(w, zing.Stats()) })
+	}
+	if remote != nil {
+		srv.Registry().OnScrape(func(w io.Writer) { writeRemoteIndexMetrics(w, remote.Stats()) })
 	}
 	if opts.http.Pprof {
 		perf.SetContentionProfiling(opts.pprofMutexFraction, opts.pprofBlockRate)
@@ -123,6 +149,9 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	}
 	if mesh != nil {
 		srv.Registry().OnScrape(func(w io.Writer) { writeMeshMetrics(w, mesh.Stats()) })
+		if copts.Affinity != nil {
+			mesh.HandleAffinity(svc)
+		}
 		if err := mesh.Start(svc); err != nil {
 			logger.Printf("serve: replica sync: %v", err)
 			if members != nil {
@@ -161,6 +190,13 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	go func() {
 		defer close(sweepDone)
 		sweep(sweepCtx, svc, core.DefaultSweepInterval)
+	}()
+	reapDone := make(chan struct{})
+	go func() {
+		defer close(reapDone)
+		if d := opts.core.SessionAffinity.ReapInterval(); d > 0 {
+			reapAffinity(sweepCtx, svc, d)
+		}
 	}()
 	var poll *time.Ticker
 	if members != nil {
@@ -203,6 +239,9 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	// ingress, then the demo engines.
 	shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
+	// Requests waiting in a router queue (or on a session another booking
+	// initializes) end now, as shutting down, rather than hold the drain.
+	svc.CancelWaits()
 	if err := srv.Shutdown(shCtx); err != nil {
 		logger.Printf("shutdown: %v", err)
 		code = 1
@@ -220,6 +259,7 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	}
 	stopSweep()
 	<-sweepDone
+	<-reapDone
 	closeMesh()
 	if err := ingress.Close(); err != nil {
 		logger.Printf("ingress: %v", err)
@@ -259,8 +299,8 @@ func recoverIndex(ctx context.Context, svc *core.Service, peers []string, logf f
 	return true
 }
 
-// sweep calls svc.Sweep every interval until ctx ends.
-func sweep(ctx context.Context, svc *core.Service, interval time.Duration) {
+// reapAffinity calls svc.ReapAffinity every interval until ctx ends.
+func reapAffinity(ctx context.Context, svc *core.Service, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -268,7 +308,31 @@ func sweep(ctx context.Context, svc *core.Service, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
+			svc.ReapAffinity(now)
+		}
+	}
+}
+
+// sweep calls svc.Sweep every interval, and svc.ExpireIndex every
+// core.ApproxExpiryInterval when the service has expiring index entries,
+// until ctx ends.
+func sweep(ctx context.Context, svc *core.Service, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var expire <-chan time.Time
+	if svc.ExpiresIndex() {
+		et := time.NewTicker(core.ApproxExpiryInterval)
+		defer et.Stop()
+		expire = et.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
 			svc.Sweep(now)
+		case now := <-expire:
+			svc.ExpireIndex(now)
 		}
 	}
 }

@@ -69,7 +69,14 @@ func TestParseServeErrors(t *testing.T) {
 		{[]string{"--max-reservations", "0"}, nil, "limits must be > 0"},
 		{[]string{"--max-reservation-bytes", "-1"}, nil, "limits must be > 0"},
 		{[]string{"--max-kv-listeners", "0"}, nil, "limits must be > 0"},
-		{[]string{"--session-affinity-ttl-secs", "0.5"}, nil, "session-affinity-ttl-secs"},
+		{[]string{"--session-affinity-ttl-secs", "0.5"}, nil, "session affinity TTL must be between 1 and 31536000 seconds"},
+		{[]string{"--session-affinity-ttl-secs", "31536001"}, nil, "session affinity TTL must be between 1 and 31536000 seconds"},
+		{[]string{"--session-affinity-mode", "firm"}, nil, `invalid session affinity mode "firm"; expected 'hard' or 'soft'`},
+		{[]string{"--router-queue-policy", "sjf"}, nil, "--router-queue-policy"},
+		{nil, map[string]string{"DYN_ROUTER_QUEUE_POLICY": "sjf"}, "DYN_ROUTER_QUEUE_POLICY"},
+		{[]string{"--router-queue-threshold", "-1"}, nil, "router_queue_threshold"},
+		{nil, map[string]string{"DYN_ROUTER_POLICY_CONFIG": "/nonexistent/policy.yaml"}, "failed to read router policy config /nonexistent/policy.yaml"},
+		{nil, map[string]string{"DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS": "soon"}, "DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS"},
 		{[]string{"--indexer-peers", "ftp://x"}, nil, "--indexer-peers"},
 		{[]string{"--router-tracking-hash", "md5"}, nil, "--router-tracking-hash"},
 		{[]string{"--nope"}, nil, "flag provided but not defined"},
@@ -87,14 +94,12 @@ func TestParseServeErrors(t *testing.T) {
 }
 
 func TestParseServeLaterFeaturesReported(t *testing.T) {
-	o, err := parseServe([]string{
-		"--session-affinity-ttl-secs", "60", "--router-tracking-hash", "keyed-xxh3-v1"},
-		envOf(map[string]string{"DYN_ROUTER_PREDICTED_TTL_SECS": "5"}), io.Discard)
+	o, err := parseServe(nil, envOf(map[string]string{"DYN_ROUTER_PREFILL_POLICY": "x"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Join(o.inactive, "\n")
-	for _, want := range []string{"--session-affinity-ttl-secs", "keyed-xxh3-v1", "DYN_ROUTER_PREDICTED_TTL_SECS"} {
+	for _, want := range []string{"DYN_ROUTER_PREFILL_POLICY"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("%q not reported as inactive in\n%s", want, got)
 		}
@@ -153,7 +158,7 @@ func TestEveryEnvRowSetsItsField(t *testing.T) {
 	for _, row := range schedEnv {
 		for _, name := range row.names {
 			changed := false
-			for _, v := range []string{"0.25", "0.5", "false", "true", "7", "prefill_load"} {
+			for _, v := range []string{"0.25", "0.5", "false", "true", "7", "prefill_load", "wspt"} {
 				o, err := parseServe(nil, envOf(map[string]string{name: v}), io.Discard)
 				if err == nil && !reflect.DeepEqual(o.core.Sched, def.core.Sched) {
 					changed = true
@@ -219,8 +224,8 @@ func TestServeLifecycle(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve did not stop")
 	}
-	if !strings.Contains(logs.String(), "accepted but not yet active: --session-affinity-ttl-secs") {
-		t.Fatalf("inactive flag not logged: %s", logs.String())
+	if strings.Contains(logs.String(), "accepted but not yet active") {
+		t.Fatalf("an active setting logged as inactive: %s", logs.String())
 	}
 	if _, err := http.Get("http://" + addr + "/health"); err == nil {
 		t.Fatal("listener still open after shutdown")

@@ -1,0 +1,314 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"math"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/httpapi"
+	"github.com/kvselect/kvselect/zmqin"
+)
+
+// indexerOptions is everything `kvselect indexer` reads: the flags of
+// `python -m dynamo.indexer` (KvIndexerCli in
+// ai-dynamo/dynamo:lib/bindings/python/rust/llm/kv.rs) and its environment.
+type indexerOptions struct {
+	host          string
+	port          uint16
+	blockSize     uint32
+	workers       []indexerWorker
+	model, group  string
+	peers         []string
+	minWorkers    int
+	core          core.IndexerConfig
+	http          httpapi.Config
+	inactive      []string
+	hasBlockSize  bool
+	workersString string
+}
+
+// indexerWorker is one --workers entry.
+type indexerWorker struct {
+	id       uint64
+	rank     uint32
+	endpoint string
+}
+
+func parseIndexer(args []string, env func(string) (string, bool), stderr io.Writer) (*indexerOptions, error) {
+	o := &indexerOptions{core: core.DefaultIndexerConfig(), http: httpapi.DefaultConfig()}
+	fs := flag.NewFlagSet("kvselect indexer", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	port := fs.Uint("port", 8090, "HTTP port")
+	fs.StringVar(&o.host, "host", "0.0.0.0", "HTTP bind address")
+	blockSize := fs.Uint("block-size", 0, "KV block size of the --workers (required with --workers)")
+	threads := fs.Int("threads", 4, "indexer threads: when given, the number of index shards per partition (one by default, see serve --threads)")
+	fs.StringVar(&o.workersString, "workers", "", `initial workers: "id[:dp_rank]=zmq_endpoint,..."`)
+	fs.StringVar(&o.model, "model-name", "default", "model name of the --workers")
+	fs.StringVar(&o.group, "routing-group", "default", "routing group of the --workers")
+	fs.String("tenant-id", "", "legacy, ignored")
+	peers := fs.String("peers", "", "comma-separated HTTP base URLs of indexers or selectors to recover the index from at start-up (GET {url}/dump); also the initial /peers")
+	accessLog := fs.String("access-log", "", "access log file (not built: accepted and reported)")
+	fs.String("trace-id-header", "x-trace-id", "trace id header of the access log (not built)")
+	fs.Bool("access-log-local-time", false, "access log in local time (not built)")
+	fs.BoolVar(&o.http.Pprof, "pprof", true, "serve /debug/pprof/*")
+	fs.IntVar(&o.core.MaxListeners, "max-kv-listeners", o.core.MaxListeners, "registered ranks (one KV-event listener each) at most; past it /register answers 409")
+	fs.IntVar(&o.core.MaxPeers, "max-peers", o.core.MaxPeers, "registered peer URLs at most; past it /register_peer answers 503")
+	networks := fs.String("kv-endpoint-networks", "", "comma-separated CIDRs the registered ZMQ endpoints must be inside (empty: any, as the reference)")
+	maxConns := fs.Int("max-connections", -1, "cap on open HTTP connections (0 = no cap); default as serve's")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *port > math.MaxUint16 {
+		return nil, fmt.Errorf("--port %d out of range", *port)
+	}
+	o.port = uint16(*port)
+	if *blockSize > math.MaxUint32 {
+		return nil, fmt.Errorf("--block-size %d out of range", *blockSize)
+	}
+	o.blockSize, o.hasBlockSize = uint32(*blockSize), set["block-size"]
+	if *threads < 1 || *threads > 1024 {
+		return nil, fmt.Errorf("--threads must be in [1, 1024], got %d", *threads)
+	}
+	if set["threads"] {
+		o.core.IndexShards = *threads
+	}
+	if o.workersString != "" {
+		if !o.hasBlockSize {
+			return nil, errors.New("--block-size is required when --workers is specified")
+		}
+		ws, err := parseIndexerWorkers(o.workersString)
+		if err != nil {
+			return nil, err
+		}
+		o.workers = ws
+	}
+	for _, p := range splitList(*peers) {
+		if u, err := url.Parse(p); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("--peers: %q is not an http(s) base URL", p)
+		}
+		o.peers = append(o.peers, p)
+	}
+	if *networks != "" {
+		o.core.KVEndpointNetworks = []netip.Prefix{}
+		for _, n := range splitList(*networks) {
+			p, err := netip.ParsePrefix(n)
+			if err != nil {
+				return nil, fmt.Errorf("--kv-endpoint-networks: %q is not a CIDR: %v", n, err)
+			}
+			o.core.KVEndpointNetworks = append(o.core.KVEndpointNetworks, p.Masked())
+		}
+	}
+	switch {
+	case !set["max-connections"]:
+		o.http.MaxConnections = defaultMaxConnections(openFileLimit())
+	case *maxConns < 0:
+		return nil, fmt.Errorf("--max-connections must be >= 0, got %d", *maxConns)
+	default:
+		o.http.MaxConnections = *maxConns
+	}
+	if *accessLog != "" || set["trace-id-header"] || set["access-log-local-time"] {
+		o.inactive = append(o.inactive, "--access-log/--trace-id-header/--access-log-local-time (no access log)")
+	}
+	if s, ok := env("DYN_ROUTER_MIN_INITIAL_WORKERS"); ok {
+		n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 31)
+		if err != nil {
+			return nil, fmt.Errorf("DYN_ROUTER_MIN_INITIAL_WORKERS must be a non-negative integer, got %q", s)
+		}
+		o.minWorkers = int(n)
+	}
+	if s, ok := env("DYN_KV_INDEXER_TEST_ENDPOINTS"); ok {
+		if b, err := parseBool(s); err == nil && b {
+			o.inactive = append(o.inactive, "DYN_KV_INDEXER_TEST_ENDPOINTS (/test/pause_listener and /test/resume_listener are not built)")
+		}
+	}
+	if err := o.core.Validate(); err != nil {
+		return nil, err
+	}
+	if err := o.http.Validate(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// parseIndexerWorkers reads --workers as the reference's parse_workers
+// (ai-dynamo/dynamo:lib/kv-router/src/services/indexer/mod.rs), texts
+// included.
+func parseIndexerWorkers(s string) ([]indexerWorker, error) {
+	var out []indexerWorker
+	for _, entry := range strings.Split(s, ",") {
+		if strings.TrimSpace(entry) == "" {
+			continue
+		}
+		idPart, addr, ok := strings.Cut(entry, "=")
+		if !ok {
+			return nil, fmt.Errorf("invalid worker entry `%s`; expected worker_id[:dp_rank]=endpoint", entry)
+		}
+		idPart = strings.TrimSpace(idPart)
+		idStr, rankStr, hasRank := strings.Cut(idPart, ":")
+		id, err := strconv.ParseUint(idStr, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("invalid worker id in `%s`: %v", entry, err)
+		}
+		var rank uint64
+		if hasRank {
+			if rank, err = strconv.ParseUint(rankStr, 10, 32); err != nil {
+				return nil, fmt.Errorf("invalid dp_rank in `%s`: %v", entry, err)
+			}
+		}
+		ep := strings.TrimSpace(addr)
+		if _, err := core.ParseZMQEndpoint(ep); err != nil {
+			return nil, fmt.Errorf("invalid ZMQ endpoint `%s`: %v", ep, err)
+		}
+		out = append(out, indexerWorker{id: id, rank: uint32(rank), endpoint: ep})
+	}
+	return out, nil
+}
+
+func indexerMain(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return runIndexer(ctx, args, os.LookupEnv, os.Stderr, nil)
+}
+
+// runIndexer is the standalone indexer's whole life, in serve's order:
+// parse, construct, recover from --peers, register --workers, wait for
+// DYN_ROUTER_MIN_INITIAL_WORKERS, serve until ctx ends, drain, close the
+// ingress. ready, when non-nil, receives the bound address.
+func runIndexer(ctx context.Context, args []string, env func(string) (string, bool), stderr io.Writer, ready chan<- string) int {
+	logger := log.New(stderr, "kvselect indexer: ", log.LstdFlags|log.Lmsgprefix)
+	opts, err := parseIndexer(args, env, stderr)
+	if err != nil {
+		logger.Printf("%v", err)
+		return 2
+	}
+	for _, s := range opts.inactive {
+		logger.Printf("accepted but not yet active: %s", s)
+	}
+	zing, err := zmqin.New(zmqin.Config{})
+	if err != nil {
+		logger.Printf("%v", err)
+		return 2
+	}
+	ix, err := core.NewIndexer(opts.core, zing)
+	if err != nil {
+		logger.Printf("%v", err)
+		_ = zing.Close()
+		return 2
+	}
+	opts.http.Logf = logger.Printf
+	srv, err := httpapi.NewIndexer(ix, opts.http)
+	if err != nil {
+		logger.Printf("%v", err)
+		_ = zing.Close()
+		return 2
+	}
+	srv.Registry().OnScrape(func(w io.Writer) { writeIngressMetrics(w, zing.Stats()) })
+
+	// Recovery before the first listener, so that live events follow the
+	// recovered state (the reference gates its listeners on recovery).
+	if len(opts.peers) > 0 && !recoverIndexer(ctx, ix, opts.peers, logger.Printf) {
+		_ = zing.Close()
+		return 1
+	}
+	for _, p := range opts.peers {
+		if err := ix.RegisterPeer(p); err != nil {
+			logger.Printf("--peers: %v", err)
+		}
+	}
+	for _, w := range opts.workers {
+		logger.Printf("registering initial worker %d dp_rank %d at %s", w.id, w.rank, w.endpoint)
+		if err := ix.Register(&core.IndexerRegistration{InstanceID: w.id, DPRank: w.rank, Endpoint: w.endpoint, ModelName: opts.model, RoutingGroup: opts.group, BlockSize: opts.blockSize}); err != nil {
+			logger.Printf("--workers: %v", err)
+			_ = zing.Close()
+			return 2
+		}
+	}
+	if n := opts.minWorkers; n > 0 && ix.Stats().Workers < n {
+		// Only --workers register before HTTP is bound: the reference
+		// waits here until shut down.
+		logger.Printf("waiting for %d indexer workers (DYN_ROUTER_MIN_INITIAL_WORKERS); only --workers can satisfy it", n)
+		<-ctx.Done()
+		logger.Printf("shutdown triggered before %d indexer workers appeared", n)
+		_ = zing.Close()
+		return 1
+	}
+
+	ln, err := net.Listen("tcp", net.JoinHostPort(opts.host, strconv.Itoa(int(opts.port))))
+	if err != nil {
+		logger.Printf("%v", err)
+		_ = zing.Close()
+		return 1
+	}
+	logger.Printf("listening on http://%s (%d workers, %d peers)", ln.Addr(), ix.Stats().Workers, len(opts.peers))
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+	code := 0
+	select {
+	case <-ctx.Done():
+		logger.Printf("shutting down")
+	case err := <-served:
+		logger.Printf("serve: %v", err)
+		code = 1
+	}
+	shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(shCtx); err != nil {
+		logger.Printf("shutdown: %v", err)
+		code = 1
+	}
+	if code == 0 {
+		if err := <-served; err != nil {
+			logger.Printf("serve: %v", err)
+			code = 1
+		}
+	}
+	if err := zing.Close(); err != nil {
+		logger.Printf("ingress: %v", err)
+		code = 1
+	}
+	logger.Printf("stopped")
+	return code
+}
+
+// recoverIndexer is recoverIndex for the indexer: the same delay and the
+// same recovery client (httpapi.Recover). It reports false only when ctx
+// ended meanwhile.
+func recoverIndexer(ctx context.Context, ix *core.Indexer, peers []string, logf func(string, ...any)) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(recoveryDelay):
+	}
+	rec, err := httpapi.Recover(ctx, ix, peers, httpapi.DefaultRecoveryConfig())
+	for _, f := range rec.Failures {
+		logf("recovery: peer failed: %s", f)
+	}
+	if err != nil {
+		logf("recovery: no reachable peers, starting with empty state")
+		return ctx.Err() == nil
+	}
+	logf("recovery: %d partitions, %d events from %s", rec.Partitions, rec.Events, rec.Peer)
+	return true
+}

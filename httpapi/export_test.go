@@ -1,0 +1,5 @@
+package httpapi
+
+// RaceEnabled exports raceEnabled to the external tests (package
+// httpapi_test).
+const RaceEnabled = raceEnabled

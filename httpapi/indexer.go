@@ -1,0 +1,292 @@
+package httpapi
+
+import (
+	"errors"
+	"io"
+	"strconv"
+	"sync"
+
+	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/perf"
+	"github.com/valyala/fasthttp"
+)
+
+// The standalone indexer's routes (`python -m dynamo.indexer`,
+// ai-dynamo/dynamo:lib/kv-router/src/services/indexer/server.rs; the
+// /query_tiered_by_hash route is the newer fork's). Unlike the selector,
+// the reference extracts bodies with axum's non-fallible Json, so a body
+// that cannot be read is answered in plain text (415, 400, 422, 413, the
+// same texts as the selector's JSON errors); handler errors are JSON
+// {"error": msg}; an unknown route is an empty 404, a wrong method an
+// empty 405; /health is an empty 200.
+
+// Indexer route ids, for metrics.
+const (
+	ixrRegister = iota
+	ixrUnregister
+	ixrWorkers
+	ixrQuery
+	ixrQueryByHash
+	ixrQueryTiered
+	ixrDump
+	ixrRegisterPeer
+	ixrDeregisterPeer
+	ixrPeers
+	ixrHealth
+	ixrReopenLogs
+	ixrMetrics
+	ixrPprof
+	ixrUnmatched
+	ixrDraining
+	ixrUnauthorized
+	numIxRoutes
+)
+
+var ixRouteNames = [numIxRoutes]string{
+	"POST /register", "POST /unregister", "GET /workers", "POST /query", "POST /query_by_hash", "POST /query_tiered_by_hash",
+	"GET /dump", "POST /register_peer", "POST /deregister_peer", "GET /peers", "GET /health", "POST /reopen_logs",
+	"GET /metrics", "GET /debug/pprof/*", "unmatched", "shutting down", "unauthorized",
+}
+
+// Body limits: the query routes take 8 MiB (a million tokens as JSON), the
+// others axum's default of 2 MB.
+const (
+	ixQueryBodyLimit = 8 << 20
+	ixBodyLimit      = 2 << 20
+)
+
+var indexerRoutes = routeTable{
+	names: ixRouteNames[:], dispatch: (*Server).dispatchIndexer, draining: ixrDraining, unauthorized: ixrUnauthorized,
+	drainBody: []byte(`{"error":"indexer is shutting down"}`), stats: (*Server).writeIndexerStats,
+}
+
+// ixQueryPool holds *ixrQuery.
+var ixQueryPool = sync.Pool{New: func() any { return new(ixQuery) }}
+
+// NewIndexer returns the HTTP front end of a standalone indexer: the same
+// connection handling, drain, auth and metrics as New, with the indexer's
+// route set. cfg.MaxRequestBodySize must be at least 8 MiB (the query
+// routes' limit).
+func NewIndexer(ix *core.Indexer, cfg Config) (*Server, error) {
+	cfg.MaxRequestBodySize = max(cfg.MaxRequestBodySize, ixQueryBodyLimit)
+	s, err := newServer(cfg, &indexerRoutes)
+	if err != nil {
+		return nil, err
+	}
+	s.ix = ix
+	return s, nil
+}
+
+func (s *Server) dispatchIndexer(ctx *fasthttp.RequestCtx) int {
+	m := string(ctx.Method())
+	get, post := m == "GET" || m == "HEAD", m == "POST"
+	route, wantPost := -1, true
+	switch string(ctx.Path()) {
+	case "/register":
+		route = ixrRegister
+	case "/unregister":
+		route = ixrUnregister
+	case "/query":
+		route = ixrQuery
+	case "/query_by_hash":
+		route = ixrQueryByHash
+	case "/query_tiered_by_hash":
+		route = ixrQueryTiered
+	case "/register_peer":
+		route = ixrRegisterPeer
+	case "/deregister_peer":
+		route = ixrDeregisterPeer
+	case "/reopen_logs":
+		route = ixrReopenLogs
+	case "/workers":
+		route, wantPost = ixrWorkers, false
+	case "/dump":
+		route, wantPost = ixrDump, false
+	case "/peers":
+		route, wantPost = ixrPeers, false
+	case "/health":
+		route, wantPost = ixrHealth, false
+	case "/metrics":
+		route, wantPost = ixrMetrics, false
+	}
+	if route < 0 {
+		if s.cfg.Pprof && perf.IsPprofPath(ctx.Path()) {
+			perf.Pprof(ctx)
+			return ixrPprof
+		}
+		ctx.SetStatusCode(fasthttp.StatusNotFound)
+		return ixrUnmatched
+	}
+	if (wantPost && !post) || (!wantPost && !get) {
+		if wantPost {
+			ctx.Response.Header.Set("Allow", "POST")
+		} else {
+			ctx.Response.Header.Set("Allow", "GET,HEAD")
+		}
+		ctx.SetStatusCode(fasthttp.StatusMethodNotAllowed)
+		return ixrUnmatched
+	}
+	switch route {
+	case ixrHealth:
+		ctx.SetStatusCode(fasthttp.StatusOK)
+	case ixrReopenLogs:
+		// No access log to reopen (--access-log is not built): the
+		// reference answers ok without one.
+		s.writeRaw(ctx, 200, statusOK)
+	case ixrMetrics:
+		ctx.Response.Header.SetContentType("text/plain; version=0.0.4; charset=utf-8")
+		s.reg.WritePrometheus(ctx)
+	case ixrWorkers:
+		q := ctx.QueryArgs()
+		s.writeValue(ctx, 200, s.ix.Workers(string(q.Peek("model_name")), string(q.Peek("routing_group"))))
+	case ixrDump:
+		s.writeRaw(ctx, 200, appendDump(nil, s.ix.Dump()))
+	case ixrPeers:
+		s.writeValue(ctx, 200, s.ix.Peers())
+	default:
+		limit := ixBodyLimit
+		if route == ixrQuery || route == ixrQueryByHash || route == ixrQueryTiered {
+			limit = ixQueryBodyLimit
+		}
+		if body, ok := s.ixBody(ctx, limit); ok {
+			s.handleIxPost(ctx, route, body)
+		}
+	}
+	return route
+}
+
+// ixBody returns the body of a JSON request within limit, else answers as
+// axum's Json extractor does, in plain text.
+func (s *Server) ixBody(ctx *fasthttp.RequestCtx, limit int) ([]byte, bool) {
+	if !isJSONContentType(ctx.Request.Header.ContentType()) {
+		writeText(ctx, fasthttp.StatusUnsupportedMediaType, "Expected request with `Content-Type: application/json`")
+		return nil, false
+	}
+	body := ctx.PostBody()
+	if len(body) > limit {
+		writeText(ctx, fasthttp.StatusRequestEntityTooLarge, "Failed to buffer the request body: length limit exceeded")
+		return nil, false
+	}
+	return body, true
+}
+
+// writeText answers a plain-text body.
+func writeText(ctx *fasthttp.RequestCtx, status int, msg string) {
+	ctx.Response.Header.SetContentType("text/plain; charset=utf-8")
+	ctx.SetStatusCode(status)
+	ctx.SetBodyString(msg)
+}
+
+// writeIxDecodeErr answers a body that could not be decoded in plain text
+// with its status.
+func writeIxDecodeErr(ctx *fasthttp.RequestCtx, err error) {
+	var de *decodeError
+	if errors.As(err, &de) {
+		writeText(ctx, de.status, de.msg)
+		return
+	}
+	writeText(ctx, fasthttp.StatusBadRequest, err.Error())
+}
+
+func (s *Server) handleIxPost(ctx *fasthttp.RequestCtx, route int, body []byte) {
+	switch route {
+	case ixrRegister:
+		r, err := decodeIxRegister(body)
+		if err != nil {
+			writeIxDecodeErr(ctx, err)
+			return
+		}
+		if err := s.ix.Register(&r); err != nil {
+			s.writeErr(ctx, err)
+			return
+		}
+		s.writeRaw(ctx, fasthttp.StatusCreated, statusOK)
+	case ixrUnregister:
+		r, err := decodeIxUnregister(body)
+		if err != nil {
+			writeIxDecodeErr(ctx, err)
+			return
+		}
+		s.writeStatusOK(ctx, s.ix.Unregister(r.id, r.model, r.group, r.dpRank))
+	case ixrRegisterPeer, ixrDeregisterPeer:
+		url, err := decodeIxPeer(body)
+		if err != nil {
+			writeIxDecodeErr(ctx, err)
+			return
+		}
+		if route == ixrDeregisterPeer {
+			s.writeStatusOK(ctx, s.ix.DeregisterPeer(url))
+			return
+		}
+		if err := s.ix.RegisterPeer(url); err != nil {
+			s.writeErr(ctx, err)
+			return
+		}
+		s.writeRaw(ctx, fasthttp.StatusCreated, statusOK)
+	default:
+		s.handleIxQuery(ctx, route, body)
+	}
+}
+
+// handleIxQuery serves the three query routes from a pooled request and
+// buffer: no allocation in the steady state.
+func (s *Server) handleIxQuery(ctx *fasthttp.RequestCtx, route int, body []byte) {
+	q := ixQueryPool.Get().(*ixQuery)
+	defer func() {
+		q.reset(nil)
+		ixQueryPool.Put(q)
+	}()
+	if err := decodeIxQuery(body, q, route != ixrQuery); err != nil {
+		writeIxDecodeErr(ctx, err)
+		return
+	}
+	var err error
+	if route == ixrQuery {
+		err = s.ix.Query(q.model, q.group, q.tokens, q.lora, q.salt, &q.match)
+	} else {
+		if q.hasSalt {
+			name := "/query_by_hash"
+			if route == ixrQueryTiered {
+				name = "/query_tiered_by_hash"
+			}
+			s.writeErrMsg(ctx, fasthttp.StatusBadRequest, "cache_salt is not accepted by "+name+"; block_hashes must already include the intended cache salt")
+			return
+		}
+		err = s.ix.QueryByHash(q.model, q.group, q.hashes, &q.match)
+	}
+	if err != nil {
+		s.writeErr(ctx, err)
+		return
+	}
+	bp := s.bufPool.Get().(*[]byte)
+	if route == ixrQueryTiered {
+		*bp = appendTiered((*bp)[:0], &q.match)
+	} else {
+		*bp = appendScores((*bp)[:0], &q.match)
+	}
+	s.writeRaw(ctx, 200, *bp)
+	s.putBuf(bp)
+}
+
+// writeIndexerStats exports the indexer's counters at scrape time.
+func (s *Server) writeIndexerStats(w io.Writer) {
+	st := s.ix.Stats()
+	perf.WriteGaugeUint(w, "kvselect_indexer_partitions", uint64(st.Partitions))
+	perf.WriteGaugeUint(w, "kvselect_indexer_workers", uint64(st.Workers))
+	perf.WriteGaugeUint(w, "kvselect_kv_listeners", uint64(st.Listeners))
+	perf.WriteGaugeUint(w, "kvselect_kv_listeners_limit", uint64(st.MaxListeners))
+	perf.WriteGaugeUint(w, "kvselect_indexer_peers", uint64(st.Peers))
+	perf.WriteGaugeUint(w, "kvselect_indexer_peers_limit", uint64(st.MaxPeers))
+	for t := range st.IndexBlocks {
+		perf.WriteGauge(w, tierNames[t], float64(st.IndexBlocks[t]))
+	}
+	perf.WriteCounter(w, `kvselect_kv_events_applied_total`, st.EventsApplied)
+	perf.WriteCounter(w, `kvselect_kv_events_dropped_total`, st.EventsDropped)
+	s.writeConnStats(w)
+}
+
+// appendUint appends v in decimal.
+func appendUint(dst []byte, v uint64) []byte { return strconv.AppendUint(dst, v, 10) }
+
+// appendInt appends v in decimal.
+func appendInt(dst []byte, v int64) []byte { return strconv.AppendInt(dst, v, 10) }

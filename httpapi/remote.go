@@ -1,0 +1,322 @@
+package httpapi
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvselect/kvselect/core"
+	"github.com/valyala/fasthttp"
+)
+
+// RemoteIndexConfig configures a RemoteIndex.
+type RemoteIndexConfig struct {
+	// URL is the standalone indexer's base URL, http:// or https://.
+	URL string
+	// Timeout is each call's deadline, connection included: a call that
+	// cannot finish by then fails (the selection answers 503) instead of
+	// waiting. The reference's client uses 5 s.
+	Timeout time.Duration
+	// MaxConns bounds the pooled keep-alive connections to the indexer; a
+	// call that finds them all busy waits for one until its deadline.
+	MaxConns int
+}
+
+// DefaultRemoteIndexTimeout is the reference's RemoteIndexerTransport
+// timeout (ai-dynamo/dynamo:lib/kv-router/src/services/indexer/backend.rs).
+const DefaultRemoteIndexTimeout = 5 * time.Second
+
+// DefaultRemoteIndexConns bounds the connections to the indexer by default.
+const DefaultRemoteIndexConns = 256
+
+// RemoteIndex is core.PrimaryIndex over a standalone indexer's POST
+// /query_tiered_by_hash (the reference's RemoteIndexerClient): one call per
+// selection, on pooled keep-alive connections, with a deadline. Any
+// failure (connection refused, deadline, non-2xx status, a body that does
+// not decode) is an error, which core answers as not ready ("Indexer is
+// offline"), as the reference does; Stats counts them by cause.
+type RemoteIndex struct {
+	hc      *fasthttp.HostClient
+	uri     string // full URL of the route
+	host    string
+	timeout time.Duration
+
+	bufs sync.Pool // *remoteBuf
+
+	ok, refused, deadline, status, decode atomic.Uint64
+}
+
+type remoteBuf struct {
+	body []byte
+	s    scanner
+}
+
+// NewRemoteIndex validates cfg and returns the client. It does not dial.
+func NewRemoteIndex(cfg RemoteIndexConfig) (*RemoteIndex, error) {
+	base := strings.TrimRight(cfg.URL, "/")
+	if !strings.HasPrefix(base, "http://") && !strings.HasPrefix(base, "https://") {
+		return nil, fmt.Errorf("remote indexer URL must start with http:// or https://: %s", base)
+	}
+	u, err := url.Parse(base)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("remote indexer URL %q is not a URL", base)
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultRemoteIndexTimeout
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultRemoteIndexConns
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		addr += map[bool]string{true: ":443", false: ":80"}[u.Scheme == "https"]
+	}
+	r := &RemoteIndex{
+		uri: base + "/query_tiered_by_hash", host: u.Host, timeout: cfg.Timeout,
+		hc: &fasthttp.HostClient{
+			Addr:                     addr,
+			Name:                     "kvselect",
+			NoDefaultUserAgentHeader: true,
+			IsTLS:                    u.Scheme == "https",
+			MaxConns:                 cfg.MaxConns,
+			MaxConnWaitTimeout:       cfg.Timeout,
+			MaxIdleConnDuration:      time.Minute,
+			MaxResponseBodySize:      64 << 20,
+			DisablePathNormalizing:   true,
+		},
+	}
+	if r.hc.IsTLS {
+		r.hc.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	r.bufs.New = func() any { return new(remoteBuf) }
+	return r, nil
+}
+
+// Close drops the idle connections.
+func (r *RemoteIndex) Close() { r.hc.CloseIdleConnections() }
+
+var errRemoteStatus = errors.New("remote indexer returned an error status")
+
+// MatchPrefix asks the indexer for the tiered matches of q in (model,
+// group) and fills res. An empty q matches nothing without a call, as the
+// reference's client.
+func (r *RemoteIndex) MatchPrefix(model, group string, q []uint64, res *core.MatchResult) error {
+	res.Reset()
+	if len(q) == 0 {
+		return nil
+	}
+	buf := r.bufs.Get().(*remoteBuf)
+	defer r.bufs.Put(buf)
+	b := append(buf.body[:0], `{"block_hashes":[`...)
+	for i, h := range q {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendInt(b, int64(h))
+	}
+	b = append(b, `],"model_name":`...)
+	b = appendString(b, model)
+	b = append(b, `,"routing_group":`...)
+	b = appendString(b, group)
+	b = append(b, '}')
+	buf.body = b
+
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(r.uri)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.SetBodyRaw(b)
+	if err := r.hc.DoDeadline(req, resp, time.Now().Add(r.timeout)); err != nil {
+		if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrNoFreeConns) {
+			r.deadline.Add(1)
+		} else {
+			r.refused.Add(1)
+		}
+		return err
+	}
+	if sc := resp.StatusCode(); sc/100 != 2 {
+		r.status.Add(1)
+		return fmt.Errorf("%w %d", errRemoteStatus, sc)
+	}
+	buf.s = scanner{b: resp.Body(), strbuf: buf.s.strbuf[:0]}
+	if err := decodeTiered(&buf.s, res); err != nil {
+		res.Reset()
+		r.decode.Add(1)
+		return err
+	}
+	r.ok.Add(1)
+	return nil
+}
+
+// RemoteIndexStats counts the calls by outcome.
+type RemoteIndexStats struct {
+	OK, Refused, Deadline, Status, Decode uint64
+}
+
+// Stats returns the counters.
+func (r *RemoteIndex) Stats() RemoteIndexStats {
+	return RemoteIndexStats{OK: r.ok.Load(), Refused: r.refused.Load(), Deadline: r.deadline.Load(), Status: r.status.Load(), Decode: r.decode.Load()}
+}
+
+var (
+	tieredTopFields    = newFieldSet("block_size", "tiered")
+	tieredFields       = newFieldSet("device", "lower_tier")
+	tieredDeviceFields = newFieldSet("scores", "frequencies")
+	tieredHitsFields   = newFieldSet("hits")
+	workerKeyFields    = newFieldSet("worker_id", "dp_rank")
+)
+
+// decodeTiered reads a TieredQueryResponse (appendTiered's shape) into res:
+// device blocks, then each lower tier's extension blocks per rank.
+func decodeTiered(s *scanner, res *core.MatchResult) error {
+	var seen uint64
+	err := s.object("struct TieredQueryResponse", func(key []byte) error {
+		if done, err := s.skipUnknown(s.field(tieredTopFields, &seen, "", key)); done {
+			return err
+		}
+		if string(key) == "block_size" {
+			_, err := s.uint("block_size", 1<<32-1, "u32")
+			return err
+		}
+		var seen2 uint64
+		return s.object("struct WireTieredMatchDetails", func(key []byte) error {
+			if done, err := s.skipUnknown(s.field(tieredFields, &seen2, "tiered", key)); done {
+				return err
+			}
+			if string(key) == "device" {
+				return decodeDevice(s, res)
+			}
+			_, err := s.array("lower_tier", "a sequence", func() error { return decodeTierEntry(s, res) })
+			return err
+		})
+	})
+	if err != nil {
+		return err
+	}
+	return s.end()
+}
+
+func decodeDevice(s *scanner, res *core.MatchResult) error {
+	var seen uint64
+	return s.object("struct WireOverlapScores", func(key []byte) error {
+		if done, err := s.skipUnknown(s.field(tieredDeviceFields, &seen, "device", key)); done {
+			return err
+		}
+		if string(key) == "frequencies" {
+			return s.skip()
+		}
+		_, err := s.array("scores", "a sequence", func() error {
+			w, n, err := decodeRankCount(s, "scores")
+			if err == nil {
+				m := findMatch(res, w)
+				m.Device = uint32(min(n, 1<<32-1))
+			}
+			return err
+		})
+		return err
+	})
+}
+
+// decodeTierEntry reads one ["tier", {"hits": [[worker, n], ...]}].
+func decodeTierEntry(s *scanner, res *core.MatchResult) error {
+	i := 0
+	tier := -1
+	_, err := s.array("lower_tier", "a tuple", func() error {
+		defer func() { i++ }()
+		switch i {
+		case 0:
+			name, err := s.reqStr("lower_tier")
+			if err != nil {
+				return err
+			}
+			for t := 1; t < core.NumTiers; t++ {
+				if core.TierName(t) == name {
+					tier = t
+				}
+			}
+			if tier < 0 {
+				return s.typeErr("lower_tier", "unknown variant `"+echo([]byte(name))+"`")
+			}
+			return nil
+		case 1:
+			var seen uint64
+			return s.object("struct WireLowerTierMatchDetails", func(key []byte) error {
+				if done, err := s.skipUnknown(s.field(tieredHitsFields, &seen, "lower_tier", key)); done {
+					return err
+				}
+				_, err := s.array("hits", "a sequence", func() error {
+					w, n, err := decodeRankCount(s, "hits")
+					if err == nil {
+						m := findMatch(res, w)
+						v := uint32(min(n, 1<<32-1))
+						switch tier {
+						case 1:
+							m.Host = v
+						case 2:
+							m.Disk = v
+						default:
+							m.External = v
+						}
+					}
+					return err
+				})
+				return err
+			})
+		}
+		return s.typeErr("lower_tier", "trailing elements in a tuple")
+	})
+	return err
+}
+
+// decodeRankCount reads [{"worker_id": u64, "dp_rank": u32}, n].
+func decodeRankCount(s *scanner, field string) (core.WorkerKey, uint64, error) {
+	var w core.WorkerKey
+	var n uint64
+	i := 0
+	_, err := s.array(field, "a tuple", func() error {
+		defer func() { i++ }()
+		switch i {
+		case 0:
+			var seen uint64
+			return s.object("struct WorkerWithDpRank", func(key []byte) error {
+				if done, err := s.skipUnknown(s.field(workerKeyFields, &seen, field, key)); done {
+					return err
+				}
+				if string(key) == "worker_id" {
+					v, err := s.uint("worker_id", 1<<64-1, "u64")
+					w.WorkerID = v
+					return err
+				}
+				v, err := s.uint("dp_rank", 1<<32-1, "u32")
+				w.DPRank = uint32(v)
+				return err
+			})
+		case 1:
+			var err error
+			n, err = s.uint(field, 1<<64-1, "u64")
+			return err
+		}
+		return s.typeErr(field, "trailing elements in a tuple")
+	})
+	return w, n, err
+}
+
+// findMatch returns res's match of w, appending it when absent.
+func findMatch(res *core.MatchResult, w core.WorkerKey) *core.Match {
+	for i := range res.Matches {
+		if res.Matches[i].Worker == w {
+			return &res.Matches[i]
+		}
+	}
+	res.Matches = append(res.Matches, core.Match{Worker: w})
+	return &res.Matches[len(res.Matches)-1]
+}
+
+var _ core.PrimaryIndex = (*RemoteIndex)(nil)

@@ -1,0 +1,161 @@
+package zmqin
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/kvselect/kvselect/core"
+)
+
+// The session-affinity channel of the replica mesh: bindings on topic
+// dynamo.session-affinity.v1, one AffinityBindingEvent per message
+// (ai-dynamo/dynamo:lib/kv-router/src/services/common/replica_sync.rs,
+// and affinity/replication.rs in the later tree), the partition flattened,
+// as rmp_serde::to_vec_named writes it:
+//
+//	{model_name: str, routing_group: str, session_id: str, worker_id: u64,
+//	 dp_rank: u32 | nil, sequence: u64, writer_id: u64}
+//
+// Outbound bindings go through their own bounded queue (4,096, the
+// reference's), dropped when it is full and counted; a mesh subscribes to
+// the topic only once a handler is installed (HandleAffinity), as the
+// reference subscribes only with affinity enabled. Received bindings are
+// applied on the peer's receive goroutine (core.Service.ApplyAffinity
+// takes one shard lock per event), after the mesh drops its own.
+
+// AffinityApplier is what receives peers' bindings: *core.Service.
+type AffinityApplier interface {
+	ApplyAffinity(evs []core.AffinityEvent)
+}
+
+type affinityBox struct{ AffinityApplier }
+
+// DefaultAffinityOutbound bounds the queued outbound bindings.
+const DefaultAffinityOutbound = 4096
+
+// affinityStats are the channel's counters.
+type affinityStats struct {
+	published, outDropped      atomic.Uint64
+	received, applied, dropped atomic.Uint64
+}
+
+var affinityFields = [...]string{"model_name", "routing_group", "session_id", "worker_id", "dp_rank", "sequence", "writer_id"}
+
+// AppendAffinity appends ev's binding event.
+func AppendAffinity(dst []byte, ev *core.AffinityEvent) []byte {
+	dst = appendMapHeader(dst, len(affinityFields))
+	dst = appendStr(dst, "model_name")
+	dst = appendStr(dst, ev.ModelName)
+	dst = appendStr(dst, "routing_group")
+	dst = appendStr(dst, ev.RoutingGroup)
+	dst = appendStr(dst, "session_id")
+	dst = appendStr(dst, ev.SessionID)
+	dst = appendStr(dst, "worker_id")
+	dst = appendUint(dst, ev.WorkerID)
+	dst = appendStr(dst, "dp_rank")
+	if ev.HasDPRank {
+		dst = appendUint(dst, uint64(ev.DPRank))
+	} else {
+		dst = append(dst, 0xc0)
+	}
+	dst = appendStr(dst, "sequence")
+	dst = appendUint(dst, ev.Sequence)
+	dst = appendStr(dst, "writer_id")
+	return appendUint(dst, ev.WriterID)
+}
+
+// ErrAffinityEvent marks a payload that is not a binding event.
+var ErrAffinityEvent = errors.New("zmqin: malformed session affinity event")
+
+// DecodeAffinity decodes one binding event (a map in any key order, unknown
+// keys skipped, or a positional array; every field but dp_rank required).
+// ev keeps nothing of payload.
+func DecodeAffinity(payload []byte, ev *core.AffinityEvent) error {
+	*ev = core.AffinityEvent{}
+	r := &reader{b: payload}
+	var have [len(affinityFields)]bool
+	u64 := func(dst *uint64) error {
+		v, neg, err := r.integer()
+		if err == nil && neg {
+			err = errType
+		}
+		*dst = v
+		return err
+	}
+	err := structFields(r, affinityFields[:], func(i int) error {
+		have[i] = true
+		switch i {
+		case 0:
+			return strField(r, &ev.ModelName)
+		case 1:
+			return strField(r, &ev.RoutingGroup)
+		case 2:
+			return strField(r, &ev.SessionID)
+		case 3:
+			return u64(&ev.WorkerID)
+		case 4:
+			if r.isNil() {
+				return nil
+			}
+			v, err := r.u32()
+			ev.DPRank, ev.HasDPRank = v, true
+			return err
+		case 5:
+			return u64(&ev.Sequence)
+		default:
+			return u64(&ev.WriterID)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrAffinityEvent, err)
+	}
+	if r.left() != 0 {
+		return fmt.Errorf("%w: trailing bytes", ErrAffinityEvent)
+	}
+	for i, ok := range have {
+		if !ok && i != 4 {
+			return fmt.Errorf("%w: missing field %s", ErrAffinityEvent, affinityFields[i])
+		}
+	}
+	return nil
+}
+
+var affinityTopicBytes = []byte(AffinityTopic)
+
+// HandleAffinity installs the applier of peers' bindings; call it before
+// Start: the peers' subscriptions then include AffinityTopic.
+func (m *Mesh) HandleAffinity(a AffinityApplier) { m.aff.Store(&affinityBox{a}) }
+
+// PublishAffinity queues a binding for the peers without blocking
+// (core.AffinitySink): a full queue drops it, counted. The event is
+// encoded on the caller's goroutine, so nothing of ev is kept.
+func (m *Mesh) PublishAffinity(ev *core.AffinityEvent) {
+	payload := AppendAffinity(nil, ev)
+	select {
+	case m.affOut <- payload:
+		m.ast.published.Add(1)
+	default:
+		m.ast.outDropped.Add(1)
+	}
+}
+
+// handleAffinity decodes and applies one received binding.
+func (m *Mesh) handleAffinity(payload []byte) {
+	box := m.aff.Load()
+	if box == nil {
+		m.st.dropped[MeshDropTopic].Add(1)
+		return
+	}
+	var evs [1]core.AffinityEvent
+	if err := DecodeAffinity(payload, &evs[0]); err != nil {
+		m.st.dropped[MeshDropUndecodable].Add(1)
+		return
+	}
+	if evs[0].WriterID == m.id {
+		m.st.dropped[MeshDropOwn].Add(1)
+		return
+	}
+	m.ast.applied.Add(1)
+	box.ApplyAffinity(evs[:])
+}

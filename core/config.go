@@ -88,17 +88,19 @@ type Config struct {
 	// MaxReservations.
 	Disagg DisaggConfig
 
-	// Policy is the selection policy (sched.Policy) of every partition
-	// that PartitionPolicies does not name; nil is sched.DefaultPolicy(),
+	// SelectionPolicy is the selection policy of every partition that
+	// PartitionSelectionPolicies does not name (not Sched.Policy, the
+	// router queue's classes); nil is sched.DefaultSelectionPolicy(),
 	// the reference's decisions.
-	Policy *sched.Policy
-	// PartitionPolicies chooses the policy of single partitions.
-	PartitionPolicies map[Partition]*sched.Policy
-	// Policies are further policies a request may choose by name with
-	// router_config_override.routing_policy. The built-in policies
-	// (sched.BuiltinPolicy) and those of Policy and PartitionPolicies can
-	// always be chosen; names must be unique.
-	Policies []*sched.Policy
+	SelectionPolicy *sched.SelectionPolicy
+	// PartitionSelectionPolicies chooses the policy of single partitions.
+	PartitionSelectionPolicies map[Partition]*sched.SelectionPolicy
+	// SelectionPolicies are further policies a request may choose by name
+	// with router_config_override.routing_policy. The built-in policies
+	// (sched.BuiltinSelectionPolicy) and those of SelectionPolicy and
+	// PartitionSelectionPolicies can always be chosen; names must be
+	// unique.
+	SelectionPolicies []*sched.SelectionPolicy
 	// OverlapRefreshAfter: a request that waited in the router queue at
 	// least this long matches its prompt in the index again before it
 	// is scored (the reference's overlap refresh interval); 0 never does.
@@ -177,11 +179,12 @@ func (c *Config) Validate() error {
 }
 
 // policyRegistry returns every policy a request may name: the built-in
-// ones, Policy, PartitionPolicies' and Policies, by name. A name used by
+// ones, SelectionPolicy, PartitionSelectionPolicies' and
+// SelectionPolicies, by name. A name used by
 // two different policies is an error.
-func (c *Config) policyRegistry() (map[string]*sched.Policy, error) {
-	m := map[string]*sched.Policy{}
-	add := func(pol *sched.Policy) error {
+func (c *Config) policyRegistry() (map[string]*sched.SelectionPolicy, error) {
+	m := map[string]*sched.SelectionPolicy{}
+	add := func(pol *sched.SelectionPolicy) error {
 		if err := pol.Validate(); err != nil {
 			return fmt.Errorf("%w: %w", ErrConfig, err)
 		}
@@ -191,20 +194,20 @@ func (c *Config) policyRegistry() (map[string]*sched.Policy, error) {
 		m[pol.Name] = pol
 		return nil
 	}
-	for _, name := range []string{sched.PolicyDefault, sched.PolicyCacheBalance} {
-		m[name] = sched.BuiltinPolicy(name)
+	for _, name := range []string{sched.SelectionDefault, sched.SelectionCacheBalance} {
+		m[name] = sched.BuiltinSelectionPolicy(name)
 	}
-	if c.Policy != nil {
-		if err := add(c.Policy); err != nil {
+	if c.SelectionPolicy != nil {
+		if err := add(c.SelectionPolicy); err != nil {
 			return nil, err
 		}
 	}
-	for _, pol := range c.PartitionPolicies {
+	for _, pol := range c.PartitionSelectionPolicies {
 		if err := add(pol); err != nil {
 			return nil, err
 		}
 	}
-	for _, pol := range c.Policies {
+	for _, pol := range c.SelectionPolicies {
 		if err := add(pol); err != nil {
 			return nil, err
 		}
@@ -213,14 +216,14 @@ func (c *Config) policyRegistry() (map[string]*sched.Policy, error) {
 }
 
 // policyFor returns the configured policy of partition (model, group).
-func (c *Config) policyFor(model, group string) *sched.Policy {
-	if pol, ok := c.PartitionPolicies[Partition{model, group}]; ok {
+func (c *Config) policyFor(model, group string) *sched.SelectionPolicy {
+	if pol, ok := c.PartitionSelectionPolicies[Partition{model, group}]; ok {
 		return pol
 	}
-	if c.Policy != nil {
-		return c.Policy
+	if c.SelectionPolicy != nil {
+		return c.SelectionPolicy
 	}
-	return sched.DefaultPolicy()
+	return sched.DefaultSelectionPolicy()
 }
 
 // profile returns model's router policy profile.

@@ -142,11 +142,13 @@
 //
 // # Selection policies
 //
-// Every selection ranks the eligible rows with a sched.Policy: the
-// partition's (Config.PartitionPolicies, else Config.Policy, else
-// sched.DefaultPolicy, the reference's decisions), or the one a request
+// Every selection ranks the eligible rows with a sched.SelectionPolicy: the
+// partition's (Config.PartitionSelectionPolicies, else
+// Config.SelectionPolicy, else sched.DefaultSelectionPolicy, the
+// reference's decisions), or the one a request
 // names in router_config_override.routing_policy (any built-in policy or
-// one of Config.Policy, PartitionPolicies and Policies; an unknown name is
+// one of Config.SelectionPolicy, PartitionSelectionPolicies and
+// SelectionPolicies; an unknown name is
 // a bad request). The service keeps eligibility, bookings, the ledger and
 // replication whatever the policy; a policy whose filters drop every row
 // fails the request as not ready.

@@ -36,7 +36,7 @@ type partition struct {
 	affinity *affinityTable
 	queue    *routerQueue
 	// policy is the partition's selection policy (Config.policyFor).
-	policy *sched.Policy
+	policy *sched.SelectionPolicy
 
 	// snap is the immutable schedulable view the selection paths read
 	// without a lock; rebuilt by publishLocked on every catalog change.

@@ -24,10 +24,10 @@ type scratch struct {
 	// track holds keyed tracking hashes.
 	kh    *keyedHasher
 	track []uint64
-	// ctx, params and req are the selection policy's sched.Context and
+	// ctx, params and req are the selection policy's sched.SelectionContext and
 	// what it points to: kept here, in the pooled scratch, so that
 	// passing them to a policy's interface methods allocates nothing.
-	ctx    sched.Context
+	ctx    sched.SelectionContext
 	params sched.Params
 	req    sched.Request
 }
@@ -302,7 +302,7 @@ func (s *Service) selectWorker(ctx context.Context, req *SelectRequest, out *Sel
 		return nil, err
 	}
 	sc.params, sc.req = q.params, q.req
-	sc.ctx = sched.Context{Params: &sc.params, Request: &sc.req, Rand: s.rng}
+	sc.ctx = sched.SelectionContext{Params: &sc.params, Request: &sc.req, Rand: s.rng}
 	params, seq, isl, bs := &sc.params, q.seq, q.req.ISLTokens, q.req.BlockSize
 	n := len(cands)
 	sc.costs = slices.Grow(sc.costs[:0], n)[:n]
@@ -380,7 +380,7 @@ func (s *Service) selectWorker(ctx context.Context, req *SelectRequest, out *Sel
 
 // policyOf returns the selection policy of a request on partition p: the
 // one its override names (routing_policy), else the partition's.
-func (s *Service) policyOf(p *partition, ov *Override) (*sched.Policy, error) {
+func (s *Service) policyOf(p *partition, ov *Override) (*sched.SelectionPolicy, error) {
 	if ov == nil || ov.RoutingPolicy == "" {
 		return p.policy, nil
 	}

@@ -108,7 +108,7 @@ type Service struct {
 	disaggPolicy bypassPolicy
 	// policies are the selection policies a request may name
 	// (Config.policyRegistry); read-only after New.
-	policies map[string]*sched.Policy
+	policies map[string]*sched.SelectionPolicy
 
 	scratch sync.Pool // *scratch
 

@@ -26,14 +26,15 @@
 //     capacity (TotalKVBlocks, MaxBatchedTokens) and the load fields with
 //     WorkerLoad.Fill(&cands[i], seqHashes, p.AssumeKVReuse). A row without
 //     a WorkerLoad keeps HasLoad false.
-//  4. Scores and picks with the request's Policy: cands, i, err =
-//     pol.Choose(&Context{Params, Request, Rand}, cands, costs, part).
-//     DefaultPolicy is the reference's Score then Pick(costs,
-//     p.Temperature, rng), bit for bit; an embedder's policy adds Filters,
-//     Scorers and a Picker of its own (selection.go, ExamplePolicy), and
-//     kvselect's own is CacheBalancePolicy. Choose is allocation-free when
-//     the components are; the Context must not be a fresh value per
-//     request if that makes it escape. ErrAllFiltered when the policy's
+//  4. Scores and picks with the request's SelectionPolicy: cands, i, err
+//     = pol.Choose(&SelectionContext{Params, Request, Rand}, cands, costs,
+//     part). DefaultSelectionPolicy is the reference's Score then
+//     Pick(costs, p.Temperature, rng), bit for bit; an embedder's policy
+//     adds Filters, Scorers and a Picker of its own (selection.go,
+//     ExampleSelectionPolicy), and kvselect's own is CacheBalancePolicy.
+//     Choose is allocation-free when the components are; the
+//     SelectionContext must not be a fresh value per request if that makes
+//     it escape. ErrAllFiltered when the policy's
 //     filters drop every row. With queueing on (a PolicyProfile whose
 //     class has a busy line), a host asks PolicyClass.ShouldQueue before
 //     this step and parks the request in a PolicyQueue until capacity

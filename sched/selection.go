@@ -5,8 +5,8 @@ import (
 	"fmt"
 )
 
-// The policy seam: how a host turns the filled candidate rows of one
-// request (step 3 of the package contract) into one pick, with filters,
+// The selection-policy seam: how a host turns the filled candidate rows of
+// one request (step 3 of the package contract) into one pick, with filters,
 // scorers and a picker that an embedder may supply, as Dynamo's custom
 // worker-selection policies do (ai-dynamo/dynamo:
 // lib/kv-router/src/scheduling/selector/policy.rs, WorkerFilter,
@@ -19,12 +19,13 @@ import (
 // from many goroutines at once (selections are not serialized), so a
 // component with state of its own must synchronize it.
 
-// Context is what a policy's components know of the request beyond the
-// candidate rows. Read-only for them.
-type Context struct {
+// SelectionContext is what a policy's components know of the request
+// beyond the candidate rows. Read-only for them.
+type SelectionContext struct {
 	// Params are the request's resolved weights (Config.Resolve).
 	Params *Params
-	// Request is the prompt's size and block size.
+	// Request is the prompt's size and block size, and its session
+	// context (Request.Session, nil when the request has none).
 	Request *Request
 	// Rand is the host's random source (tie-breaks, sampling).
 	Rand Rand
@@ -34,7 +35,7 @@ type Context struct {
 type Filter interface {
 	// Keep reports whether c stays a candidate. Filters run in
 	// declaration order; a row one filter drops is not shown to the next.
-	Keep(ctx *Context, c *Candidate) bool
+	Keep(ctx *SelectionContext, c *Candidate) bool
 }
 
 // Scorer gives every remaining row a cost contribution; the host sums the
@@ -43,19 +44,20 @@ type Scorer interface {
 	// Score writes the contribution of cands[i] into out[i] for every i;
 	// out is exactly len(cands) long. Contributions should be finite: a
 	// NaN never wins an argmin.
-	Score(ctx *Context, cands []Candidate, out []float64)
+	Score(ctx *SelectionContext, cands []Candidate, out []float64)
 }
 
 // Picker chooses one row from the scored rows.
 type Picker interface {
 	// Pick returns an index into cands (and costs, its summed costs, of
 	// the same length, at least 1).
-	Pick(ctx *Context, cands []Candidate, costs []float64) int
+	Pick(ctx *SelectionContext, cands []Candidate, costs []float64) int
 }
 
-// Policy is one selection policy: Filters (may be empty), at least one
-// Scorer, and a Picker. Immutable once in use.
-type Policy struct {
+// SelectionPolicy is one selection policy: Filters (may be empty), at
+// least one Scorer, and a Picker. Immutable once in use. (Not the router
+// queue's policies: PolicyClass, PolicyProfile.)
+type SelectionPolicy struct {
 	// Name identifies the policy in configuration, the per-request
 	// routing_policy override and reports.
 	Name    string
@@ -74,7 +76,7 @@ var errBadPick = errors.New("selection policy picked no candidate")
 
 // Validate reports a policy that cannot run: no name, no scorer, no picker
 // or a nil component.
-func (pol *Policy) Validate() error {
+func (pol *SelectionPolicy) Validate() error {
 	switch {
 	case pol == nil:
 		return fmt.Errorf("%w: nil selection policy", ErrInvalidConfig)
@@ -107,7 +109,7 @@ func (pol *Policy) Validate() error {
 // With one scorer its costs are the summed costs exactly, so a policy of
 // one scorer and one picker decides as the two functions do on their own
 // (DefaultPolicy decides bit for bit as Score then Pick).
-func (pol *Policy) Choose(ctx *Context, cands []Candidate, costs, part []float64) ([]Candidate, int, error) {
+func (pol *SelectionPolicy) Choose(ctx *SelectionContext, cands []Candidate, costs, part []float64) ([]Candidate, int, error) {
 	if len(pol.Filters) > 0 {
 		kept := cands[:0]
 		for i := range cands {
@@ -137,7 +139,7 @@ func (pol *Policy) Choose(ctx *Context, cands []Candidate, costs, part []float64
 	return cands, i, nil
 }
 
-func (pol *Policy) keep(ctx *Context, c *Candidate) bool {
+func (pol *SelectionPolicy) keep(ctx *SelectionContext, c *Candidate) bool {
 	for _, f := range pol.Filters {
 		if !f.Keep(ctx, c) {
 			return false
@@ -149,7 +151,7 @@ func (pol *Policy) keep(ctx *Context, c *Candidate) bool {
 // DefaultScorer is the reference's cost function (Score) as a Scorer.
 type DefaultScorer struct{}
 
-func (DefaultScorer) Score(ctx *Context, cands []Candidate, out []float64) {
+func (DefaultScorer) Score(ctx *SelectionContext, cands []Candidate, out []float64) {
 	Score(ctx.Params, ctx.Request, cands, out)
 }
 
@@ -157,30 +159,30 @@ func (DefaultScorer) Score(ctx *Context, cands []Candidate, out []float64) {
 // temperature) as a Picker.
 type DefaultPicker struct{}
 
-func (DefaultPicker) Pick(ctx *Context, _ []Candidate, costs []float64) int {
+func (DefaultPicker) Pick(ctx *SelectionContext, _ []Candidate, costs []float64) int {
 	return Pick(costs, ctx.Params.Temperature, ctx.Rand)
 }
 
 // Names of the built-in policies.
 const (
-	// PolicyDefault is the reference's selection: DefaultScorer and
+	// SelectionDefault is the reference's selection: DefaultScorer and
 	// DefaultPicker, the decisions of Dynamo's default selector.
-	PolicyDefault = "default"
-	// PolicyCacheBalance is kvselect's own policy (CacheBalancePolicy).
-	PolicyCacheBalance = "cache_balance"
+	SelectionDefault = "default"
+	// SelectionCacheBalance is kvselect's own policy (CacheBalancePolicy).
+	SelectionCacheBalance = "cache_balance"
 )
 
-var defaultPolicy = &Policy{Name: PolicyDefault, Scorers: []Scorer{DefaultScorer{}}, Picker: DefaultPicker{}}
+var defaultPolicy = &SelectionPolicy{Name: SelectionDefault, Scorers: []Scorer{DefaultScorer{}}, Picker: DefaultPicker{}}
 
 // DefaultPolicy returns the reference's policy. The same value every call.
-func DefaultPolicy() *Policy { return defaultPolicy }
+func DefaultSelectionPolicy() *SelectionPolicy { return defaultPolicy }
 
-// BuiltinPolicy returns the built-in policy named name, or nil.
-func BuiltinPolicy(name string) *Policy {
+// BuiltinSelectionPolicy returns the built-in policy named name, or nil.
+func BuiltinSelectionPolicy(name string) *SelectionPolicy {
 	switch name {
-	case PolicyDefault:
+	case SelectionDefault:
 		return defaultPolicy
-	case PolicyCacheBalance:
+	case SelectionCacheBalance:
 		return cacheBalancePolicy
 	}
 	return nil

@@ -35,7 +35,7 @@ func TestDefaultPolicyIsScoreThenPick(t *testing.T) {
 	seed := testSeed(t)
 	gen := rand.New(rand.NewPCG(seed, 1))
 	a, b := rand.New(rand.NewPCG(seed, 2)), rand.New(rand.NewPCG(seed, 2))
-	pol := DefaultPolicy()
+	pol := DefaultSelectionPolicy()
 	for it := range 5000 {
 		p := defaultParams(t)
 		p.OverlapScoreCreditDecay = []float64{0, 0.5}[gen.IntN(2)]
@@ -48,7 +48,7 @@ func TestDefaultPolicyIsScoreThenPick(t *testing.T) {
 		wantPick := Pick(want, p.Temperature, a)
 
 		costs := make([]float64, len(cands))
-		ctx := Context{Params: &p, Request: &req, Rand: b}
+		ctx := SelectionContext{Params: &p, Request: &req, Rand: b}
 		kept, got, err := pol.Choose(&ctx, cands, costs, nil)
 		if err != nil || len(kept) != len(cands) {
 			t.Fatalf("iteration %d: %v, %d rows kept of %d", it, err, len(kept), len(cands))
@@ -67,12 +67,14 @@ func TestDefaultPolicyIsScoreThenPick(t *testing.T) {
 // dropWorker keeps every row but one worker's.
 type dropWorker uint64
 
-func (d dropWorker) Keep(_ *Context, c *Candidate) bool { return c.Worker.WorkerID != uint64(d) }
+func (d dropWorker) Keep(_ *SelectionContext, c *Candidate) bool {
+	return c.Worker.WorkerID != uint64(d)
+}
 
 // constScorer adds v[worker id] to each row's cost.
 type constScorer map[uint64]float64
 
-func (s constScorer) Score(_ *Context, cands []Candidate, out []float64) {
+func (s constScorer) Score(_ *SelectionContext, cands []Candidate, out []float64) {
 	for i := range cands {
 		out[i] = s[cands[i].Worker.WorkerID]
 	}
@@ -81,12 +83,12 @@ func (s constScorer) Score(_ *Context, cands []Candidate, out []float64) {
 // fixedPicker returns a fixed row.
 type fixedPicker int
 
-func (f fixedPicker) Pick(*Context, []Candidate, []float64) int { return int(f) }
+func (f fixedPicker) Pick(*SelectionContext, []Candidate, []float64) int { return int(f) }
 
 func TestPolicyChoose(t *testing.T) {
 	p := defaultParams(t)
 	req := Request{ISLTokens: 64, BlockSize: 16}
-	ctx := Context{Params: &p, Request: &req, Rand: rand.New(rand.NewPCG(1, 2))}
+	ctx := SelectionContext{Params: &p, Request: &req, Rand: rand.New(rand.NewPCG(1, 2))}
 	rows := func() []Candidate {
 		return []Candidate{{Worker: radix.WorkerKey{WorkerID: 1}}, {Worker: radix.WorkerKey{WorkerID: 2}}, {Worker: radix.WorkerKey{WorkerID: 3}}}
 	}
@@ -94,7 +96,7 @@ func TestPolicyChoose(t *testing.T) {
 
 	// Filters compact in order; two scorers are summed; the picker sees
 	// the kept rows.
-	pol := &Policy{Name: "t", Filters: []Filter{dropWorker(2)},
+	pol := &SelectionPolicy{Name: "t", Filters: []Filter{dropWorker(2)},
 		Scorers: []Scorer{constScorer{1: 5, 3: 1}, constScorer{1: -1, 3: 10}}, Picker: DefaultPicker{}}
 	if err := pol.Validate(); err != nil {
 		t.Fatal(err)
@@ -108,25 +110,25 @@ func TestPolicyChoose(t *testing.T) {
 	}
 
 	// Every row filtered out.
-	all := &Policy{Name: "t", Filters: []Filter{dropWorker(1), dropWorker(2), dropWorker(3)}, Scorers: []Scorer{DefaultScorer{}}, Picker: DefaultPicker{}}
+	all := &SelectionPolicy{Name: "t", Filters: []Filter{dropWorker(1), dropWorker(2), dropWorker(3)}, Scorers: []Scorer{DefaultScorer{}}, Picker: DefaultPicker{}}
 	if _, _, err := all.Choose(&ctx, rows(), costs, part); !errors.Is(err, ErrAllFiltered) {
 		t.Fatalf("all filtered: %v", err)
 	}
 	// A picker out of range is an error, not a panic.
-	bad := &Policy{Name: "t", Scorers: []Scorer{DefaultScorer{}}, Picker: fixedPicker(3)}
+	bad := &SelectionPolicy{Name: "t", Scorers: []Scorer{DefaultScorer{}}, Picker: fixedPicker(3)}
 	if _, _, err := bad.Choose(&ctx, rows(), costs, part); err == nil {
 		t.Fatal("picker out of range accepted")
 	}
 
-	for _, pol := range []*Policy{nil, {Scorers: []Scorer{DefaultScorer{}}, Picker: DefaultPicker{}}, {Name: "x", Picker: DefaultPicker{}},
+	for _, pol := range []*SelectionPolicy{nil, {Scorers: []Scorer{DefaultScorer{}}, Picker: DefaultPicker{}}, {Name: "x", Picker: DefaultPicker{}},
 		{Name: "x", Scorers: []Scorer{DefaultScorer{}}}, {Name: "x", Scorers: []Scorer{nil}, Picker: DefaultPicker{}},
 		{Name: "x", Filters: []Filter{nil}, Scorers: []Scorer{DefaultScorer{}}, Picker: DefaultPicker{}}} {
 		if err := pol.Validate(); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%+v: Validate = %v", pol, err)
 		}
 	}
-	for _, name := range []string{PolicyDefault, PolicyCacheBalance} {
-		if pol := BuiltinPolicy(name); pol == nil || pol.Name != name || pol.Validate() != nil {
+	for _, name := range []string{SelectionDefault, SelectionCacheBalance} {
+		if pol := BuiltinSelectionPolicy(name); pol == nil || pol.Name != name || pol.Validate() != nil {
 			t.Errorf("built-in %q: %+v", name, pol)
 		}
 	}
@@ -139,10 +141,10 @@ func TestPolicyChooseAllocs(t *testing.T) {
 	}
 	p := defaultParams(t)
 	req := Request{ISLTokens: 512, BlockSize: 16}
-	ctx := Context{Params: &p, Request: &req, Rand: RuntimeRand{}}
+	ctx := SelectionContext{Params: &p, Request: &req, Rand: RuntimeRand{}}
 	cands := randomRows(rand.New(rand.NewPCG(1, 2)), 64)
 	costs := make([]float64, len(cands))
-	pol := DefaultPolicy()
+	pol := DefaultSelectionPolicy()
 	if n := testing.AllocsPerRun(100, func() { _, _, _ = pol.Choose(&ctx, cands, costs, nil) }); n != 0 {
 		t.Fatalf("Choose allocates %v times", n)
 	}

@@ -12,7 +12,7 @@ import (
 // their registered KV pool.
 type kvHeadroom struct{ maxShare float64 }
 
-func (f kvHeadroom) Keep(_ *sched.Context, c *sched.Candidate) bool {
+func (f kvHeadroom) Keep(_ *sched.SelectionContext, c *sched.Candidate) bool {
 	if c.TotalKVBlocks == 0 {
 		return true // capacity not registered: keep
 	}
@@ -23,7 +23,7 @@ func (f kvHeadroom) Keep(_ *sched.Context, c *sched.Candidate) bool {
 // matched blocks.
 type longestPrefix struct{}
 
-func (longestPrefix) Score(_ *sched.Context, cands []sched.Candidate, out []float64) {
+func (longestPrefix) Score(_ *sched.SelectionContext, cands []sched.Candidate, out []float64) {
 	for i := range cands {
 		out[i] = -float64(cands[i].DeviceBlocks)
 	}
@@ -31,11 +31,12 @@ func (longestPrefix) Score(_ *sched.Context, cands []sched.Candidate, out []floa
 
 // A custom policy: a filter, two scorers whose costs are summed (the
 // reference's cost function and a prefix preference) and the reference's
-// picker. A host runs it with Policy.Choose over the rows it filled; core
-// takes it in core.Config.Policy or PartitionPolicies, or lets requests
-// name it (router_config_override.routing_policy) through Config.Policies.
-func ExamplePolicy() {
-	pol := &sched.Policy{
+// picker. A host runs it with SelectionPolicy.Choose over the rows it filled; core
+// takes it in core.Config.SelectionPolicy or PartitionSelectionPolicies,
+// or lets requests name it (router_config_override.routing_policy)
+// through Config.SelectionPolicies.
+func ExampleSelectionPolicy() {
+	pol := &sched.SelectionPolicy{
 		Name:    "prefix_with_headroom",
 		Filters: []sched.Filter{kvHeadroom{maxShare: 0.9}},
 		Scorers: []sched.Scorer{sched.DefaultScorer{}, longestPrefix{}},
@@ -53,7 +54,7 @@ func ExamplePolicy() {
 		{Worker: radix.WorkerKey{WorkerID: 2}, DeviceBlocks: 32, HasLoad: true, ActiveBlocks: 100, NewBlocks: 32, TotalKVBlocks: 1000},
 		{Worker: radix.WorkerKey{WorkerID: 3}, HasLoad: true, ActivePrefillTokens: 512, NewBlocks: 64, TotalKVBlocks: 1000},
 	}
-	ctx := sched.Context{Params: &params, Request: &req, Rand: rand.New(rand.NewPCG(1, 2))}
+	ctx := sched.SelectionContext{Params: &params, Request: &req, Rand: rand.New(rand.NewPCG(1, 2))}
 	costs, part := make([]float64, len(cands)), make([]float64, len(cands))
 	kept, i, err := pol.Choose(&ctx, cands, costs, part)
 	if err != nil {

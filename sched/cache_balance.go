@@ -10,21 +10,25 @@ import "math"
 // blocks) and the registered capacity:
 //
 //	u    = (eff(isl) − eff(cached)) / B          the request's own prefill
-//	q    = A_p / B                               prefill queued ahead of it
+//	q    = A_p / B                               prefill booked ahead of it
 //	m    = (A_d + new) / total_kv_blocks         KV occupancy once admitted
-//	cost = q + 2·u
+//	cost = Queue · q + 2·u
 //	     + Spread  · max(0, m − min m − Band)     beyond the occupancy band
 //	     + Overflow · max(0, m − 1)               beyond the pool
 //	cost *= the preferred-taint multiplier
 //
 // The terms and why:
 //
-//   - q + u is the request's time to first token on that worker, the
-//     queue ahead plus its own uncached prompt; the second u is the backlog
-//     it leaves for the requests that will queue behind it (a one-step
-//     lookahead of the queue), so a cached prefix is worth twice its
-//     tokens: the request's own saving and the saving for the next
+//   - Queue·q + u is the request's time to first token on that worker,
+//     the prefill ahead of it plus its own uncached prompt; the second u is
+//     the backlog it leaves for the requests that will queue behind it (a
+//     one-step lookahead of the queue), so a cached prefix is worth twice
+//     its tokens: the request's own saving and the saving for the next
 //     requests on that worker. This is what makes the policy cache-first.
+//     Queue is 1/2 because A_p overstates the work ahead: a prompt stays
+//     booked in full until its first token (prefill_complete), so the
+//     prompts in progress when a request arrives are on average half
+//     computed.
 //   - eff(n) = n + n²/(2·AttentionContext) counts a prompt's prefill as
 //     time, not tokens: attention's work grows with the context, so a
 //     long prompt's cached prefix saves more than its length (the last
@@ -58,6 +62,8 @@ type CacheBalance struct {
 	// AttentionContext is eff's context length in tokens (0: tokens, no
 	// attention term).
 	AttentionContext float64
+	// Queue weighs the prefill booked ahead (A_p) in steps.
+	Queue float64
 	// Band is the occupancy spread (a fraction of the pool) within which
 	// the cache decides alone; Spread the cost in steps of a unit of
 	// occupancy beyond it; Overflow the cost of a unit beyond the pool.
@@ -66,7 +72,7 @@ type CacheBalance struct {
 
 // DefaultCacheBalance returns the built-in policy's constants.
 func DefaultCacheBalance() CacheBalance {
-	return CacheBalance{AttentionContext: 32768, Band: 0.05, Spread: 10, Overflow: 100}
+	return CacheBalance{AttentionContext: 32768, Queue: 0.5, Band: 0.05, Spread: 10, Overflow: 50}
 }
 
 // defaultBatchedTokens is vLLM's default max_num_batched_tokens with
@@ -92,7 +98,7 @@ func occupancy(c *Candidate) float64 {
 }
 
 // Score writes each candidate's cost (see CacheBalance). Allocation-free.
-func (cb CacheBalance) Score(ctx *Context, cands []Candidate, out []float64) {
+func (cb CacheBalance) Score(ctx *SelectionContext, cands []Candidate, out []float64) {
 	p, req := ctx.Params, ctx.Request
 	isl := float64(req.ISLTokens)
 	minOcc := math.Inf(1)
@@ -116,7 +122,7 @@ func (cb CacheBalance) Score(ctx *Context, cands []Candidate, out []float64) {
 			if c.HasLoad {
 				q = float64(c.ActivePrefillTokens) / b
 			}
-			cost = q + 2*u
+			cost = cb.Queue*q + 2*u
 		}
 		if m := occupancy(c); m >= 0 {
 			cost += cb.Spread*max(0, m-minOcc-cb.Band) + cb.Overflow*max(0, m-1)
@@ -128,11 +134,11 @@ func (cb CacheBalance) Score(ctx *Context, cands []Candidate, out []float64) {
 	}
 }
 
-var cacheBalancePolicy = &Policy{Name: PolicyCacheBalance, Scorers: []Scorer{DefaultCacheBalance()}, Picker: DefaultPicker{}}
+var cacheBalancePolicy = &SelectionPolicy{Name: SelectionCacheBalance, Scorers: []Scorer{DefaultCacheBalance()}, Picker: DefaultPicker{}}
 
 // CacheBalancePolicy returns kvselect's own policy, cache_balance: the
 // CacheBalance scorer with DefaultCacheBalance's constants and the
 // reference's picker (argmin, ties broken at random; a softmax at a
 // positive router_temperature). Opt-in: the service's default stays the
 // reference's policy.
-func CacheBalancePolicy() *Policy { return cacheBalancePolicy }
+func CacheBalancePolicy() *SelectionPolicy { return cacheBalancePolicy }

@@ -119,7 +119,7 @@ func TestPolicyDefaultDecisionsUnchanged(t *testing.T) {
 		t.Fatalf("the scenario should spread over the workers: %v", workers)
 	}
 	cfg := DefaultConfig()
-	cfg.Policy = &sched.Policy{Name: "copy", Scorers: []sched.Scorer{sched.DefaultScorer{}}, Picker: sched.DefaultPicker{}}
+	cfg.SelectionPolicy = &sched.SelectionPolicy{Name: "copy", Scorers: []sched.Scorer{sched.DefaultScorer{}}, Picker: sched.DefaultPicker{}}
 	if cp := policyTranscript(t, policyEnv(t, cfg, 42)); cp != got {
 		t.Fatalf("a copy of the default policy decides differently:\n%s", firstDiff(cp, got))
 	}
@@ -146,19 +146,19 @@ func firstDiff(a, b string) string {
 // lastRow picks the last row.
 type lastRow struct{}
 
-func (lastRow) Pick(_ *sched.Context, cands []sched.Candidate, _ []float64) int {
+func (lastRow) Pick(_ *sched.SelectionContext, cands []sched.Candidate, _ []float64) int {
 	return len(cands) - 1
 }
 
 // dropAll keeps no row.
 type dropAll struct{}
 
-func (dropAll) Keep(*sched.Context, *sched.Candidate) bool { return false }
+func (dropAll) Keep(*sched.SelectionContext, *sched.Candidate) bool { return false }
 
 // capacityFilter keeps rows that see their registered capacity.
 type capacityFilter struct{ t *testing.T }
 
-func (f capacityFilter) Keep(_ *sched.Context, c *sched.Candidate) bool {
+func (f capacityFilter) Keep(_ *sched.SelectionContext, c *sched.Candidate) bool {
 	if c.TotalKVBlocks != 4096 {
 		f.t.Errorf("row %v: TotalKVBlocks %d, want the registered 4096", c.Worker, c.TotalKVBlocks)
 	}
@@ -169,11 +169,11 @@ func (f capacityFilter) Keep(_ *sched.Context, c *sched.Candidate) bool {
 // request's routing_policy overrides it, and an unknown name or a policy
 // that filters every row fails with the right class.
 func TestPolicyPerPartitionAndOverride(t *testing.T) {
-	last := &sched.Policy{Name: "last", Filters: []sched.Filter{capacityFilter{t}}, Scorers: []sched.Scorer{sched.DefaultScorer{}}, Picker: lastRow{}}
-	none := &sched.Policy{Name: "none", Filters: []sched.Filter{dropAll{}}, Scorers: []sched.Scorer{sched.DefaultScorer{}}, Picker: sched.DefaultPicker{}}
+	last := &sched.SelectionPolicy{Name: "last", Filters: []sched.Filter{capacityFilter{t}}, Scorers: []sched.Scorer{sched.DefaultScorer{}}, Picker: lastRow{}}
+	none := &sched.SelectionPolicy{Name: "none", Filters: []sched.Filter{dropAll{}}, Scorers: []sched.Scorer{sched.DefaultScorer{}}, Picker: sched.DefaultPicker{}}
 	cfg := DefaultConfig()
-	cfg.PartitionPolicies = map[Partition]*sched.Policy{{"m2", DefaultPartition}: last}
-	cfg.Policies = []*sched.Policy{none}
+	cfg.PartitionSelectionPolicies = map[Partition]*sched.SelectionPolicy{{"m2", DefaultPartition}: last}
+	cfg.SelectionPolicies = []*sched.SelectionPolicy{none}
 	s := policyEnv(t, cfg, 1)
 
 	sel := func(model, policy string) (uint64, error) {
@@ -197,11 +197,11 @@ func TestPolicyPerPartitionAndOverride(t *testing.T) {
 	if w, err := sel("", "last"); err != nil || w != 5 {
 		t.Fatalf("override last: worker %d, %v; want 5", w, err)
 	}
-	if w, err := sel("m2", sched.PolicyDefault); err != nil || w < 20 {
+	if w, err := sel("m2", sched.SelectionDefault); err != nil || w < 20 {
 		t.Fatalf("m2 with the default override: worker %d, %v", w, err)
 	}
 	// The built-in cache_balance: worker 0 holds the prompt's 16 blocks.
-	if w, err := sel("", sched.PolicyCacheBalance); err != nil || w != 0 {
+	if w, err := sel("", sched.SelectionCacheBalance); err != nil || w != 0 {
 		t.Fatalf("cache_balance: worker %d, %v", w, err)
 	}
 	if _, err := sel("", "nope"); !errors.Is(err, ErrBadRequest) {
@@ -212,11 +212,11 @@ func TestPolicyPerPartitionAndOverride(t *testing.T) {
 	}
 
 	bad := DefaultConfig()
-	bad.Policies = []*sched.Policy{{Name: sched.PolicyDefault, Scorers: []sched.Scorer{sched.DefaultScorer{}}, Picker: lastRow{}}}
+	bad.SelectionPolicies = []*sched.SelectionPolicy{{Name: sched.SelectionDefault, Scorers: []sched.Scorer{sched.DefaultScorer{}}, Picker: lastRow{}}}
 	if _, err := New(bad, Options{}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("a second policy named default: %v", err)
 	}
-	bad.Policies = []*sched.Policy{{Name: "x"}}
+	bad.SelectionPolicies = []*sched.SelectionPolicy{{Name: "x"}}
 	if _, err := New(bad, Options{}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("an invalid policy: %v", err)
 	}

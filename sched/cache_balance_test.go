@@ -15,9 +15,9 @@ func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 func TestCacheBalanceWorkedExample(t *testing.T) {
 	p := defaultParams(t)
 	req := Request{ISLTokens: 1024, BlockSize: 16}
-	ctx := Context{Params: &p, Request: &req}
+	ctx := SelectionContext{Params: &p, Request: &req}
 	cands := []Candidate{
-		// A holds 48 blocks (768 tokens, eff 777) behind 4,096 queued tokens.
+		// A holds 48 blocks (768 tokens, eff 777) behind 4,096 booked tokens.
 		{Worker: radix.WorkerKey{WorkerID: 1}, DeviceBlocks: 48, HasLoad: true, ActivePrefillTokens: 4096, ActiveBlocks: 100, NewBlocks: 16, TotalKVBlocks: 1000},
 		// B holds nothing and is idle.
 		{Worker: radix.WorkerKey{WorkerID: 2}, HasLoad: true, ActiveBlocks: 50, NewBlocks: 64, TotalKVBlocks: 1000},
@@ -32,10 +32,10 @@ func TestCacheBalanceWorkedExample(t *testing.T) {
 	u := 1040.0 / 8192
 	minOcc := 0.114
 	want := []float64{
-		4096.0/8192 + 2*(1040.0-777)/8192,
+		0.5*4096/8192 + 2*(1040.0-777)/8192,
 		2 * u,
 		2*u + 10*(0.564-minOcc-0.05),
-		2*u + 10*(1.05-minOcc-0.05) + 100*0.05,
+		2*u + 10*(1.05-minOcc-0.05) + 50*0.05,
 	}
 	for i := range want {
 		if !near(out[i], want[i]) {
@@ -90,7 +90,7 @@ func TestCacheBalanceEffectivePrefill(t *testing.T) {
 func TestCacheBalanceModes(t *testing.T) {
 	p := defaultParams(t)
 	req := Request{ISLTokens: 8192, BlockSize: 16}
-	ctx := Context{Params: &p, Request: &req}
+	ctx := SelectionContext{Params: &p, Request: &req}
 	cb := DefaultCacheBalance()
 	out := make([]float64, 2)
 
@@ -119,7 +119,7 @@ func TestCacheBalanceAllocs(t *testing.T) {
 	}
 	p := defaultParams(t)
 	req := Request{ISLTokens: 4096, BlockSize: 16}
-	ctx := Context{Params: &p, Request: &req, Rand: RuntimeRand{}}
+	ctx := SelectionContext{Params: &p, Request: &req, Rand: RuntimeRand{}}
 	cands := make([]Candidate, 64)
 	for i := range cands {
 		cands[i] = Candidate{DeviceBlocks: int64(i), HasLoad: true, ActivePrefillTokens: int64(100 * i), ActiveBlocks: int64(i), TotalKVBlocks: 4096}

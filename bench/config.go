@@ -87,9 +87,15 @@ type Config struct {
 	// OutputBlocks is the number of output_block calls in a lifecycle.
 	OutputBlocks int
 
-	// Workload is "synthetic" or "trace:FILE".
+	// Workload is "synthetic" (Synthetic's shape), "synthetic:NAME" (a
+	// SyntheticPreset with Synthetic.Prompts prompts) or "trace:FILE".
 	Workload  string
 	Synthetic SyntheticConfig
+	// TraceRepeat replays a trace this many times (0 or 1: once), each
+	// copy after the previous one by the trace's span plus one mean gap
+	// between arrivals, its hash ids offset so that no copy shares content
+	// with another (RepeatTrace).
+	TraceRepeat int
 	// Seed makes the synthetic workload reproducible.
 	Seed int64
 	// BlockSize is the registered KV block size in tokens; it must divide the
@@ -165,6 +171,41 @@ type SyntheticConfig struct {
 	OutputMax      int
 	ActiveSessions int    // conversations interleaved at any time
 	VocabSize      uint32 // token ids are drawn from [0, VocabSize)
+	// ToolTurnProb is the probability that a turn's answer is a tool call
+	// (ToolCallMin..ToolCallMax tokens) and the conversation's next turn
+	// brings the tool's result (ToolMin..ToolMax tokens) instead of a user
+	// message: an agent's loop. 0: every turn is a user's.
+	ToolTurnProb             float64
+	ToolMin, ToolMax         int
+	ToolCallMin, ToolCallMax int
+}
+
+// SyntheticPreset returns a named shape of the synthetic workload
+// (Workload "synthetic:NAME"), with the given prompt count:
+//
+//   - "chat": multi-turn chat, as DefaultSynthetic but 2-12 turns, so that
+//     most prompts continue a conversation;
+//   - "agent": agentic sessions: 8 agents whose 4-8k-token system prompts
+//     (instructions and tool schemas) start 8-32-turn sessions in which 85%
+//     of the answers are 16-128-token tool calls followed by a
+//     256-4,096-token tool result; contexts grow to tens of thousands of
+//     tokens, so that a few sessions fill an engine's KV pool.
+func SyntheticPreset(name string, prompts int) (SyntheticConfig, bool) {
+	c := DefaultSynthetic()
+	c.Prompts = prompts
+	switch name {
+	case "chat":
+		c.TurnsMin, c.TurnsMax = 2, 12
+	case "agent":
+		c.Families, c.SystemMin, c.SystemMax = 8, 4096, 8192
+		c.TurnsMin, c.TurnsMax = 8, 32
+		c.UserMin, c.UserMax = 64, 512
+		c.ActiveSessions = 32
+		c.ToolTurnProb, c.ToolMin, c.ToolMax, c.ToolCallMin, c.ToolCallMax = 0.85, 256, 4096, 16, 128
+	default:
+		return SyntheticConfig{}, false
+	}
+	return c, true
 }
 
 // DefaultSynthetic is 4,096 prompts from 16 families, 1-4k-token system
@@ -234,14 +275,17 @@ func (c *Config) Validate() error {
 	case c.Fill && (c.EngineBlocks == 0 || len(c.KVEventsEndpoints) > 0):
 		return bad("fill needs the harness's own engines (engine blocks > 0, no KV events endpoints given)")
 	}
-	if c.Workload != "synthetic" && !strings.HasPrefix(c.Workload, "trace:") {
-		return bad("workload %q (want synthetic or trace:FILE)", c.Workload)
+	if _, ok := c.synthetic(); !ok && !strings.HasPrefix(c.Workload, "trace:") {
+		return bad("workload %q (want synthetic, synthetic:chat, synthetic:agent or trace:FILE)", c.Workload)
+	}
+	if c.TraceRepeat < 0 {
+		return bad("trace repeat %d < 0", c.TraceRepeat)
 	}
 	if strings.HasPrefix(c.Workload, "trace:") && MooncakeBlockTokens%c.BlockSize != 0 {
 		return bad("block size %d does not divide the trace's %d-token blocks", c.BlockSize, MooncakeBlockTokens)
 	}
-	if c.Workload == "synthetic" {
-		if err := c.Synthetic.Validate(); err != nil {
+	if s, ok := c.synthetic(); ok {
+		if err := s.Validate(); err != nil {
 			return err
 		}
 	}
@@ -265,6 +309,10 @@ func (s *SyntheticConfig) Validate() error {
 		return fmt.Errorf("%w: synthetic ranges must satisfy 0 <= min <= max (turns and user >= 1)", ErrConfig)
 	case s.VocabSize < 2:
 		return fmt.Errorf("%w: synthetic vocab size %d < 2", ErrConfig, s.VocabSize)
+	case !(s.ToolTurnProb >= 0 && s.ToolTurnProb <= 1):
+		return fmt.Errorf("%w: synthetic tool turn probability %v outside [0, 1]", ErrConfig, s.ToolTurnProb)
+	case s.ToolTurnProb > 0 && (s.ToolMin < 1 || s.ToolMax < s.ToolMin || s.ToolCallMin < 0 || s.ToolCallMax < s.ToolCallMin):
+		return fmt.Errorf("%w: synthetic tool ranges must satisfy 0 <= min <= max (tool results >= 1)", ErrConfig)
 	}
 	return nil
 }
@@ -283,4 +331,15 @@ func splitTarget(target string) (hostport, prefix string, err error) {
 		host += ":80"
 	}
 	return host, strings.TrimSuffix(u.Path, "/"), nil
+}
+
+// synthetic returns the synthetic workload's shape when Workload names one.
+func (c *Config) synthetic() (SyntheticConfig, bool) {
+	switch name, ok := strings.CutPrefix(c.Workload, "synthetic:"); {
+	case c.Workload == "synthetic":
+		return c.Synthetic, true
+	case ok:
+		return SyntheticPreset(name, c.Synthetic.Prompts)
+	}
+	return SyntheticConfig{}, false
 }

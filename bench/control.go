@@ -158,6 +158,34 @@ func (c *Control) DeviceBlocks(body []byte, worker uint64) (int, error) {
 	return 0, nil
 }
 
+// DeviceBlocksByWorker sets dst[worker] to the device blocks of a prompt
+// (a selection body) that the selector's index holds on each (worker,
+// rank 0), from one POST /overlap_scores; workers without a row are left
+// out.
+func (c *Control) DeviceBlocksByWorker(body []byte, dst map[uint64]int) error {
+	resp, err := c.Call("POST", "/overlap_scores", body)
+	if err != nil {
+		return err
+	}
+	var os struct {
+		Workers []struct {
+			WorkerID     uint64 `json:"worker_id"`
+			DPRank       uint32 `json:"dp_rank"`
+			DeviceBlocks int    `json:"device_blocks"`
+		} `json:"workers"`
+	}
+	if err := json.Unmarshal(resp, &os); err != nil {
+		return fmt.Errorf("bench: %s: POST /overlap_scores response: %w", c.t.name, err)
+	}
+	clear(dst)
+	for _, row := range os.Workers {
+		if row.DPRank == 0 {
+			dst[row.WorkerID] = row.DeviceBlocks
+		}
+	}
+	return nil
+}
+
 // AwaitDeviceBlocks polls DeviceBlocks until it reaches want, for at most
 // timeout, pausing 100 µs doubling to 2 ms between polls, and returns the
 // last count. It returns ok false when the count stayed below want; err is

@@ -36,6 +36,9 @@ type Prompt struct {
 	// for trace prompts, Turn 0 is a conversation's first turn); Index is the
 	// record's position for trace prompts.
 	Family, Conversation, Turn, Index int
+	// ToolResult marks a synthetic turn whose new input is a tool's result
+	// (an agent's tool call) rather than a user's message.
+	ToolResult bool
 	// Tokens (synthetic prompts) or TraceIDs (trace prompts, the record's
 	// hash_ids) are the prompt's content, from which AppendTokens rebuilds
 	// the tokens of its full blocks for a simulated engine; read-only.
@@ -112,14 +115,18 @@ func appendI64s(dst []byte, hs []uint64) []byte {
 func LoadWorkload(cfg *Config) ([]Prompt, string, error) {
 	var ps []Prompt
 	var src string
+	syn, isSyn := cfg.synthetic()
 	switch {
-	case cfg.Workload == "synthetic":
-		ps = Synthetic(cfg.Synthetic, cfg.BlockSize, cfg.Seed)
-		convs := 0
+	case isSyn:
+		ps = Synthetic(syn, cfg.BlockSize, cfg.Seed)
+		convs, tools := 0, 0
 		for i := range ps {
 			convs = max(convs, ps[i].Conversation+1)
+			if ps[i].ToolResult {
+				tools++
+			}
 		}
-		src = fmt.Sprintf("synthetic seed %d (%d families, %d conversations)", cfg.Seed, cfg.Synthetic.Families, convs)
+		src = fmt.Sprintf("%s seed %d (%d families, %d conversations, %d tool-result turns)", cfg.Workload, cfg.Seed, syn.Families, convs, tools)
 	case strings.HasPrefix(cfg.Workload, "trace:"):
 		path := strings.TrimPrefix(cfg.Workload, "trace:")
 		f, err := os.Open(path)
@@ -133,6 +140,10 @@ func LoadWorkload(cfg *Config) ([]Prompt, string, error) {
 		}
 		if len(recs) == 0 {
 			return nil, "", fmt.Errorf("bench: workload %s: no records", path)
+		}
+		if cfg.TraceRepeat > 1 {
+			recs = RepeatTrace(recs, cfg.TraceRepeat)
+			path = fmt.Sprintf("%s x%d", path, cfg.TraceRepeat)
 		}
 		ps, err = ExpandTrace(recs, cfg.BlockSize)
 		if err != nil {
@@ -199,6 +210,9 @@ func Synthetic(cfg SyntheticConfig, blockSize int, seed int64) []Prompt {
 		id, family, turn, turns int
 		tokens                  []uint32
 		local, seq              []uint64
+		// tool: the last answer was a tool call; this turn brings its
+		// result.
+		tool bool
 	}
 	nextID := 0
 	newConv := func() conv {
@@ -221,12 +235,26 @@ func Synthetic(cfg SyntheticConfig, blockSize int, seed int64) []Prompt {
 	for len(out) < cfg.Prompts {
 		i := rng.IntN(len(active))
 		c := &active[i]
-		c.tokens = tokens(c.tokens, between(cfg.UserMin, cfg.UserMax))
+		if c.tool {
+			c.tokens = tokens(c.tokens, between(cfg.ToolMin, cfg.ToolMax))
+		} else {
+			c.tokens = tokens(c.tokens, between(cfg.UserMin, cfg.UserMax))
+		}
 		c.local, c.seq = extendHashes(c.local, c.seq, c.tokens, blockSize)
 		n := len(c.local)
+		// Whether this turn's answer is a tool call. No draw without tool
+		// turns, so that such workloads stay what they were.
+		callsTool := cfg.ToolTurnProb > 0 && c.turn+1 < c.turns && rng.Float64() < cfg.ToolTurnProb
+		outLen := 0
+		if callsTool {
+			outLen = between(cfg.ToolCallMin, cfg.ToolCallMax)
+		} else {
+			outLen = between(cfg.OutputMin, cfg.OutputMax)
+		}
 		out = append(out, Prompt{
 			ISL:          len(c.tokens),
-			OutputTokens: between(cfg.OutputMin, cfg.OutputMax),
+			OutputTokens: outLen,
+			ToolResult:   c.tool,
 			// Full slice expressions: later appends to the conversation
 			// never change what this prompt sees.
 			Local:  c.local[:n:n],
@@ -236,9 +264,45 @@ func Synthetic(cfg SyntheticConfig, blockSize int, seed int64) []Prompt {
 		})
 		c.tokens = tokens(c.tokens, out[len(out)-1].OutputTokens)
 		c.local, c.seq = extendHashes(c.local, c.seq, c.tokens, blockSize)
+		c.tool = callsTool
 		c.turn++
 		if c.turn == c.turns {
 			*c = newConv()
+		}
+	}
+	return out
+}
+
+// RepeatTrace returns n copies of recs one after another: copy k's
+// timestamps are shifted by k times (the trace's span plus its mean gap
+// between arrivals), and its hash ids by k times (the largest id + 1), so
+// the copies share no content (a copy is new traffic with the trace's
+// shape, not a replay of the same prompts).
+func RepeatTrace(recs []TraceRecord, n int) []TraceRecord {
+	if n <= 1 || len(recs) == 0 {
+		return recs
+	}
+	t0, t1, maxID := recs[0].Timestamp, recs[0].Timestamp, uint64(0)
+	for _, r := range recs {
+		t0, t1 = min(t0, r.Timestamp), max(t1, r.Timestamp)
+		for _, h := range r.HashIDs {
+			maxID = max(maxID, h)
+		}
+	}
+	span := t1 - t0
+	if len(recs) > 1 {
+		span += span / int64(len(recs)-1)
+	}
+	out := make([]TraceRecord, 0, n*len(recs))
+	for k := range n {
+		for _, r := range recs {
+			c := r
+			c.Timestamp += int64(k) * span
+			c.HashIDs = make([]uint64, len(r.HashIDs))
+			for i, h := range r.HashIDs {
+				c.HashIDs[i] = h + uint64(k)*(maxID+1)
+			}
+			out = append(out, c)
 		}
 	}
 	return out

@@ -87,6 +87,20 @@ type Config struct {
 	// its defaults). The number of live plans is bounded by
 	// MaxReservations.
 	Disagg DisaggConfig
+
+	// SelectionPolicy is the selection policy of every partition that
+	// PartitionSelectionPolicies does not name (not Sched.Policy, the
+	// router queue's classes); nil is sched.DefaultSelectionPolicy(),
+	// the reference's decisions.
+	SelectionPolicy *sched.SelectionPolicy
+	// PartitionSelectionPolicies chooses the policy of single partitions.
+	PartitionSelectionPolicies map[Partition]*sched.SelectionPolicy
+	// SelectionPolicies are further policies a request may choose by name
+	// with router_config_override.routing_policy. The built-in policies
+	// (sched.BuiltinSelectionPolicy) and those of SelectionPolicy and
+	// PartitionSelectionPolicies can always be chosen; names must be
+	// unique.
+	SelectionPolicies []*sched.SelectionPolicy
 	// OverlapRefreshAfter: a request that waited in the router queue at
 	// least this long matches its prompt in the index again before it
 	// is scored (the reference's overlap refresh interval); 0 never does.
@@ -97,6 +111,9 @@ type Config struct {
 	// MaxSessionAffinityEntries (tests lower it).
 	MaxAffinityEntries int
 }
+
+// Partition names a routing partition: (model_name, routing_group).
+type Partition struct{ Model, Group string }
 
 // DefaultConfig returns the reference service's defaults.
 func DefaultConfig() Config {
@@ -155,7 +172,58 @@ func (c *Config) Validate() error {
 	if err := (radix.ApproxConfig{TTL: c.ApproxTTL, MaxBlocks: c.ApproxMaxBlocks, Shards: c.IndexShards}).Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
+	if _, err := c.policyRegistry(); err != nil {
+		return err
+	}
 	return c.Disagg.validate()
+}
+
+// policyRegistry returns every policy a request may name: the built-in
+// ones, SelectionPolicy, PartitionSelectionPolicies' and
+// SelectionPolicies, by name. A name used by
+// two different policies is an error.
+func (c *Config) policyRegistry() (map[string]*sched.SelectionPolicy, error) {
+	m := map[string]*sched.SelectionPolicy{}
+	add := func(pol *sched.SelectionPolicy) error {
+		if err := pol.Validate(); err != nil {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		if old, ok := m[pol.Name]; ok && old != pol {
+			return fmt.Errorf("%w: two selection policies named %q", ErrConfig, pol.Name)
+		}
+		m[pol.Name] = pol
+		return nil
+	}
+	for _, name := range []string{sched.SelectionDefault, sched.SelectionCacheBalance} {
+		m[name] = sched.BuiltinSelectionPolicy(name)
+	}
+	if c.SelectionPolicy != nil {
+		if err := add(c.SelectionPolicy); err != nil {
+			return nil, err
+		}
+	}
+	for _, pol := range c.PartitionSelectionPolicies {
+		if err := add(pol); err != nil {
+			return nil, err
+		}
+	}
+	for _, pol := range c.SelectionPolicies {
+		if err := add(pol); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// policyFor returns the configured policy of partition (model, group).
+func (c *Config) policyFor(model, group string) *sched.SelectionPolicy {
+	if pol, ok := c.PartitionSelectionPolicies[Partition{model, group}]; ok {
+		return pol
+	}
+	if c.SelectionPolicy != nil {
+		return c.SelectionPolicy
+	}
+	return sched.DefaultSelectionPolicy()
 }
 
 // profile returns model's router policy profile.

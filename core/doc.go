@@ -140,6 +140,18 @@
 // The ledger and the pending-selection cache (sharded by id) take no global
 // lock.
 //
+// # Selection policies
+//
+// Every selection ranks the eligible rows with a sched.SelectionPolicy: the
+// partition's (Config.PartitionSelectionPolicies, else
+// Config.SelectionPolicy, else sched.DefaultSelectionPolicy, the
+// reference's decisions), or the one a request
+// names in router_config_override.routing_policy (any built-in policy or
+// one of Config.SelectionPolicy, PartitionSelectionPolicies and
+// SelectionPolicies; an unknown name is
+// a bad request). The service keeps eligibility, bookings, the ledger and
+// replication whatever the policy; a policy whose filters drop every row
+// fails the request as not ready.
 // # Session affinity
 //
 // With Config.SessionAffinity.TTL set, every partition has a session table

@@ -77,6 +77,7 @@ func errorf(class error, format string, args ...any) error {
 // allowed set and invalid weights are bad requests).
 var schedClasses = [...]struct{ err, class error }{
 	{sched.ErrNoEndpoints, ErrNotReady},
+	{sched.ErrAllFiltered, ErrNotReady},
 	{sched.ErrAllOverloaded, ErrOverloaded},
 	{sched.ErrPinnedOverloaded, ErrOverloaded},
 	{sched.ErrPinnedNotAllowed, ErrBadRequest},

@@ -35,6 +35,8 @@ type partition struct {
 	// Immutable after creation.
 	affinity *affinityTable
 	queue    *routerQueue
+	// policy is the partition's selection policy (Config.policyFor).
+	policy *sched.SelectionPolicy
 
 	// snap is the immutable schedulable view the selection paths read
 	// without a lock; rebuilt by publishLocked on every catalog change.
@@ -120,7 +122,7 @@ func (s *Service) partitionLocked(model, group string) *partition {
 	if p, ok := (*s.parts.Load())[k]; ok {
 		return p
 	}
-	p := &partition{model: model, group: group, workers: map[uint64]*catalogEntry{}, loads: map[radix.WorkerKey]*sched.WorkerLoad{}}
+	p := &partition{model: model, group: group, policy: s.cfg.policyFor(model, group), workers: map[uint64]*catalogEntry{}, loads: map[radix.WorkerKey]*sched.WorkerLoad{}}
 	s.newIndexes(p)
 	p.sink = &partitionSink{p: p}
 	p.snap.Store(&snapshot{})

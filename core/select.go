@@ -17,12 +17,19 @@ type scratch struct {
 	side       radix.Result // the side index's matches, merged into res
 	cands      []sched.Candidate
 	costs      []float64
+	part       []float64 // a policy's second and later scorers
 	loads      []sched.PotentialLoad
 	mmBuf      []byte
 	// kh derives keyed tracking seeds (nil without keyed tracking);
 	// track holds keyed tracking hashes.
 	kh    *keyedHasher
 	track []uint64
+	// ctx, params and req are the selection policy's sched.SelectionContext and
+	// what it points to: kept here, in the pooled scratch, so that
+	// passing them to a policy's interface methods allocates nothing.
+	ctx    sched.SelectionContext
+	params sched.Params
+	req    sched.Request
 }
 
 func (s *Service) getScratch() *scratch   { return s.scratch.Get().(*scratch) }
@@ -156,7 +163,11 @@ func (s *Service) prepare(p *partition, sn *snapshot, pr *Prompt, ov *sched.Over
 	}
 	fillOverlap(cands, sc.res.Matches)
 	for i := range cands {
-		if _, wl := sn.load(cands[i].Worker); wl != nil {
+		v, wl := sn.load(cands[i].Worker)
+		if v != nil {
+			cands[i].TotalKVBlocks, cands[i].MaxBatchedTokens = v.totalKVBlocks, v.maxBatched
+		}
+		if wl != nil {
 			wl.Fill(&cands[i], seq, params.AssumeKVReuse)
 		}
 	}
@@ -286,10 +297,24 @@ func (s *Service) selectWorker(ctx context.Context, req *SelectRequest, out *Sel
 	if target != nil {
 		cands = restrictToTarget(cands, *target)
 	}
-	params, seq, isl, bs := &q.params, q.seq, q.req.ISLTokens, q.req.BlockSize
-	sc.costs = slices.Grow(sc.costs[:0], len(cands))[:len(cands)]
-	sched.Score(params, &q.req, cands, sc.costs)
-	c := &cands[sched.Pick(sc.costs, params.Temperature, s.rng)]
+	pol, err := s.policyOf(p, req.Override)
+	if err != nil {
+		return nil, err
+	}
+	sc.params, sc.req = q.params, q.req
+	sc.ctx = sched.SelectionContext{Params: &sc.params, Request: &sc.req, Rand: s.rng}
+	params, seq, isl, bs := &sc.params, q.seq, q.req.ISLTokens, q.req.BlockSize
+	n := len(cands)
+	sc.costs = slices.Grow(sc.costs[:0], n)[:n]
+	if len(pol.Scorers) > 1 {
+		sc.part = slices.Grow(sc.part[:0], n)[:n]
+	}
+	cands, pick, err := pol.Choose(&sc.ctx, cands, sc.costs, sc.part)
+	sc.req.Session = nil // the request's, not the pool's to keep
+	if err != nil {
+		return nil, fromSched(err)
+	}
+	c := &cands[pick]
 
 	v, wl := sn.load(c.Worker)
 	out.ModelName, out.RoutingGroup = p.model, p.group
@@ -351,6 +376,18 @@ func (s *Service) selectWorker(ctx context.Context, req *SelectRequest, out *Sel
 		}
 	}
 	return bk.rec, nil
+}
+
+// policyOf returns the selection policy of a request on partition p: the
+// one its override names (routing_policy), else the partition's.
+func (s *Service) policyOf(p *partition, ov *Override) (*sched.SelectionPolicy, error) {
+	if ov == nil || ov.RoutingPolicy == "" {
+		return p.policy, nil
+	}
+	if pol, ok := s.policies[ov.RoutingPolicy]; ok {
+		return pol, nil
+	}
+	return nil, errorf(ErrBadRequest, "unknown routing_policy %q", ov.RoutingPolicy)
 }
 
 // cacheSelection stores a /select's booking inputs for a later replay,

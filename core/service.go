@@ -106,6 +106,9 @@ type Service struct {
 	// disaggPolicy is the conditional-disaggregation policy
 	// (cfg.Sched.DisaggPolicy(); tests replace it before use).
 	disaggPolicy bypassPolicy
+	// policies are the selection policies a request may name
+	// (Config.policyRegistry); read-only after New.
+	policies map[string]*sched.SelectionPolicy
 
 	scratch sync.Pool // *scratch
 
@@ -181,6 +184,7 @@ func New(cfg Config, opts Options) (*Service, error) {
 	if s.rng == nil {
 		s.rng = sched.RuntimeRand{}
 	}
+	s.policies, _ = cfg.policyRegistry() // validated above
 	if s.logf == nil {
 		s.logf = func(string, ...any) {}
 	}

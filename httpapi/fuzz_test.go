@@ -40,6 +40,7 @@ var selectSeeds = []string{
 	` { "token_ids" : [ 1 , 2 ] , "unknown" : {"a":[1,{"b":null}]} , "allowed_worker_ids":[18446744073709551615] } `,
 	`{"block_hashes":null,"sequence_hashes":[],"isl_tokens":null,"model_name":null}`,
 	`{"router_config_override":{"router_temperature":0.5,"assume_kv_reuse":false},"strict_priority":3,"priority_jump":1.5}`,
+	`{"router_config_override":{"routing_policy":"default","router_temperature":0}}`, `{"router_config_override":{"routing_policy":null}}`,
 	`{"pinned_worker":{"worker_id":1,"dp_rank":0},"routing_constraints":{"required_taints":["a"],"preferred_taints":{"b":0.5}}}`,
 	`{"session_context":{"session_id":"x","input_trigger":"tool_result"},"mm_routing_info":{"routing_token_ids":[5,6]}}`,
 	`{"block_hashes":[1.5]}`, `{"block_hashes":[1e3]}`, `{"token_ids":[-1]}`, `{"isl_tokens":"4"}`, `{"block_hashes":[99999999999999999999]}`,

@@ -159,4 +159,4 @@ var (
 )
 
 var overrideFieldNames = []string{"overlap_score_credit", "prefill_load_scale", "overlap_score_weight", "router_temperature",
-	"assume_kv_reuse", "track_prefill_tokens", "shared_cache_multiplier"}
+	"assume_kv_reuse", "track_prefill_tokens", "shared_cache_multiplier", "routing_policy"}

@@ -388,6 +388,11 @@ func TestHashPathValidation(t *testing.T) {
 	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"pinned_worker":{"worker_id":9,"dp_rank":0}}`), 503, "pinned worker 9 is unavailable")
 	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"pinned_worker":{"worker_id":1}}`), 422, "missing field `dp_rank`")
 	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"router_config_override":{"shared_cache_multiplier":2}}`), 400, "shared_cache_multiplier")
+	// kvselect's routing_policy key: a known policy, an unknown one, a
+	// wrong type.
+	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"router_config_override":{"routing_policy":"default"}}`), 200)
+	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"router_config_override":{"routing_policy":"nope"}}`), 400, `unknown routing_policy \"nope\"`)
+	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"router_config_override":{"routing_policy":3}}`), 422, "routing_policy")
 	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"allowed_worker_ids":[5]}`), 503, "no endpoints available to route work")
 	// Nesting limit: serde's 128 on every route (the cold routes no longer
 	// decode with go-json, whose own limit answered "exceeded max depth").

@@ -19,7 +19,7 @@ var (
 	blockExtraInfoFields = newFieldSet("mm_objects")
 	mmObjectFields       = newFieldSet("mm_hash", "offsets")
 	overrideFields       = newFieldSet("overlap_score_credit", "prefill_load_scale", "overlap_score_weight", "router_temperature",
-		"assume_kv_reuse", "track_prefill_tokens", "shared_cache_multiplier")
+		"assume_kv_reuse", "track_prefill_tokens", "shared_cache_multiplier", "routing_policy")
 )
 
 // skipUnknown is the tail of an object callback: known is from
@@ -35,7 +35,9 @@ func (s *scanner) skipUnknown(known bool, err error) (done bool, _ error) {
 }
 
 // decodeOverride reads router_config_override (RouterConfigOverrideSerde:
-// every field an optional number or boolean) into ov.
+// every field an optional number or boolean) into ov, plus kvselect's own
+// routing_policy (a string aliasing the body, like every string of a
+// request).
 func decodeOverride(s *scanner, ov *core.Override) (*core.Override, error) {
 	if n, err := s.null(); n || err != nil {
 		return nil, err
@@ -62,6 +64,10 @@ func decodeOverride(s *scanner, ov *core.Override) (*core.Override, error) {
 			f = &ov.RouterTemperature
 		case "shared_cache_multiplier":
 			f = &ov.SharedCacheMultiplier
+		case "routing_policy":
+			v, _, err := s.str(path)
+			ov.RoutingPolicy = v
+			return err
 		case "assume_kv_reuse", "track_prefill_tokens":
 			v, err := s.boolean(path)
 			if string(key) == "assume_kv_reuse" {

@@ -201,6 +201,11 @@ type Override struct {
 	AssumeKVReuse         *bool    `json:"assume_kv_reuse,omitempty"`
 	TrackPrefillTokens    *bool    `json:"track_prefill_tokens,omitempty"`
 	SharedCacheMultiplier *float64 `json:"shared_cache_multiplier,omitempty"`
+	// RoutingPolicy names the selection policy of this request
+	// (Policy.Name; "" keeps the partition's). kvselect's own key: the
+	// reference ignores unknown override keys. Not a weight: Resolve
+	// ignores it, the host chooses the policy.
+	RoutingPolicy string `json:"routing_policy,omitempty"`
 }
 
 // Validate reports the first invalid override value, wrapping

@@ -22,14 +22,23 @@
 //     are ErrNoEndpoints, ErrAllOverloaded, ErrPinnedNotAllowed and
 //     ErrPinnedOverloaded.
 //  3. Fills every row: the overlap fields (DeviceBlocks, HostBlocks,
-//     DiskBlocks) from the index's tiered match, and the load fields with
+//     DiskBlocks) from the index's tiered match, the worker's registered
+//     capacity (TotalKVBlocks, MaxBatchedTokens) and the load fields with
 //     WorkerLoad.Fill(&cands[i], seqHashes, p.AssumeKVReuse). A row without
 //     a WorkerLoad keeps HasLoad false.
-//  4. Scores and picks: Score(&p, &req, cands, costs) then i :=
-//     Pick(costs, p.Temperature, rng). Both are allocation-free. With
-//     queueing on (a PolicyProfile whose class has a busy line), a host
-//     asks PolicyClass.ShouldQueue before this step and parks the request
-//     in a PolicyQueue until capacity frees (admission.go).
+//  4. Scores and picks with the request's SelectionPolicy: cands, i, err
+//     = pol.Choose(&SelectionContext{Params, Request, Rand}, cands, costs,
+//     part). DefaultSelectionPolicy is the reference's Score then
+//     Pick(costs, p.Temperature, rng), bit for bit; an embedder's policy
+//     adds Filters, Scorers and a Picker of its own (selection.go,
+//     ExampleSelectionPolicy), and kvselect's own is CacheBalancePolicy.
+//     Choose is allocation-free when the components are; the
+//     SelectionContext must not be a fresh value per request if that makes
+//     it escape. ErrAllFiltered when the policy's
+//     filters drop every row. With queueing on (a PolicyProfile whose
+//     class has a busy line), a host asks PolicyClass.ShouldQueue before
+//     this step and parks the request in a PolicyQueue until capacity
+//     frees (admission.go).
 //  5. Books (select_and_reserve, reservations): slot.Book(load,
 //     &Booking{...}) on the Slot of the host's record of the request, with
 //     PrefillTokens = EffectivePrefillTokens(isl, CachedTokens(&p, bs,

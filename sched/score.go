@@ -82,6 +82,12 @@ type Candidate struct {
 
 	// TaintMultiplier multiplies the logit (preferred taints); 0 means 1.
 	TaintMultiplier float64
+
+	// TotalKVBlocks and MaxBatchedTokens are the worker's registered
+	// total_kv_blocks and max_num_batched_tokens (0: not registered), for
+	// policies that weigh load against capacity. The reference's cost
+	// function does not read them.
+	TotalKVBlocks, MaxBatchedTokens int64
 }
 
 // CachedTokens returns the weighted cached tokens of c (cached_w):

@@ -1,70 +1,89 @@
 // Package sim measures routing quality: Run (`kvselect bench --simulate`)
-// replays a workload of package bench once per policy of Policies:
-// kvselect (the selector at bench.Config.Target or StartServer chooses),
-// approximate (the same selector without KV events, at
-// Config.ApproxTarget or StartApproxServer: its workers register no
-// kv_events endpoint and it predicts the engines' caches from its own
-// bookings; nothing is synchronised, and its overlap mismatches count
-// wrong predictions; skipped when neither is given), round_robin and
-// random (seeded by bench.Config.Seed), each over fresh
-// bench.Engines (bench.Config.Workers engines of one rank, KV pools of
-// Config.CapacityBlocks blocks with LRU eviction), the same requests in the
-// same order. The load harness itself is package bench; this package only
-// adds the virtual-time loop, the policies and their report.
+// replays a workload of package bench through simulated vLLM engines
+// (package bench/sim/vllm) in virtual time, once per policy of
+// Config.Policies and load level of Config.Loads, the same requests in the
+// same order, and reports each policy's KV hit rate, latencies,
+// throughput, preemptions and load balance. The policies are kvselect (the
+// selector at bench.Config.Target or StartServer, as configured: in
+// process, the reference's policy), cache_balance (the same selector with
+// router_config_override.routing_policy "cache_balance" on every request),
+// approximate (a selector without KV events, at Config.ApproxTarget or
+// StartApproxServer: its workers register no kv_events endpoint and it
+// predicts the engines' caches from its own bookings; nothing is published
+// or synchronised, and its overlap mismatches count wrong predictions;
+// skipped when neither is given), round_robin and random (seeded by
+// bench.Config.Seed). The load harness
+// itself is package bench; this package adds the virtual-time loop, the
+// policies and their report.
 //
-// # Model
+// # Engines
 //
-// Time is virtual: a trace request arrives at its timestamp times
-// Config.TimeScale, a synthetic one every 1/Config.ArrivalRate seconds.
-// The loop (runSim) takes the requests in arrival order; before routing
-// one it reports the lifecycle events due by then; the chosen engine
-// serves the prompt at once (bench.Engine.ServeTokens: the hit is its
-// cached leading blocks, the rest is stored and published), which gives
-// the same cache history as serving at prefill start, because each
-// engine's prefills run in arrival order. The timing model, per engine:
+// Every worker is one vllm.Engine (one data-parallel rank): continuous
+// batching as vLLM v1 schedules it, chunked prefill under a per-step token
+// budget (max_num_batched_tokens, 8,192 by default), a KV pool of
+// Config.CapacityBlocks blocks with full-block prefix caching, LRU
+// eviction of unreferenced blocks and preemption, and a step time fitted
+// to Vidur's published profile of Meta-Llama-3-8B on an A100 80GB: see
+// vllm.StepModel for the formula, its constants and what it leaves out.
+// The defaults (vllm.DefaultConfig) are that model's pool at block size
+// 64: 6,144 blocks, 393k tokens. A request's token stream is its prompt and
+// its answer (bench.StreamHashes): the answer's full blocks are cached too,
+// and a synthetic conversation's next turn, whose prompt repeats the
+// answer, finds them.
 //
-//   - prefill takes (ISL - hit blocks * block size) / Config.PrefillTPS
-//     seconds, and an engine prefills one request at a time, first come
-//     first served: TTFT = queueing delay + prefill time;
-//   - decode takes OutputTokens / Config.DecodeTPS seconds after the
-//     prefill, beside other requests' prefills and decodes (it costs the
-//     engine nothing; it only keeps the request active);
-//   - no memory pressure from running requests: the pool evicts only to
-//     store new blocks.
+// # Arrivals and load levels
+//
+// A trace's requests arrive at their timestamps times a level's time
+// scale. A synthetic workload's conversations start as a Poisson process
+// (seeded) and each later turn arrives when the previous one has finished,
+// plus a think time drawn once per turn (exponential, mean
+// Config.ThinkTime for a user's turn, Config.ToolThinkTime for a turn
+// carrying a tool's result): sessions are closed loops, as users and
+// agents are.
+//
+// The load levels are fractions of the cluster's capacity, which Run
+// measures first: round-robin over fresh engines with every request queued
+// at time 0, the requests completed per second of engine busy time, times
+// the number of engines (measureCapacity says why busy time). A level of
+// load L offers L times that rate: a trace's time scale, or the rate at
+// which conversations start (times the mean turns per conversation).
+// Without Loads, one level at Config.TimeScale or Config.ArrivalRate.
+//
+// # The loop
+//
+// runSim takes the earliest of the next step end and the next arrival
+// (step ends first at equal times): a step end reports each request's
+// first token (POST prefill_complete for the selector) and end (DELETE),
+// and the engine schedules its next step; the arrivals of one instant are
+// routed one by one, join their engines' waiting queues, and then every
+// idle engine with work schedules a step.
 //
 // # Synchronisation with the selector
 //
-// The kvselect policy calls the selector for every request and reports
-// its lifecycle in virtual-time order: POST /select_and_reserve at arrival
-// (the prompt's body), POST prefill_complete when its prefill ends, DELETE
-// when its decode ends. Every engine publishes one batch per served prompt
-// that was not entirely cached (its evictions, then its stores), and
-// before the next request is routed the simulation polls POST
-// /overlap_scores with the served prompt until the chosen worker's
-// device_blocks reaches the blocks the engine now holds of it (at most
-// Config.SyncTimeout; a timeout is counted, and the first one aborts, as a
-// selector that ingests no KV events). The selector applies a worker's
-// events in order, so the selector scores every request on exactly the
-// engines' pools, and the report checks it: overlap_mismatches counts
-// selections whose overlap.gpu differs from the engine's hit. Wall time
-// therefore depends on the selector's KV-event latency, virtual time does
-// not.
+// The selector's policies see the engines' pools exactly: an engine's pool
+// changes (blocks cached when a step schedules them, blocks evicted to
+// make room) queue on its bench.KVPublisher; before each selection every
+// engine with queued changes closes them with a sync block of that round
+// (syncBlock: remove the previous round's, store this round's) and
+// publishes them as one real vLLM KV event batch over ZMQ, and the
+// simulation polls POST /overlap_scores with the sync block until every
+// publishing worker shows it (at most Config.SyncTimeout; a timeout is
+// counted, the first one aborts). The selector applies a worker's events
+// in order, so the rest of the batch is applied too. The report checks
+// it: overlap_mismatches counts selections whose overlap.gpu differs from
+// the chosen engine's cached prefix at that instant. Wall time therefore
+// depends on the selector's KV-event latency, virtual time does not.
 //
 // # Report
 //
-// Per policy the report gives hit_rate (prompt blocks already cached on the
-// chosen engine / prompt blocks, from the engines' own counts), TTFT
-// p50/p99/mean, requests per worker (max/mean) and the coefficient of
-// variation of the prefilled tokens per worker, and hit_rate_bound, the hit
-// rate of one engine of unbounded capacity (no policy can beat it).
-// On mooncake_trace_1000.jsonl with the defaults (one run, 2026-12-01):
-// kvselect 0.331, approximate 0.334 (6 of 1,000 predictions wrong: the
-// engines evicted what the selector still predicted), round_robin 0.296,
-// random 0.293: on this trace, whose reuse is short-range, the events add
-// nothing over predicting from bookings; they matter when engines evict
-// more, restart, or are shared with traffic the selector does not route.
-// round_robin and random are deterministic; kvselect is as deterministic as
-// the selector's random tie-breaks: on mooncake_trace_1000.jsonl at time
-// scale 1, where workers are often idle and equal, its hit rate varied from
-// 0.32 to 0.35 over runs; at time scale 0.5 three runs were identical.
+// Per level and policy (PolicyResult): hit_rate (prompt blocks found
+// cached when each request was first scheduled, over prompt blocks),
+// TTFT p50/p90/p99, end-to-end p50/p99, throughput (completed requests and
+// tokens per simulated second over the makespan), preemptions, requests
+// and engine busy time per worker (max/mean), evictions; and
+// hit_rate_bound, the hit rate of one engine of unbounded capacity serving
+// the requests in order (no policy over the engines can do better).
+// Report.Policies is the highest level's. round_robin and random are
+// deterministic; the selector's policies are when the in-process selector
+// is used (its tie-breaks are seeded from bench.Config.Seed, --rand-seed).
 package sim

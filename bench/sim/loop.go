@@ -6,55 +6,44 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 
 	"github.com/kvselect/kvselect/bench"
+	"github.com/kvselect/kvselect/bench/sim/vllm"
 )
 
 // router is a policy as the simulation loop drives it. Every method is
 // called from the loop's goroutine, in virtual-time order.
 type router interface {
-	// pick returns the worker index (0-based) for request i.
+	// pick returns the worker index (0-based) for request i, arriving
+	// now. The engines are as they are at that instant.
 	pick(i int, r *simRequest) (int, error)
-	// served tells that request i was served on worker w with hit cached
-	// blocks, stored blocks published (0: nothing published).
-	served(i int, r *simRequest, w, hit, stored int) error
-	// prefillDone and finished report request i's lifecycle.
+	// prefillDone and finished report request i's first token and end.
 	prefillDone(i int) error
 	finished(i int) error
-	// close ends the run (the selector's leak check).
+	// close ends the run (the selector's leak check) and fills res.
 	close(res *PolicyResult) error
 }
 
-// simulatePolicy runs one policy over fresh engines.
-func simulatePolicy(ctx context.Context, name, base string, load *bench.Config, cfg *Config, reqs []simRequest) (*PolicyResult, error) {
-	engines := make([]*bench.Engine, load.Workers)
-	defer func() {
-		for _, e := range engines {
-			if e != nil {
-				e.Close()
-			}
-		}
-	}()
-	for i := range engines {
-		ec := bench.EngineConfig{Ranks: 1, BlockSize: load.BlockSize, CapacityBlocks: cfg.CapacityBlocks, Endpoint: "tcp://127.0.0.1:0"}
-		if name == PolicyKVSelect {
-			ec.ReplayEndpoint = "tcp://127.0.0.1:0"
-		}
-		e, err := bench.NewEngine(ec)
-		if err != nil {
-			return nil, err
-		}
-		engines[i] = e
+// simulatePolicy runs one policy over fresh engines at the workload's
+// current arrangement.
+func simulatePolicy(ctx context.Context, name, base string, load *bench.Config, cfg *Config, w *workload) (*PolicyResult, error) {
+	engines, err := newEngines(load, cfg, w, name == PolicyKVSelect || name == PolicyCacheBalance)
+	if err != nil {
+		return nil, err
 	}
+	defer closeEngines(engines)
 	var rt router
 	switch name {
 	case PolicyRoundRobin:
 		rt = &roundRobin{n: load.Workers}
 	case PolicyRandom:
 		rt = &randomPick{n: load.Workers, rng: newSimRand(load.Seed)}
-	case PolicyKVSelect, PolicyApprox:
-		k, err := newSelectorRouter(ctx, base, load, cfg, engines, name == PolicyApprox)
+	case PolicyKVSelect, PolicyCacheBalance, PolicyApprox:
+		override := ""
+		if name == PolicyCacheBalance {
+			override = PolicyCacheBalance
+		}
+		k, err := newSelectorRouter(ctx, base, load, cfg, engines, override, name == PolicyApprox)
 		if err != nil {
 			return nil, err
 		}
@@ -62,214 +51,164 @@ func simulatePolicy(ctx context.Context, name, base string, load *bench.Config, 
 	default:
 		return nil, fmt.Errorf("%w: policy %q", bench.ErrConfig, name)
 	}
-	return runSim(ctx, load.BlockSize, cfg, reqs, engines, rt)
+	return runSim(ctx, cfg, w, engines, rt, false)
 }
 
-// prefillQueue is one engine's prefill in virtual time: prefills run one
-// at a time in arrival order (a FIFO server); decodes run beside them and
-// never delay a prefill.
-type prefillQueue struct {
-	freeAt float64 // when the running prefills end (virtual seconds)
+// arrival is a request due at t.
+type arrival struct {
+	t float64
+	i int
 }
 
-// admit queues a prefill of d seconds arriving at t and returns when it
-// starts and ends; TTFT is end - t.
-func (q *prefillQueue) admit(t, d float64) (start, end float64) {
-	start = max(t, q.freeAt)
-	end = start + d
-	q.freeAt = end
-	return start, end
-}
+// arrivals orders arrivals by time, then request index.
+type arrivals []arrival
 
-// lifecycle event kinds, in the order they are reported at equal times.
-const (
-	evPrefillDone = iota
-	evFinished
-)
-
-type simEvent struct {
-	t    float64
-	kind int
-	req  int
-}
-
-// eventHeap orders events by time, kind, then request.
-type eventHeap []simEvent
-
-func (h eventHeap) Len() int { return len(h) }
-func (h eventHeap) Less(i, j int) bool {
-	a, b := h[i], h[j]
-	if a.t != b.t {
-		return a.t < b.t
+func (h arrivals) Len() int { return len(h) }
+func (h arrivals) Less(i, j int) bool {
+	if h[i].t != h[j].t {
+		return h[i].t < h[j].t
 	}
-	if a.kind != b.kind {
-		return a.kind < b.kind
-	}
-	return a.req < b.req
+	return h[i].i < h[j].i
 }
-func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *eventHeap) Push(x any)   { *h = append(*h, x.(simEvent)) }
-func (h *eventHeap) Pop() any {
+func (h arrivals) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *arrivals) Push(x any)   { *h = append(*h, x.(arrival)) }
+func (h *arrivals) Pop() any {
 	old := *h
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
 }
 
-// runSim is the virtual-time loop over engines of block size bs. For each
-// request in arrival order:
+// runSim is the virtual-time loop over the engines. Requests without a
+// previous turn arrive at their arrangement's time (all at 0 when
+// saturate, which also ignores conversation order); a turn with a previous
+// one arrives its think time after that turn finished. Then, always taking
+// the earliest of the next step end and the next arrival (step ends first
+// at equal times, lower engine index first):
 //
-//  1. report the lifecycle events due by its arrival (prefill completions
-//     and finishes, in time order);
-//  2. ask the router for a worker;
-//  3. serve the prompt on that worker's engine (hits are its cached leading
-//     blocks; the rest is stored, evicting LRU blocks, and published);
-//  4. tell the router (the selector's router waits here for the batch to
-//     be applied);
-//  5. queue its prefill of (ISL - hit*block size) / PrefillTPS seconds on
-//     the engine: TTFT = queueing + prefill; it finishes OutputTokens /
-//     DecodeTPS seconds after its prefill.
-//
-// After the last arrival the remaining events are reported.
-func runSim(ctx context.Context, bs int, cfg *Config, reqs []simRequest, engines []*bench.Engine, rt router) (*PolicyResult, error) {
+//  1. a step end: the engine's outcomes are recorded and reported to the
+//     router (first token: prefillDone; end: finished, and the next turn
+//     is scheduled), then the engine starts its next step;
+//  2. the arrivals at that instant, one by one: the router picks a worker
+//     (the selector's router first publishes the engines' pending KV
+//     events and waits until they are applied) and the request joins that
+//     engine's waiting queue; then every idle engine with work starts a
+//     step.
+func runSim(ctx context.Context, cfg *Config, w *workload, engines []*simEngine, rt router, saturate bool) (*PolicyResult, error) {
 	n := len(engines)
 	res := &PolicyResult{
-		Requests:               len(reqs),
+		Requests:               len(w.reqs),
 		RequestsPerWorker:      make([]int, n),
 		PrefillTokensPerWorker: make([]int64, n),
 	}
-	queues := make([]prefillQueue, n)
-	ttft := make([]float64, 0, len(reqs))
-	var events eventHeap
-	report := func(until float64) error {
-		for len(events) > 0 && events[0].t <= until {
-			ev := heap.Pop(&events).(simEvent)
-			var err error
-			if ev.kind == evPrefillDone {
-				err = rt.prefillDone(ev.req)
-			} else {
-				err = rt.finished(ev.req)
-			}
-			if err != nil {
-				return err
-			}
+	vr := make([]vllm.Request, len(w.reqs))
+	worker := make([]int, len(w.reqs))
+	var due arrivals
+	for k := range w.reqs {
+		r := &w.reqs[k]
+		vr[k] = vllm.Request{ID: k, Hashes: r.hashes, PromptTokens: r.p.ISL, OutputTokens: r.out}
+		switch {
+		case saturate:
+			due = append(due, arrival{0, k})
+		case r.prev < 0:
+			due = append(due, arrival{r.at, k})
 		}
-		return nil
 	}
-	var tokens []uint32
-	for i := range reqs {
-		if i%64 == 0 {
+	heap.Init(&due)
+	var rec recorder
+	done, steps := 0, 0
+	for done < len(w.reqs) {
+		if steps++; steps%4096 == 0 {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
 		}
-		r := &reqs[i]
-		if err := report(r.arrival); err != nil {
-			return nil, err
+		e, tE := -1, math.Inf(1)
+		for j, s := range engines {
+			if s.eng.Busy() && s.eng.StepEnd() < tE {
+				e, tE = j, s.eng.StepEnd()
+			}
 		}
-		w, err := rt.pick(i, r)
-		if err != nil {
-			return nil, err
+		tA := math.Inf(1)
+		if len(due) > 0 {
+			tA = due[0].t
 		}
-		if w < 0 || w >= n {
-			return nil, fmt.Errorf("sim: request %d routed to worker index %d of %d", i, w, n)
+		switch {
+		case e >= 0 && tE <= tA:
+			for _, o := range engines[e].eng.Finish() {
+				k := o.Req.ID
+				var err error
+				if o.Kind == vllm.FirstToken {
+					err = rt.prefillDone(k)
+				} else {
+					done++
+					rec.finished(o.Req, &w.reqs[k])
+					err = rt.finished(k)
+					if s := w.reqs[k].succ; s >= 0 && !saturate {
+						heap.Push(&due, arrival{o.Req.Finish + w.reqs[s].think, s})
+					}
+				}
+				if err != nil {
+					return nil, err
+				}
+			}
+			engines[e].eng.Start(tE)
+		case len(due) > 0:
+			// Every request arriving at tA is routed before any engine
+			// schedules a step: an engine's scheduler sees them together.
+			for len(due) > 0 && due[0].t == tA {
+				a := heap.Pop(&due).(arrival)
+				r := &w.reqs[a.i]
+				wi, err := rt.pick(a.i, r)
+				if err != nil {
+					return nil, err
+				}
+				if wi < 0 || wi >= n {
+					return nil, fmt.Errorf("sim: request %d routed to worker index %d of %d", a.i, wi, n)
+				}
+				worker[a.i] = wi
+				vr[a.i].Arrival = a.t
+				engines[wi].eng.Add(&vr[a.i])
+				res.RequestsPerWorker[wi]++
+			}
+			for _, s := range engines {
+				s.eng.Start(tA)
+			}
+		default:
+			return nil, noProgress(done, len(w.reqs))
 		}
-		tokens = r.p.AppendTokens(tokens[:0], bs)
-		before := engines[w].Stats().Stored
-		hit := engines[w].ServeTokens(0, tokens)
-		stored := int(engines[w].Stats().Stored - before)
-		if err := rt.served(i, r, w, hit, stored); err != nil {
-			return nil, err
-		}
-		uncached := max(r.p.ISL-hit*bs, 0)
-		_, end := queues[w].admit(r.arrival, float64(uncached)/cfg.PrefillTPS)
-		heap.Push(&events, simEvent{t: end, kind: evPrefillDone, req: i})
-		heap.Push(&events, simEvent{t: end + float64(r.p.OutputTokens)/cfg.DecodeTPS, kind: evFinished, req: i})
-		ttft = append(ttft, end-r.arrival)
-		res.HitBlocks += int64(hit)
-		res.PromptBlocks += int64(len(r.p.Local))
-		res.PrefillTokens += int64(uncached)
-		res.RequestsPerWorker[w]++
-		res.PrefillTokensPerWorker[w] += int64(uncached)
 	}
-	if err := report(math.Inf(1)); err != nil {
-		return nil, err
+	for k := range vr {
+		res.PrefillTokensPerWorker[worker[k]] += int64(vr[k].PromptTokens - vr[k].HitBlocks*engines[0].bs + vr[k].Recomputed)
 	}
-	for _, e := range engines {
-		res.EvictedBlocks += e.Stats().Evicted
+	busy := make([]float64, n)
+	for j, s := range engines {
+		st := s.eng.Stats()
+		res.EvictedBlocks += st.Evicted
+		res.HitBlocks += int64(st.HitBlocks)
+		res.PromptBlocks += int64(st.PromptBlocks)
+		res.Preemptions += int64(st.Preemptions)
+		res.RecomputedTokens += int64(st.Recomputed)
+		busy[j] = st.BusySeconds
 	}
-	res.finish(ttft)
+	rec.fill(res, busy)
 	if err := rt.close(res); err != nil {
 		return nil, err
 	}
 	return res, nil
 }
 
-// finish computes the derived figures from the counters and the TTFTs (s).
-func (res *PolicyResult) finish(ttft []float64) {
-	if res.PromptBlocks > 0 {
-		res.HitRate = float64(res.HitBlocks) / float64(res.PromptBlocks)
-	}
-	slices.Sort(ttft)
-	if len(ttft) > 0 {
-		res.TTFTp50ms = 1000 * quantile(ttft, 0.50)
-		res.TTFTp99ms = 1000 * quantile(ttft, 0.99)
-		res.TTFTMaxms = 1000 * ttft[len(ttft)-1]
-		var sum float64
-		for _, v := range ttft {
-			sum += v
-		}
-		res.TTFTMeanms = 1000 * sum / float64(len(ttft))
-		res.TTFTms = make([]float64, len(ttft))
-		for i, v := range ttft {
-			res.TTFTms[i] = 1000 * v
-		}
-	}
-	var maxReq int
-	for _, c := range res.RequestsPerWorker {
-		maxReq = max(maxReq, c)
-	}
-	if res.Requests > 0 {
-		res.RequestsMaxOverMean = float64(maxReq) * float64(len(res.RequestsPerWorker)) / float64(res.Requests)
-	}
-	res.PrefillTokensCV = cv(res.PrefillTokensPerWorker)
-}
-
-// quantile returns the q-quantile of sorted (nearest rank).
-func quantile(sorted []float64, q float64) float64 {
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-// cv is the population coefficient of variation of xs (0 when the mean is 0).
-func cv(xs []int64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	var mean float64
-	for _, x := range xs {
-		mean += float64(x)
-	}
-	mean /= float64(len(xs))
-	if mean == 0 {
-		return 0
-	}
-	var ss float64
-	for _, x := range xs {
-		d := float64(x) - mean
-		ss += d * d
-	}
-	return math.Sqrt(ss/float64(len(xs))) / mean
-}
-
 // roundRobin sends request k (in arrival order) to worker k mod n.
-type roundRobin struct{ n int }
+type roundRobin struct{ n, next int }
 
-func (p *roundRobin) pick(i int, _ *simRequest) (int, error)       { return i % p.n, nil }
-func (p *roundRobin) served(int, *simRequest, int, int, int) error { return nil }
-func (p *roundRobin) prefillDone(int) error                        { return nil }
-func (p *roundRobin) finished(int) error                           { return nil }
-func (p *roundRobin) close(*PolicyResult) error                    { return nil }
+func (p *roundRobin) pick(int, *simRequest) (int, error) {
+	w := p.next
+	p.next = (p.next + 1) % p.n
+	return w, nil
+}
+func (p *roundRobin) prefillDone(int) error     { return nil }
+func (p *roundRobin) finished(int) error        { return nil }
+func (p *roundRobin) close(*PolicyResult) error { return nil }
 
 // newSimRand is the random policy's generator for seed.
 func newSimRand(seed int64) *rand.Rand { return rand.New(rand.NewPCG(uint64(seed), 0x72616e646f6d)) }
@@ -280,8 +219,7 @@ type randomPick struct {
 	rng *rand.Rand
 }
 
-func (p *randomPick) pick(int, *simRequest) (int, error)           { return p.rng.IntN(p.n), nil }
-func (p *randomPick) served(int, *simRequest, int, int, int) error { return nil }
-func (p *randomPick) prefillDone(int) error                        { return nil }
-func (p *randomPick) finished(int) error                           { return nil }
-func (p *randomPick) close(*PolicyResult) error                    { return nil }
+func (p *randomPick) pick(int, *simRequest) (int, error) { return p.rng.IntN(p.n), nil }
+func (p *randomPick) prefillDone(int) error              { return nil }
+func (p *randomPick) finished(int) error                 { return nil }
+func (p *randomPick) close(*PolicyResult) error          { return nil }

@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/kvselect/kvselect/bench"
+	"github.com/kvselect/kvselect/bench/sim/vllm"
 )
 
 // Config shapes a routing-quality simulation (Run). The workload, the
@@ -16,22 +17,36 @@ import (
 // StartServer) and the HTTP timeouts come from the bench.Config given to
 // Run.
 type Config struct {
-	// CapacityBlocks is each engine's KV pool in blocks.
+	// CapacityBlocks is each engine's KV pool in blocks (num_gpu_blocks).
 	CapacityBlocks int
-	// PrefillTPS is an engine's prefill speed in tokens per second: a
-	// request's prefill takes its uncached prompt tokens / PrefillTPS.
-	PrefillTPS float64
-	// DecodeTPS is one request's decode speed in tokens per second: its
-	// decode takes output tokens / DecodeTPS after the prefill.
-	DecodeTPS float64
-	// TimeScale multiplies the trace's arrival times (0.5 replays it at
-	// twice the rate).
+	// MaxBatchedTokens is each engine's per-step token budget
+	// (max_num_batched_tokens), also registered with the selector.
+	MaxBatchedTokens int
+	// MaxNumSeqs caps each engine's running requests (max_num_seqs).
+	MaxNumSeqs int
+	// Step is the engines' step-time model.
+	Step vllm.StepModel
+	// Loads are the load levels to simulate, as fractions of the
+	// cluster's capacity (Run measures it first; see the package doc).
+	// Empty: one level at TimeScale (a trace) or ArrivalRate (a
+	// synthetic workload) instead.
+	Loads []float64
+	// TimeScale multiplies a trace's arrival times when Loads is empty
+	// (0.5 replays it at twice the rate).
 	TimeScale float64
-	// ArrivalRate is the arrival rate in requests per second of a workload
-	// without timestamps (the synthetic one): arrivals are evenly spaced.
+	// ArrivalRate is the rate in requests per second at which a
+	// synthetic workload's conversations start their first turns (a
+	// Poisson process) when Loads is empty.
 	ArrivalRate float64
-	// SyncTimeout bounds the wait for the selector to apply one KV event
-	// batch (see the package doc).
+	// ThinkTime is the mean pause in seconds (exponential) between the end
+	// of a conversation's turn and the arrival of its next turn, a user
+	// reading and typing; ToolThinkTime the pause before a turn that
+	// carries a tool's result (an agent's tool call running).
+	ThinkTime, ToolThinkTime float64
+	// Policies are the policies to run, in order (Policies' names).
+	Policies []string
+	// SyncTimeout bounds the wait for the selector to apply one round of
+	// KV event batches (see the package doc).
 	SyncTimeout time.Duration
 	// ApproxTarget is the base URL of a selector running without KV events
 	// (approximate mode), for the approximate policy; empty means: start
@@ -40,57 +55,73 @@ type Config struct {
 	StartApproxServer func() (bench.Server, error)
 }
 
-// DefaultConfig returns the simulation defaults, to be used with block
-// size 64 and 8 workers. They are chosen for mooncake_trace_1000.jsonl
-// (1,000 requests over 177 s, mean prompt 9,792 tokens, 12,207 distinct
-// 512-token blocks, that is 97,656 distinct 64-token blocks):
-//   - 8,192 blocks of 64 tokens per engine (524k tokens, about 53 mean
-//     prompts; the KV cache of a Llama-3-8B, 128 KiB per token, in 64 GiB)
-//     hold together 65,536 blocks, two thirds of the trace's distinct
-//     content: every engine evicts under every policy (35k to 42k blocks
-//     over the trace), yet the pools are large enough that the trace's
-//     reuse, which is mostly short-range, survives: measured, the hit rates
-//     are within 0.005 of those with unbounded pools, so the comparison is
-//     about routing, not about a cache too small for any policy (at 4,096
-//     blocks kvselect's hit rate falls from 0.34 to 0.30, round-robin's
-//     from 0.30 to 0.29);
-//   - 10,000 prefill tokens/s per engine: the trace offers 55k prompt
-//     tokens/s, so 8 engines without any cache hit would run at 70% of
-//     their prefill capacity: queues form, and cache hits shorten them;
-//   - 100 decode tokens/s per request (10 ms per output token, a usual
-//     inter-token latency): a request stays active (booked on the selector)
-//     for its mean 199 output tokens about 2 s after its prefill.
+// DefaultConfig returns the simulation defaults, for block size 64 and 8
+// workers: vllm.DefaultConfig's engines (6,144 blocks of 64 tokens, 8,192
+// tokens per step, 256 sequences, Meta-Llama-3-8B on an A100 80GB), load
+// levels of 50% and 90% of capacity, 5 s of thinking between a user's
+// turns and 1 s before a tool result, and every policy.
 func DefaultConfig() Config {
+	e := vllm.DefaultConfig()
 	return Config{
-		CapacityBlocks: 8192,
-		PrefillTPS:     10_000,
-		DecodeTPS:      100,
-		TimeScale:      1,
-		ArrivalRate:    10,
-		SyncTimeout:    5 * time.Second,
+		CapacityBlocks:   e.NumBlocks,
+		MaxBatchedTokens: e.MaxBatchedTokens,
+		MaxNumSeqs:       e.MaxNumSeqs,
+		Step:             e.Step,
+		Loads:            []float64{0.5, 0.9},
+		TimeScale:        1,
+		ArrivalRate:      2,
+		ThinkTime:        5,
+		ToolThinkTime:    1,
+		Policies:         slices.Clone(Policies),
+		SyncTimeout:      5 * time.Second,
 	}
 }
 
 // Validate reports the first invalid field.
 func (s *Config) Validate() error {
+	ec := s.engineConfig(64)
+	if err := ec.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", bench.ErrConfig, err)
+	}
+	for _, l := range s.Loads {
+		if !(l > 0) || math.IsInf(l, 0) {
+			return fmt.Errorf("%w: load level %v must be > 0", bench.ErrConfig, l)
+		}
+	}
 	switch {
-	case s.CapacityBlocks < 1:
-		return fmt.Errorf("%w: capacity blocks %d < 1", bench.ErrConfig, s.CapacityBlocks)
-	case !(s.PrefillTPS > 0) || !(s.DecodeTPS > 0):
-		return fmt.Errorf("%w: prefill and decode tokens/s must be > 0", bench.ErrConfig)
-	case !(s.TimeScale >= 0) || math.IsInf(s.TimeScale, 0):
-		return fmt.Errorf("%w: time scale %v must be >= 0", bench.ErrConfig, s.TimeScale)
-	case !(s.ArrivalRate > 0):
+	case len(s.Loads) == 0 && (!(s.TimeScale > 0) || math.IsInf(s.TimeScale, 0)):
+		return fmt.Errorf("%w: time scale %v must be > 0", bench.ErrConfig, s.TimeScale)
+	case len(s.Loads) == 0 && !(s.ArrivalRate > 0):
 		return fmt.Errorf("%w: arrival rate %v must be > 0", bench.ErrConfig, s.ArrivalRate)
+	case !(s.ThinkTime >= 0) || !(s.ToolThinkTime >= 0) || math.IsInf(s.ThinkTime+s.ToolThinkTime, 0):
+		return fmt.Errorf("%w: think times must be finite and >= 0", bench.ErrConfig)
 	case s.SyncTimeout <= 0:
 		return fmt.Errorf("%w: sync timeout %v must be > 0", bench.ErrConfig, s.SyncTimeout)
+	case len(s.Policies) == 0:
+		return fmt.Errorf("%w: no policy to simulate", bench.ErrConfig)
+	}
+	for _, p := range s.Policies {
+		if !slices.Contains(Policies, p) {
+			return fmt.Errorf("%w: unknown policy %q (want some of %v)", bench.ErrConfig, p, Policies)
+		}
 	}
 	return nil
 }
 
+func (s *Config) engineConfig(bs int) vllm.Config {
+	return vllm.Config{BlockSize: bs, NumBlocks: s.CapacityBlocks, MaxBatchedTokens: s.MaxBatchedTokens, MaxNumSeqs: s.MaxNumSeqs, Step: s.Step}
+}
+
 // Policy names, in the report's order.
 const (
+	// PolicyKVSelect is the selector as configured (kvselect's default:
+	// the reference's policy, Dynamo's decisions).
 	PolicyKVSelect = "kvselect"
+	// PolicyCacheBalance is the selector with
+	// router_config_override.routing_policy "cache_balance" on every
+	// request (kvselect's own policy; a selector without it ignores the
+	// key and decides as PolicyKVSelect).
+	PolicyCacheBalance = "cache_balance"
 	// PolicyApprox is kvselect without KV events: its selector predicts
 	// the engines' caches from its own bookings (approximate mode).
 	PolicyApprox     = "approximate"
@@ -98,14 +129,22 @@ const (
 	PolicyRandom     = "random"
 )
 
-// Policies are the policies Run simulates, in order.
-var Policies = []string{PolicyKVSelect, PolicyApprox, PolicyRoundRobin, PolicyRandom}
+// Policies are the policies Run can simulate, in the report's order.
+var Policies = []string{PolicyKVSelect, PolicyCacheBalance, PolicyApprox, PolicyRoundRobin, PolicyRandom}
 
-// Run replays load.Workload through simulated engines once per policy
-// (Policies) and reports each policy's KV hit rate, simulated TTFT and
-// load balance. See the package doc for the model and the synchronisation
-// with the selector. Of load it uses the workload, Workers, BlockSize,
-// Seed, the selector (Target or StartServer), the timeouts and Log.
+// selectorPolicy reports whether policy name asks a selector.
+func selectorPolicy(name string) bool {
+	return name == PolicyKVSelect || name == PolicyCacheBalance || name == PolicyApprox
+}
+
+// Run measures the cluster's capacity (unless cfg.Loads is empty), then
+// replays load.Workload at every load level through fresh simulated
+// engines once per policy of cfg.Policies, the same requests in the same
+// order, and reports each policy's KV hit rate, latencies, throughput,
+// preemptions and load balance. See the package doc for the model and the
+// synchronisation with the selector. Of load it uses the workload,
+// Workers, BlockSize, Seed, the selector (Target or StartServer), the
+// timeouts and Log.
 func Run(ctx context.Context, load bench.Config, cfg Config) (*Report, error) {
 	if err := load.Validate(); err != nil {
 		return nil, err
@@ -126,102 +165,113 @@ func Run(ctx context.Context, load bench.Config, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	fmt.Fprintf(logw, "workload %s\n", desc)
-	reqs := simRequests(prompts, &cfg)
-
-	base, stop, err := bench.ResolveTarget(&load, logw)
+	w, err := newWorkload(prompts, &load, &cfg)
 	if err != nil {
 		return nil, err
 	}
-	defer stop()
+	ec := cfg.engineConfig(load.BlockSize)
 	rep := &Report{
-		Target: base, Workload: desc, Workers: load.Workers, BlockSize: load.BlockSize,
-		CapacityBlocks: cfg.CapacityBlocks, PrefillTPS: cfg.PrefillTPS, DecodeTPS: cfg.DecodeTPS,
-		TimeScale: cfg.TimeScale, Seed: load.Seed, Policies: map[string]*PolicyResult{},
-		HitRateBound: hitRateBound(reqs),
+		Workload: desc, Workers: load.Workers, BlockSize: load.BlockSize,
+		CapacityBlocks: cfg.CapacityBlocks, Seed: load.Seed, Policies: map[string]*PolicyResult{},
+		HitRateBound: w.hitRateBound(load.BlockSize),
+		PrefillTPS:   float64(ec.MaxBatchedTokens) / (ec.Step.Linear(ec.MaxBatchedTokens) + ec.Step.Attention(0, ec.MaxBatchedTokens)),
+		DecodeTPS:    1 / (ec.Step.Linear(1) + ec.Step.Attention(1024, 1)),
+		Engine: EngineReport{
+			Model: "Meta-Llama-3-8B on an A100 80GB (Vidur profile; bench/sim/vllm.StepModel)", MaxBatchedTokens: ec.MaxBatchedTokens,
+			MaxNumSeqs: ec.MaxNumSeqs, Step: ec.Step,
+		},
 	}
-	for _, name := range Policies {
-		if err := ctx.Err(); err != nil {
+	levels, err := planLevels(ctx, w, &load, &cfg, rep, logw)
+	if err != nil {
+		return nil, err
+	}
+
+	var base, approx string
+	if slices.ContainsFunc(cfg.Policies, func(p string) bool { return p == PolicyKVSelect || p == PolicyCacheBalance }) {
+		b, stop, err := bench.ResolveTarget(&load, logw)
+		if err != nil {
 			return nil, err
 		}
-		t0 := time.Now()
-		target := base
-		if name == PolicyApprox {
-			var stopApprox func()
-			target, stopApprox, err = resolveApprox(&cfg, logw)
-			if err != nil {
-				return nil, err
-			}
-			if target == "" {
-				fmt.Fprintf(logw, "policy %s: skipped (no selector without KV events: --approx-target)\n", name)
-				continue
-			}
-			defer stopApprox()
-		}
-		res, err := simulatePolicy(ctx, name, target, &load, &cfg, reqs)
+		defer stop()
+		base = b
+	}
+	if slices.Contains(cfg.Policies, PolicyApprox) {
+		a, stop, err := resolveApprox(&cfg, logw)
 		if err != nil {
-			return nil, fmt.Errorf("sim: policy %s: %w", name, err)
+			return nil, err
 		}
-		rep.Policies[name] = res
-		fmt.Fprintf(logw, "policy %s: hit rate %.3f, TTFT p50 %.0f ms (%.1f s)\n", name, res.HitRate, res.TTFTp50ms, time.Since(t0).Seconds())
-		if res.SyncTimeouts > 0 {
-			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s: %d KV event batches not applied by the selector within %v", name, res.SyncTimeouts, cfg.SyncTimeout))
-		}
-		if res.LeakedReservations != 0 {
-			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s: leaked reservations %d", name, res.LeakedReservations))
+		defer stop()
+		approx = a
+		if approx == "" {
+			fmt.Fprintf(logw, "policy %s: skipped (no selector without KV events: --approx-target)\n", PolicyApprox)
 		}
 	}
+	rep.Target = base
+	for _, lv := range levels {
+		w.arrange(lv, &cfg, load.Seed)
+		for _, name := range cfg.Policies {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			target := base
+			if name == PolicyApprox {
+				if target = approx; target == "" {
+					continue
+				}
+			}
+			t0 := time.Now()
+			res, err := simulatePolicy(ctx, name, target, &load, &cfg, w)
+			if err != nil {
+				return nil, fmt.Errorf("sim: policy %s at %s: %w", name, lv.label(), err)
+			}
+			lv.Policies[name] = res
+			fmt.Fprintf(logw, "%s, %s: hit rate %.3f, TTFT p50 %.0f ms p99 %.0f ms (%.1f s)\n",
+				lv.label(), name, res.HitRate, res.TTFTp50ms, res.TTFTp99ms, time.Since(t0).Seconds())
+			if res.SyncTimeouts > 0 {
+				rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s, %s: %d rounds of KV event batches not applied by the selector within %v", lv.label(), name, res.SyncTimeouts, cfg.SyncTimeout))
+			}
+			if res.LeakedReservations != 0 {
+				rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s, %s: leaked reservations %d", lv.label(), name, res.LeakedReservations))
+			}
+		}
+		rep.Levels = append(rep.Levels, lv)
+	}
+	// The summary fields are the highest load level's.
+	top := rep.Levels[len(rep.Levels)-1]
+	rep.Policies, rep.TimeScale = top.Policies, top.TimeScale
 	rep.WallS = time.Since(start).Seconds()
 	return rep, nil
 }
 
-// simRequest is one request of the replay: its prompt and its arrival time
-// in virtual seconds. reqs are sorted by arrival, then by prompt order.
-type simRequest struct {
-	p       *bench.Prompt
-	arrival float64
-}
-
-// simRequests orders the prompts by arrival: a trace's timestamps (ms)
-// times TimeScale, or evenly spaced at ArrivalRate without timestamps.
-func simRequests(prompts []bench.Prompt, cfg *Config) []simRequest {
-	reqs := make([]simRequest, len(prompts))
-	for i := range prompts {
-		p := &prompts[i]
-		var at float64
-		if p.TraceIDs != nil {
-			at = float64(p.TimestampMs) / 1000 * cfg.TimeScale
+// planLevels returns the levels to simulate: cfg.Loads as fractions of the
+// capacity that measureCapacity finds, or one level at the configured
+// time scale or arrival rate.
+func planLevels(ctx context.Context, w *workload, load *bench.Config, cfg *Config, rep *Report, logw io.Writer) ([]*Level, error) {
+	if len(cfg.Loads) == 0 {
+		lv := &Level{TimeScale: cfg.TimeScale, Policies: map[string]*PolicyResult{}}
+		if w.trace {
+			lv.ArrivalRPS = w.traceRate() / cfg.TimeScale
 		} else {
-			at = float64(i) / cfg.ArrivalRate
+			lv.ArrivalRPS = cfg.ArrivalRate
 		}
-		reqs[i] = simRequest{p: p, arrival: at}
+		return []*Level{lv}, nil
 	}
-	sort.SliceStable(reqs, func(a, b int) bool { return reqs[a].arrival < reqs[b].arrival })
-	return reqs
-}
-
-// hitRateBound replays reqs on one unbounded cache: a prompt's hit is its
-// longest prefix (of full blocks) that an earlier prompt also had.
-func hitRateBound(reqs []simRequest) float64 {
-	seen := make(map[uint64]struct{})
-	var hit, total int
-	for _, r := range reqs {
-		k := 0
-		for k < len(r.p.Seq) {
-			if _, ok := seen[r.p.Seq[k]]; !ok {
-				break
-			}
-			k++
+	t0 := time.Now()
+	capRPS, err := measureCapacity(ctx, w, load, cfg)
+	if err != nil {
+		return nil, err
+	}
+	rep.CapacityRPS = capRPS
+	fmt.Fprintf(logw, "capacity %.2f requests/s (round-robin, every request queued at once; %.1f s)\n", capRPS, time.Since(t0).Seconds())
+	var levels []*Level
+	for _, l := range cfg.Loads {
+		lv := &Level{Load: l, ArrivalRPS: l * capRPS, Policies: map[string]*PolicyResult{}}
+		if w.trace {
+			lv.TimeScale = w.traceRate() / lv.ArrivalRPS
 		}
-		hit += k
-		total += len(r.p.Seq)
-		for _, h := range r.p.Seq[k:] {
-			seen[h] = struct{}{}
-		}
+		levels = append(levels, lv)
 	}
-	if total == 0 {
-		return 0
-	}
-	return float64(hit) / float64(total)
+	return levels, nil
 }
 
 // resolveApprox returns the approximate policy's selector: ApproxTarget, or

@@ -2,183 +2,142 @@ package sim
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"math"
 	"reflect"
 	"testing"
 
 	"github.com/kvselect/kvselect/bench"
+	"github.com/kvselect/kvselect/bench/sim/vllm"
 )
 
-func TestPrefillQueueFIFO(t *testing.T) {
-	var q prefillQueue
-	for _, c := range []struct{ at, d, start, end float64 }{
-		{0, 1, 0, 1},        // idle engine: starts at once
-		{0.5, 2, 1, 3},      // waits for the first
-		{2, 0, 3, 3},        // fully cached: no prefill, still queued behind
-		{10, 0.5, 10, 10.5}, // idle again
-	} {
-		s, e := q.admit(c.at, c.d)
-		if s != c.start || e != c.end {
-			t.Fatalf("admit(%v, %v) = %v, %v; want %v, %v", c.at, c.d, s, e, c.start, c.end)
-		}
-	}
-}
-
-// simTestConfig is a small trace: four requests on a 64-token block size,
-// the third repeating the first's prefix.
-func simTestConfig(workers int) (*bench.Config, *Config, []bench.Prompt) {
+// testWorkload is a small trace on a 64-token block size, engines of 64
+// blocks, every step 1 s (no per-token cost): times are easy to check.
+func testWorkload(t *testing.T, workers int, recs []bench.TraceRecord) (*bench.Config, *Config, *workload) {
+	t.Helper()
 	load := bench.DefaultConfig()
 	load.Workers = workers
 	load.BlockSize = 64
 	cfg := DefaultConfig()
 	cfg.CapacityBlocks = 64
-	cfg.PrefillTPS = 1000
-	cfg.DecodeTPS = 100
-	recs := []bench.TraceRecord{
-		{Timestamp: 0, InputLength: 1024, OutputLength: 100, HashIDs: []uint64{1, 2}},
-		{Timestamp: 0, InputLength: 1000, OutputLength: 10, HashIDs: []uint64{3, 4}},
-		{Timestamp: 5000, InputLength: 1536, OutputLength: 0, HashIDs: []uint64{1, 2, 5}},
-		{Timestamp: 5000, InputLength: 512, OutputLength: 0, HashIDs: []uint64{3}},
-	}
+	cfg.Step = vllm.StepModel{Weights: 1}
 	ps, err := bench.ExpandTrace(recs, load.BlockSize)
 	if err != nil {
-		panic(err)
+		t.Fatal(err)
 	}
-	return &load, &cfg, ps
-}
-
-func newTestEngines(t *testing.T, load *bench.Config, cfg *Config) []*bench.Engine {
-	t.Helper()
-	es := make([]*bench.Engine, load.Workers)
-	for i := range es {
-		e, err := bench.NewEngine(bench.EngineConfig{BlockSize: load.BlockSize, CapacityBlocks: cfg.CapacityBlocks, Endpoint: "tcp://127.0.0.1:0"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close() })
-		es[i] = e
-	}
-	return es
-}
-
-// TestSimTimingModel checks TTFTs worked out by hand on one engine at
-// 1,000 prefill tokens/s: request 0 prefills 1,024 tokens (1.024 s), request
-// 1 queues behind it (1.000 s more: TTFT 2.024 s); at 5 s request 2 finds
-// its first 16 blocks cached and prefills 512 tokens (0.512 s), request 3
-// finds its 8 blocks cached (prefill 0) but queues behind request 2.
-func TestSimTimingModel(t *testing.T) {
-	load, cfg, ps := simTestConfig(1)
-	reqs := simRequests(ps, cfg)
-	res, err := runSim(context.Background(), load.BlockSize, cfg, reqs, newTestEngines(t, load, cfg), &roundRobin{n: 1})
+	w, err := newWorkload(ps, &load, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := hitRateBound(reqs); b != 24.0/63 {
-		t.Fatalf("hit rate bound %v, want 24/63", b)
-	}
-	if res.HitBlocks != 16+8 || res.PromptBlocks != 16+15+24+8 {
-		t.Fatalf("hit %d of %d blocks", res.HitBlocks, res.PromptBlocks)
-	}
-	if res.PrefillTokens != 1024+1000+512+0 {
-		t.Fatalf("prefill tokens %d", res.PrefillTokens)
-	}
-	// Sorted TTFTs: 0.512, 0.512, 1.024, 2.024 s; p50 is the 2nd, p99 the 4th.
-	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
-	if !near(res.TTFTp50ms, 512) || !near(res.TTFTp99ms, 2024) || !near(res.TTFTMaxms, 2024) || !near(res.TTFTMeanms, (512+512+1024+2024)/4.0) {
-		t.Fatalf("TTFT p50 %v p99 %v max %v mean %v", res.TTFTp50ms, res.TTFTp99ms, res.TTFTMaxms, res.TTFTMeanms)
-	}
+	return &load, &cfg, w
 }
 
-// lifecycleRecorder is round-robin that records the lifecycle calls and
-// checks every hit against the engine's own Cached before serving.
-type lifecycleRecorder struct {
+var fourRequests = []bench.TraceRecord{
+	{Timestamp: 0, InputLength: 1024, OutputLength: 2, HashIDs: []uint64{1, 2}},
+	{Timestamp: 0, InputLength: 1000, OutputLength: 1, HashIDs: []uint64{3, 4}},
+	{Timestamp: 5000, InputLength: 1536, OutputLength: 1, HashIDs: []uint64{1, 2, 5}},
+	{Timestamp: 5000, InputLength: 512, OutputLength: 1, HashIDs: []uint64{3}},
+}
+
+// recorder is round-robin that logs the lifecycle calls and checks the
+// time of each pick against the engines' state.
+type callLog struct {
 	roundRobin
-	t       *testing.T
-	engines []*bench.Engine
-	bs      int
-	cap     int // the engines' capacity in blocks
-	calls   []string
-	before  int // the chosen engine's Cached count before serving
+	calls []string
 }
 
-func (r *lifecycleRecorder) pick(i int, q *simRequest) (int, error) {
-	w, _ := r.roundRobin.pick(i, q)
-	r.calls = append(r.calls, "pick "+itoa(i))
-	r.before = r.engines[w].Cached(0, q.p.AppendTokens(nil, r.bs))
-	return w, nil
+func (r *callLog) pick(i int, q *simRequest) (int, error) {
+	r.calls = append(r.calls, fmt.Sprintf("pick %d", i))
+	return r.roundRobin.pick(i, q)
 }
-
-func (r *lifecycleRecorder) served(i int, q *simRequest, w, hit, stored int) error {
-	after := r.engines[w].Cached(0, q.p.AppendTokens(nil, r.bs))
-	if hit != r.before || after != hit+stored || after != min(len(q.p.Local), r.cap) {
-		r.t.Errorf("request %d: hit %d stored %d; engine held %d blocks before, %d after", i, hit, stored, r.before, after)
-	}
+func (r *callLog) prefillDone(i int) error {
+	r.calls = append(r.calls, fmt.Sprintf("first %d", i))
 	return nil
 }
-func (r *lifecycleRecorder) prefillDone(i int) error {
-	r.calls = append(r.calls, "prefill "+itoa(i))
-	return nil
-}
-func (r *lifecycleRecorder) finished(i int) error {
-	r.calls = append(r.calls, "done "+itoa(i))
+func (r *callLog) finished(i int) error {
+	r.calls = append(r.calls, fmt.Sprintf("done %d", i))
 	return nil
 }
 
-func itoa(i int) string { return string(rune('0' + i)) }
-
+// TestSimLifecycleOrder: one engine, four requests. At t=0 requests 0 and
+// 1 arrive together and share the first step (budget 8,192): both
+// prefill in it (first tokens at 1 s; 1 ends there, 0 decodes its second
+// token at 2 s). At 5 s request 2 finds 0's 16 blocks cached and 3 finds
+// 7 of 1's 8 (not the one of its last token); both finish at 6 s.
 func TestSimLifecycleOrder(t *testing.T) {
-	load, cfg, ps := simTestConfig(1)
-	es := newTestEngines(t, load, cfg)
-	rec := &lifecycleRecorder{roundRobin: roundRobin{n: 1}, t: t, engines: es, bs: load.BlockSize, cap: cfg.CapacityBlocks}
-	if _, err := runSim(context.Background(), load.BlockSize, cfg, simRequests(ps, cfg), es, rec); err != nil {
+	load, cfg, w := testWorkload(t, 1, fourRequests)
+	w.arrange(&Level{TimeScale: 1}, cfg, load.Seed)
+	es, err := newEngines(load, cfg, w, false)
+	if err != nil {
 		t.Fatal(err)
 	}
-	// Request 0: prefill ends 1.024, done 2.024; request 1: 2.024 and
-	// 2.124 (at equal times a prefill completion goes first); at 5 s
-	// requests 2 and 3 (prefill 5.512, done at once).
-	want := []string{"pick 0", "pick 1", "prefill 0", "prefill 1", "done 0", "done 1", "pick 2", "pick 3",
-		"prefill 2", "prefill 3", "done 2", "done 3"}
+	rec := &callLog{roundRobin: roundRobin{n: 1}}
+	res, err := runSim(context.Background(), cfg, w, es, rec, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"pick 0", "pick 1", "first 0", "first 1", "done 1", "done 0", "pick 2", "pick 3", "first 2", "done 2", "first 3", "done 3"}
 	if !reflect.DeepEqual(rec.calls, want) {
 		t.Fatalf("calls\n%v\nwant\n%v", rec.calls, want)
 	}
+	// Hits: request 2's first 16 blocks (0's prompt), request 3's 8 blocks
+	// minus the one holding its last token: (512-1)/64 = 7.
+	if res.HitBlocks != 16+7 || res.PromptBlocks != 16+15+24+8 {
+		t.Fatalf("hit %d of %d blocks", res.HitBlocks, res.PromptBlocks)
+	}
+	// TTFTs 1, 1, 1, 1 s; E2E 2, 1, 1, 1 s; 4 requests over 6 s.
+	if res.TTFTp50ms != 1000 || res.TTFTp99ms != 1000 || res.E2Ep99ms != 2000 || res.E2Ep50ms != 1000 || res.Completed != 4 || !near(res.ThroughputRPS, 4.0/6) {
+		t.Fatalf("latencies %+v", res)
+	}
 }
 
-// TestSimPoliciesDeterministicAndCounted replays a synthetic workload twice
-// per local policy: the results are equal, and the hit count equals the
-// sum of the engines' own HitBlocks.
-func TestSimPoliciesDeterministicAndCounted(t *testing.T) {
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// TestSimDeterministicAndCounted replays a synthetic workload twice per
+// local policy: the results are equal, and the report's counts are the
+// engines' own.
+func TestSimDeterministicAndCounted(t *testing.T) {
 	load := bench.DefaultConfig()
 	load.Workers = 4
 	load.BlockSize = 32
+	load.Workload = "synthetic:chat"
 	load.Synthetic.Prompts = 300
-	load.Synthetic.Families = 6
 	cfg := DefaultConfig()
-	cfg.CapacityBlocks = 256
+	cfg.CapacityBlocks = 512
 	ps, _, err := bench.LoadWorkload(&load)
 	if err != nil {
 		t.Fatal(err)
 	}
-	reqs := simRequests(ps, &cfg)
+	w, err := newWorkload(ps, &load, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.arrange(&Level{ArrivalRPS: 20}, &cfg, load.Seed)
 	for _, name := range []string{PolicyRoundRobin, PolicyRandom} {
 		var first *PolicyResult
 		for range 2 {
-			es := newTestEngines(t, &load, &cfg)
+			es, err := newEngines(&load, &cfg, w, false)
+			if err != nil {
+				t.Fatal(err)
+			}
 			var rt router = &roundRobin{n: load.Workers}
 			if name == PolicyRandom {
 				rt = &randomPick{n: load.Workers, rng: newSimRand(load.Seed)}
 			}
-			res, err := runSim(context.Background(), load.BlockSize, &cfg, reqs, es, rt)
+			res, err := runSim(context.Background(), &cfg, w, es, rt, false)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var hits, evicted uint64
+			var hits, evicted, preempt uint64
 			for _, e := range es {
-				s := e.Stats()
+				s := e.eng.Stats()
 				hits += s.HitBlocks
 				evicted += s.Evicted
+				preempt += s.Preemptions
 			}
-			if uint64(res.HitBlocks) != hits || res.EvictedBlocks != evicted {
-				t.Fatalf("%s: report hits %d evicted %d, engines %d %d", name, res.HitBlocks, res.EvictedBlocks, hits, evicted)
+			if uint64(res.HitBlocks) != hits || res.EvictedBlocks != evicted || uint64(res.Preemptions) != preempt || res.Completed != len(ps) {
+				t.Fatalf("%s: report %+v, engines hits %d evicted %d preemptions %d", name, res, hits, evicted, preempt)
 			}
 			if res.HitBlocks == 0 || evicted == 0 {
 				t.Fatalf("%s: the test workload should both hit and evict: %+v", name, res)
@@ -192,6 +151,118 @@ func TestSimPoliciesDeterministicAndCounted(t *testing.T) {
 	}
 }
 
+// turnLog checks that every later turn arrives its think time after its
+// previous turn finished.
+type turnLog struct {
+	roundRobin
+	t    *testing.T
+	w    *workload
+	done map[int]bool
+}
+
+func (r *turnLog) pick(i int, q *simRequest) (int, error) {
+	if q.prev >= 0 && !r.done[q.prev] {
+		r.t.Errorf("turn %d arrived before turn %d finished", i, q.prev)
+	}
+	return r.roundRobin.pick(i, q)
+}
+func (r *turnLog) finished(i int) error {
+	r.done[i] = true
+	return nil
+}
+
+// TestSessionsFollowCompletion: a conversation's next turn arrives after
+// its previous one finished, its think time later; tool-result turns think
+// less.
+func TestSessionsFollowCompletion(t *testing.T) {
+	load := bench.DefaultConfig()
+	load.Workers = 2
+	load.BlockSize = 32
+	load.Workload = "synthetic:agent"
+	load.Synthetic.Prompts = 200
+	cfg := DefaultConfig()
+	cfg.CapacityBlocks = 8192
+	ps, _, err := bench.LoadWorkload(&load)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := newWorkload(ps, &load, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var user, tool, nu, nt float64
+	for _, r := range w.reqs {
+		if r.prev >= 0 {
+			if r.p.ToolResult {
+				tool, nt = tool+r.think, nt+1
+			} else {
+				user, nu = user+r.think, nu+1
+			}
+		}
+	}
+	if nt == 0 || nu == 0 || !(tool/nt < user/nu) {
+		t.Fatalf("mean think: tool %v over %v turns, user %v over %v", tool/nt, nt, user/nu, nu)
+	}
+	w.arrange(&Level{ArrivalRPS: 2}, &cfg, load.Seed)
+	es, err := newEngines(&load, &cfg, w, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &turnLog{roundRobin: roundRobin{n: 2}, t: t, w: w, done: map[int]bool{}}
+	if _, err := runSim(context.Background(), &cfg, w, es, rt, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLevelsFromCapacity: the load levels' arrival rates are fractions of
+// the measured capacity, and a trace's time scale gives that rate.
+func TestLevelsFromCapacity(t *testing.T) {
+	load, cfg, w := testWorkload(t, 2, fourRequests)
+	rep := &Report{}
+	cfg.Loads = []float64{0.5, 0.9}
+	levels, err := planLevels(context.Background(), w, load, cfg, rep, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.CapacityRPS <= 0 || len(levels) != 2 {
+		t.Fatalf("capacity %v, levels %+v", rep.CapacityRPS, levels)
+	}
+	for i, lv := range levels {
+		if !near(lv.ArrivalRPS, cfg.Loads[i]*rep.CapacityRPS) || !near(w.traceRate()/lv.TimeScale, lv.ArrivalRPS) {
+			t.Fatalf("level %+v", lv)
+		}
+	}
+	cfg.Loads = nil
+	cfg.TimeScale = 2
+	levels, err = planLevels(context.Background(), w, load, cfg, rep, io.Discard)
+	if err != nil || len(levels) != 1 || levels[0].TimeScale != 2 || !near(levels[0].ArrivalRPS, 3.0/5/2) {
+		t.Fatalf("fixed level %+v, %v", levels, err)
+	}
+}
+
+// TestHitRateBound: one unbounded cache in order; a prompt's last-token
+// block is never a hit; an answer's blocks count for the next turn.
+func TestHitRateBound(t *testing.T) {
+	_, _, w := testWorkload(t, 1, fourRequests)
+	// As TestSimLifecycleOrder: 16 + 7 of 63 blocks.
+	if b := w.hitRateBound(64); !near(b, 23.0/63) {
+		t.Fatalf("bound %v, want 23/63", b)
+	}
+}
+
+func TestSyncBlock(t *testing.T) {
+	a, la, ea := syncBlock(1, 64, nil)
+	b, lb, eb := syncBlock(2, 64, nil)
+	if len(a) != 64 || la == lb || ea == eb || reflect.DeepEqual(a, b) {
+		t.Fatal("sync blocks of two rounds collide")
+	}
+	for _, tok := range append(a, b...) {
+		if tok < 1<<31 {
+			t.Fatalf("token %d inside the workloads' vocabulary", tok)
+		}
+	}
+}
+
 func TestSimConfigValidate(t *testing.T) {
 	ok := DefaultConfig()
 	if err := ok.Validate(); err != nil {
@@ -199,11 +270,14 @@ func TestSimConfigValidate(t *testing.T) {
 	}
 	for _, mut := range []func(*Config){
 		func(s *Config) { s.CapacityBlocks = 0 },
-		func(s *Config) { s.PrefillTPS = 0 },
-		func(s *Config) { s.DecodeTPS = math.NaN() },
-		func(s *Config) { s.TimeScale = -1 },
-		func(s *Config) { s.ArrivalRate = 0 },
+		func(s *Config) { s.MaxBatchedTokens = 0 },
+		func(s *Config) { s.Step.PerToken = math.NaN() },
+		func(s *Config) { s.Loads = []float64{0.5, -1} },
+		func(s *Config) { s.Loads, s.TimeScale = nil, 0 },
+		func(s *Config) { s.ThinkTime = -1 },
 		func(s *Config) { s.SyncTimeout = 0 },
+		func(s *Config) { s.Policies = nil },
+		func(s *Config) { s.Policies = []string{"nope"} },
 	} {
 		s := DefaultConfig()
 		mut(&s)

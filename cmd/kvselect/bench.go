@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -24,9 +25,13 @@ run with the same client and bodies (--baseline noop).
 
 With --simulate it measures routing quality instead: the workload (e.g.
 --workload trace:mooncake_trace_1000.jsonl) is replayed in virtual time
-through simulated engines whose KV events reach the selector over ZMQ, routed
-by kvselect, round-robin and random in turn, and the report gives each
-policy's KV hit rate, simulated TTFT p50/p99 and load balance.
+through simulated vLLM engines (continuous batching, chunked prefill, prefix
+caching, preemption; Meta-Llama-3-8B on an A100 step times) whose KV events
+reach the selector over ZMQ, at 50% and 90% of the cluster's measured
+capacity, routed by kvselect (its default policy), kvselect's cache_balance
+policy, round-robin and random in turn; the report gives each policy's KV
+hit rate, TTFT and end-to-end latency, throughput, preemptions and load
+balance.
 
 `
 
@@ -53,22 +58,24 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		noBar     = fs.Bool("no-progress", false, "no progress bar even on a terminal")
 		serveNoop = fs.String("serve-noop", "", "instead of a run, serve the no-op baseline handler on this address until interrupted (to measure the client against a server in another process)")
 		synthetic = cfg.Synthetic
-		simulate  = fs.Bool("simulate", false, "routing quality instead of load: replay the workload in virtual time through simulated engines (LRU KV pools publishing real ZMQ KV events) routed by kvselect, round-robin and random, and report KV hit rate, simulated TTFT and load balance per policy")
+		simulate  = fs.Bool("simulate", false, "routing quality instead of load: replay the workload in virtual time through simulated vLLM engines publishing real ZMQ KV events, routed by each policy of --policies, at each of --loads, and report KV hit rate, TTFT, end-to-end latency, throughput, preemptions and load balance per policy")
 		simCfg    = sim.DefaultConfig()
+		loads     = fs.String("loads", "0.5,0.9", "--simulate: load levels as fractions of the cluster's capacity, which the run measures first (ignored with --time-scale or --rate)")
+		policies  = fs.String("policies", strings.Join(sim.Policies, ","), "--simulate: policies to run, in order")
 	)
 	fs.StringVar(&cfg.Target, "target", "", "base URL of a running selector, e.g. http://127.0.0.1:8092 (default: start one in-process)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "client goroutines (closed loop) or the pool serving the schedule (open loop)")
-	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: operations per second, latency from the intended send time (0: closed loop); with --simulate: arrivals per second of the synthetic workload (default 10)")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: operations per second, latency from the intended send time (0: closed loop); with --simulate: one level instead of --loads, conversations of the synthetic workload starting at this rate per second")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured window")
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "warm-up before the measured window (not recorded)")
 	fs.IntVar(&cfg.OutputBlocks, "output-blocks", cfg.OutputBlocks, "output_block calls per lifecycle")
-	fs.StringVar(&cfg.Workload, "workload", cfg.Workload, "synthetic or trace:FILE (Mooncake JSONL)")
+	fs.StringVar(&cfg.Workload, "workload", cfg.Workload, "synthetic, synthetic:chat (multi-turn chat), synthetic:agent (agentic sessions with tool calls) or trace:FILE (Mooncake JSONL)")
+	fs.IntVar(&cfg.TraceRepeat, "trace-repeat", 0, "replay a trace this many times, each copy after the previous one with its own content (e.g. 12 turns mooncake_trace_1000.jsonl into 12,000 requests)")
 	fs.IntVar(&synthetic.Prompts, "prompts", synthetic.Prompts, "synthetic workload: prompts generated (the run cycles over them)")
-	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the synthetic workload and of --simulate's random policy")
+	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the synthetic workload; with --simulate also of the random policy, the think times and, with the in-process selector, of its tie-breaks (--rand-seed)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "workers registered with POST /workers before the run (0: none)")
 	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "KV block size in tokens registered for the workers (--simulate: default 64)")
 	fs.IntVar(&cfg.TotalKVBlocks, "total-kv-blocks", 0, "total_kv_blocks registered per worker (0: omitted)")
-	fs.IntVar(&cfg.MaxBatchedTokens, "max-num-batched-tokens", 0, "max_num_batched_tokens registered per worker (0: omitted; a selector with a router queue requires it)")
 	fs.StringVar(&cfg.PromptForm, "prompt-form", cfg.PromptForm, "how selection bodies carry a prompt: hashes (block_hashes, sequence_hashes, isl_tokens) or tokens (token_ids, hashed by the selector)")
 	fs.IntVar(&cfg.EngineBlocks, "engine-blocks", defaultEngineBlocks, "KV pool in blocks of the simulated engine started per worker, whose endpoint is registered as its kv_events_endpoints (0: no engines); with --target only when given")
 	fs.BoolVar(&cfg.Fill, "fill", true, "before the load, route every prompt once through the selector and serve it on the chosen worker's engine, whose KV events fill the selector's index (needs engines); false leaves the index empty")
@@ -76,10 +83,12 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "write cpu, heap, mutex and block profiles of the server's measured window (from /debug/pprof) into this directory")
 	fs.StringVar(&cfg.PprofURL, "pprof", "", "pprof base URL for --profile: the selector's --debug-addr, e.g. http://127.0.0.1:6060/debug/pprof (default: the in-process server's; required with --target)")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-call read and write timeout")
-	fs.IntVar(&simCfg.CapacityBlocks, "capacity-blocks", simCfg.CapacityBlocks, "--simulate: KV pool of each engine in blocks")
-	fs.Float64Var(&simCfg.PrefillTPS, "prefill-tps", simCfg.PrefillTPS, "--simulate: an engine's prefill speed in tokens/s (prefills run one at a time per engine)")
-	fs.Float64Var(&simCfg.DecodeTPS, "decode-tps", simCfg.DecodeTPS, "--simulate: one request's decode speed in tokens/s")
-	fs.Float64Var(&simCfg.TimeScale, "time-scale", simCfg.TimeScale, "--simulate: multiply the trace's timestamps by this (0.5 replays it twice as fast)")
+	fs.IntVar(&simCfg.CapacityBlocks, "capacity-blocks", simCfg.CapacityBlocks, "--simulate: KV pool of each engine in blocks (num_gpu_blocks)")
+	fs.IntVar(&simCfg.MaxBatchedTokens, "max-batched-tokens", simCfg.MaxBatchedTokens, "--simulate: each engine's token budget per step (max_num_batched_tokens)")
+	fs.IntVar(&simCfg.MaxNumSeqs, "max-num-seqs", simCfg.MaxNumSeqs, "--simulate: each engine's running requests at most (max_num_seqs)")
+	fs.Float64Var(&simCfg.ThinkTime, "think-time", simCfg.ThinkTime, "--simulate: mean seconds between a conversation turn's end and its next user turn (synthetic workloads)")
+	fs.Float64Var(&simCfg.ToolThinkTime, "tool-think-time", simCfg.ToolThinkTime, "--simulate: mean seconds between a turn's end and the next turn carrying a tool's result (synthetic workloads)")
+	fs.Float64Var(&simCfg.TimeScale, "time-scale", simCfg.TimeScale, "--simulate: one level instead of --loads: the trace's timestamps times this (0.5 replays it twice as fast)")
 	fs.DurationVar(&simCfg.SyncTimeout, "sync-timeout", simCfg.SyncTimeout, "--simulate: how long to wait for the selector to apply one KV event batch")
 	fs.StringVar(&simCfg.ApproxTarget, "approx-target", "", "--simulate with --target: base URL of a selector without KV events (DYN_USE_KV_EVENTS=false) for the approximate policy; without --target one runs in this process")
 	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", cfg.ReadyTimeout, "how long to wait for GET /ready after registration")
@@ -123,14 +132,28 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if set["rate"] {
 			simCfg.ArrivalRate, cfg.Rate = cfg.Rate, 0
 		}
+		simCfg.Policies = splitList(*policies)
+		simCfg.Loads = nil
+		if !set["time-scale"] && !set["rate"] {
+			for _, s := range splitList(*loads) {
+				l, err := strconv.ParseFloat(s, 64)
+				if err != nil {
+					fmt.Fprintf(stderr, "kvselect bench: --loads: %q is not a number\n", s)
+					return 2
+				}
+				simCfg.Loads = append(simCfg.Loads, l)
+			}
+		}
 		if cfg.Target == "" {
-			cfg.StartServer = inProcessServer(stderr, false)
+			// Seeded tie-breaks: a run is reproducible from --seed.
+			seed := strconv.FormatUint(uint64(cfg.Seed)|1<<63, 10)
+			cfg.StartServer = inProcessServer(stderr, false, "--rand-seed", seed)
 			if simCfg.ApproxTarget == "" {
 				// The approximate policy: the same selector without KV
 				// events. Its TTL runs in wall time, which a simulation
 				// compresses: with the default 120 s nothing expires during
 				// a run, and only the cap bounds its predictions.
-				simCfg.StartApproxServer = inProcessServer(stderr, false, "--no-router-kv-events")
+				simCfg.StartApproxServer = inProcessServer(stderr, false, "--no-router-kv-events", "--rand-seed", seed)
 			}
 		}
 		cfg.Log = stderr
@@ -223,9 +246,13 @@ func simulateMain(ctx context.Context, cfg bench.Config, simCfg sim.Config, json
 		}
 		fmt.Fprintf(stderr, "kvselect bench: plot written to %s\n", plotPath)
 	}
-	if k := rep.Policies[sim.PolicyKVSelect]; k != nil && (k.LeakedReservations != 0 || len(k.Errors) > 0 || k.SyncTimeouts > 0) {
-		fmt.Fprintln(stderr, "kvselect bench: FAIL: the kvselect policy leaked reservations, had failed calls or unapplied KV event batches (see the report)")
-		return 1
+	for _, lv := range rep.Levels {
+		for _, name := range []string{sim.PolicyKVSelect, sim.PolicyCacheBalance, sim.PolicyApprox} {
+			if k := lv.Policies[name]; k != nil && (k.LeakedReservations != 0 || len(k.Errors) > 0 || k.SyncTimeouts > 0) {
+				fmt.Fprintf(stderr, "kvselect bench: FAIL: the %s policy leaked reservations, had failed calls or unapplied KV event batches (see the report)\n", name)
+				return 1
+			}
+		}
 	}
 	return 0
 }

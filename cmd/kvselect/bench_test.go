@@ -166,17 +166,14 @@ func TestBenchServeNoop(t *testing.T) {
 
 // TestBenchSimulateEndToEnd runs `kvselect bench --simulate` on the first
 // 200 requests of mooncake_trace_1000.jsonl against the in-process server
-// (real ZMQ listeners ingesting the engines' events): the kvselect policy
-// must hit the cache at least as often as round-robin, score every request
-// on the engines' exact state (no overlap mismatch, no sync timeout), and
-// leave no reservation behind. TTFTs are reported, not asserted.
+// (real ZMQ listeners ingesting the engines' events): the selector's
+// policies must hit the cache at least as often as round-robin, score
+// every request on the engines' exact state (no overlap mismatch, no sync
+// timeout), and leave no reservation behind. Latencies are reported, not
+// asserted.
 func TestBenchSimulateEndToEnd(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sim.json")
 	var out, errw bytes.Buffer
-	// At twice the trace's rate the workers are rarely idle and equal, so
-	// the selector's random tie-breaks seldom matter: the kvselect row was
-	// the same in every run (hit rate 0.246 against round-robin's 0.241); at
-	// time scale 1 it varied from 0.245 to 0.252.
 	plotPath := filepath.Join(t.TempDir(), "sim.html")
 	args := []string{"--simulate", "--time-scale", "0.5", "--workload", "trace:testdata/mooncake_trace_200.jsonl", "--json", path, "--plot", plotPath}
 	if code := benchMain(context.Background(), args, &out, &errw); code != 0 {
@@ -192,13 +189,13 @@ func TestBenchSimulateEndToEnd(t *testing.T) {
 	}
 	first := string(page)[strings.Index(string(page), "<svg "):]
 	first = first[:strings.Index(first, "</svg>")+len("</svg>")]
-	if series, texts := svgSeries(t, []byte(first)); strings.Join(series, ",") != "kvselect,approximate,random,round_robin" || !strings.Contains(texts, "p99 ") {
+	if series, texts := svgSeries(t, []byte(first)); strings.Join(series, ",") != "kvselect,approximate,cache_balance,random,round_robin" || !strings.Contains(texts, "p99 ") {
 		t.Fatalf("--plot TTFT chart: series %v, texts %s", series, texts)
 	}
 	if !strings.Contains(string(page), "requests per worker") || !strings.Contains(string(page), ">w8<") {
 		t.Fatalf("--plot: no per-worker bars")
 	}
-	for _, s := range []string{"kvselect", "approximate", "round_robin", "random", "hit rate", "TTFT p50 ms"} {
+	for _, s := range []string{"kvselect", "cache_balance", "approximate", "round_robin", "random", "hit", "TTFT ms", "E2E ms", "preempt"} {
 		if !strings.Contains(out.String(), s) {
 			t.Fatalf("table lacks %q:\n%s", s, out.String())
 		}
@@ -226,7 +223,7 @@ func TestBenchSimulateEndToEnd(t *testing.T) {
 	if err := json.Unmarshal(raw, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.BlockSize != 64 || rep.Workers != 8 || len(rep.Policies) != 4 {
+	if rep.BlockSize != 64 || rep.Workers != 8 || len(rep.Policies) != 5 {
 		t.Fatalf("report %s", raw)
 	}
 	for name, p := range rep.Policies {
@@ -234,15 +231,54 @@ func TestBenchSimulateEndToEnd(t *testing.T) {
 			t.Fatalf("%s: %+v (bound %v)", name, p, rep.Bound)
 		}
 	}
-	k, rr := rep.Policies["kvselect"], rep.Policies["round_robin"]
-	if k.Mismatches != 0 || k.Timeouts != 0 || k.Leaked != 0 || len(k.Errors) != 0 {
-		t.Fatalf("kvselect policy: %+v", k)
-	}
-	if *k.HitRate < *rr.HitRate {
-		t.Fatalf("kvselect hit rate %.3f below round-robin's %.3f", *k.HitRate, *rr.HitRate)
+	rr := rep.Policies["round_robin"]
+	for _, name := range []string{"kvselect", "cache_balance"} {
+		k := rep.Policies[name]
+		if k.Mismatches != 0 || k.Timeouts != 0 || k.Leaked != 0 || len(k.Errors) != 0 {
+			t.Fatalf("%s policy: %+v", name, k)
+		}
+		if *k.HitRate < *rr.HitRate {
+			t.Fatalf("%s hit rate %.3f below round-robin's %.3f", name, *k.HitRate, *rr.HitRate)
+		}
 	}
 	if a := rep.Policies["approximate"]; a.Leaked != 0 || len(a.Errors) != 0 || a.Timeouts != 0 {
 		t.Fatalf("approximate policy: %+v", a)
+	}
+}
+
+// TestCacheBalanceBeatsDefault runs the selector's two policies on a small
+// fixed-seed agentic workload (300 prompts of 8-32-turn sessions on 4
+// workers at 90% of capacity; the in-process selector's tie-breaks are
+// seeded, so the run is the same every time): cache_balance must hit the
+// cache more often than the reference's policy and give lower TTFT p50
+// and p99. Recorded: hit rate 0.869 against 0.734, TTFT p50 243 ms against
+// 377, p99 738 ms against 2,062.
+func TestCacheBalanceBeatsDefault(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sim.json")
+	var out, errw bytes.Buffer
+	args := []string{"--simulate", "--workload", "synthetic:agent", "--prompts", "300", "--workers", "4", "--loads", "0.9", "--seed", "3",
+		"--policies", "kvselect,cache_balance", "--json", path}
+	if code := benchMain(context.Background(), args, &out, &errw); code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, errw.String(), out.String())
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Policies map[string]struct {
+			HitRate float64 `json:"hit_rate"`
+			TTFTp50 float64 `json:"ttft_p50_ms"`
+			TTFTp99 float64 `json:"ttft_p99_ms"`
+		} `json:"policies"`
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	d, c := rep.Policies["kvselect"], rep.Policies["cache_balance"]
+	t.Logf("default %+v, cache_balance %+v", d, c)
+	if !(c.HitRate > d.HitRate && c.TTFTp50 < d.TTFTp50 && c.TTFTp99 < d.TTFTp99) {
+		t.Fatalf("cache_balance %+v does not beat the default %+v\n%s", c, d, out.String())
 	}
 }
 
@@ -250,7 +286,9 @@ func TestBenchSimulateFlags(t *testing.T) {
 	var errw bytes.Buffer
 	for _, args := range [][]string{
 		{"--simulate", "--capacity-blocks", "0"},
-		{"--simulate", "--prefill-tps", "-1"},
+		{"--simulate", "--max-batched-tokens", "0"},
+		{"--simulate", "--loads", "0.5,x"},
+		{"--simulate", "--policies", "kvselect,nope"},
 		{"--simulate", "--workers", "0"},
 		{"--simulate", "--block-size", "48", "--workload", "trace:testdata/mooncake_trace_200.jsonl"},
 	} {

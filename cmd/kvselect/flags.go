@@ -56,6 +56,9 @@ type serveOptions struct {
 	// debugAddr is where /debug/pprof is served (--debug-addr), "" when
 	// --pprof=false.
 	debugAddr string
+	// randSeed seeds the picker's random source (--rand-seed); 0 is the
+	// runtime's per-thread randomness.
+	randSeed uint64
 	// policyConfig is the router policy config file
 	// (DYN_ROUTER_POLICY_CONFIG, --router-policy-config); "" is none.
 	policyConfig string
@@ -109,6 +112,8 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	disaggOrder := fs.String("disagg-order", "decode-anchored", "order of a /disagg/plan request that names none: decode-anchored (preview and book decode, then prefill in its KV-transfer domain) or prefill-anchored (book prefill, then decode in its domain)")
 	prefillFailure := fs.String("disagg-prefill-failure", "free-decode", "how a decode-anchored plan whose prefill booking fails ends, for a request that names none: free-decode (free decode, fail the plan) or bypass-on-decode (keep decode; prefill runs on the decode worker)")
 	fs.StringVar(&o.workersFile, "workers-file", "", "JSON file of the complete worker membership ({\"workers\": [POST /workers bodies]}), polled every second; it then owns the catalog (POST, PATCH and DELETE /workers answer 409)")
+	fs.Uint64Var(&o.randSeed, "rand-seed", 0, "seed of the picker's random source (tie-breaks, softmax sampling), for reproducible decisions in benchmarks and simulations; 0 (default) uses the runtime's per-thread randomness, which needs no lock")
+	routingPolicy := fs.String("routing-policy", sched.SelectionDefault, "selection policy of every partition: default (the reference's cost function and picker, Dynamo's decisions) or cache_balance (kvselect's own, see sched.CacheBalancePolicy); a request may choose either with router_config_override.routing_policy")
 	fs.IntVar(&o.pprofMutexFraction, "pprof-mutex-fraction", 0, "runtime.SetMutexProfileFraction for the mutex profile (0 = off)")
 	fs.IntVar(&o.pprofBlockRate, "pprof-block-rate", 0, "runtime.SetBlockProfileRate in ns for the block profile (0 = off)")
 	if err := fs.Parse(args); err != nil {
@@ -174,6 +179,11 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 		}
 	}
 	o.core.SelectionCacheMaxBytes = *maxBytes
+	pol := sched.BuiltinSelectionPolicy(*routingPolicy)
+	if pol == nil {
+		return nil, fmt.Errorf("--routing-policy: %q is not %s or %s", *routingPolicy, sched.SelectionDefault, sched.SelectionCacheBalance)
+	}
+	o.core.SelectionPolicy = pol
 	ixf.envTTL, ixf.envPredicted, ixf.envPolicy = o.index.envTTL, o.index.envPredicted, o.index.envPolicy
 	warnings, err := ixf.resolve(o, set)
 	if err != nil {

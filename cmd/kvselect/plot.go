@@ -59,35 +59,39 @@ func plotLoad(path string, rep *bench.Report) error {
 	return writePlot(path, "kvselect bench", c)
 }
 
-// plotSimulation is --plot for --simulate: every policy's TTFT CDF, then
-// the requests and the prefilled tokens per worker, one bar per policy.
+// plotSimulation is --plot for --simulate: every policy's TTFT CDF at each
+// load level, then the requests and the prefilled tokens per worker at
+// the highest level, one bar per policy.
 func plotSimulation(path string, rep *sim.Report) error {
-	names := make([]string, 0, len(rep.Policies))
-	for name := range rep.Policies {
-		names = append(names, name)
+	var charts []plot.Chart
+	levels := rep.Levels
+	if len(levels) == 0 {
+		levels = []*sim.Level{{Policies: rep.Policies}}
 	}
-	// kvselect first, then the others by name: the same colors every run.
-	slices.SortFunc(names, func(a, b string) int {
+	for _, lv := range levels {
+		title := "kvselect bench --simulate: time to first token per policy"
 		switch {
-		case a == sim.PolicyKVSelect:
-			return -1
-		case b == sim.PolicyKVSelect:
-			return 1
+		case lv.Load > 0:
+			title += fmt.Sprintf(", load %.0f%%", 100*lv.Load)
+		case lv.ArrivalRPS > 0:
+			title += fmt.Sprintf(", %.2f requests/s", lv.ArrivalRPS)
 		}
-		return strings.Compare(a, b)
-	})
-	cdf := &plot.CDF{Title: "kvselect bench --simulate: time to first token per policy", XLabel: "simulated TTFT (ms)", Unit: "ms"}
-	reqs := &plot.Bars{Title: "requests per worker", YLabel: "requests"}
-	prefill := &plot.Bars{Title: "prefilled tokens per worker (not cached)", YLabel: "tokens"}
+		cdf := &plot.CDF{Title: title, XLabel: "simulated TTFT (ms)", Unit: "ms"}
+		for _, name := range policyOrder(lv.Policies) {
+			pts := plot.CDFOf(lv.Policies[name].TTFTms)
+			cdf.Series = append(cdf.Series, plot.Series{Name: name, Points: pts, Marks: plot.QuantileMarks(pts, 0.5, 0.99)})
+		}
+		charts = append(charts, cdf)
+	}
+	reqs := &plot.Bars{Title: "requests per worker (highest load)", YLabel: "requests"}
+	prefill := &plot.Bars{Title: "prefilled tokens per worker (not cached; highest load)", YLabel: "tokens"}
 	for i := range rep.Workers {
 		cat := "w" + strconv.Itoa(i+1)
 		reqs.Categories = append(reqs.Categories, cat)
 		prefill.Categories = append(prefill.Categories, cat)
 	}
-	for _, name := range names {
+	for _, name := range policyOrder(rep.Policies) {
 		r := rep.Policies[name]
-		pts := plot.CDFOf(r.TTFTms)
-		cdf.Series = append(cdf.Series, plot.Series{Name: name, Points: pts, Marks: plot.QuantileMarks(pts, 0.5, 0.99)})
 		rs, ps := plot.BarSeries{Name: name}, plot.BarSeries{Name: name}
 		for _, n := range r.RequestsPerWorker {
 			rs.Values = append(rs.Values, float64(n))
@@ -98,5 +102,24 @@ func plotSimulation(path string, rep *sim.Report) error {
 		reqs.Series = append(reqs.Series, rs)
 		prefill.Series = append(prefill.Series, ps)
 	}
-	return writePlot(path, "kvselect bench --simulate", cdf, reqs, prefill)
+	return writePlot(path, "kvselect bench --simulate", append(charts, reqs, prefill)...)
+}
+
+// policyOrder is kvselect first, then the others by name: the same colors
+// in every chart and run.
+func policyOrder(policies map[string]*sim.PolicyResult) []string {
+	names := make([]string, 0, len(policies))
+	for name := range policies {
+		names = append(names, name)
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		switch {
+		case a == sim.PolicyKVSelect:
+			return -1
+		case b == sim.PolicyKVSelect:
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	return names
 }

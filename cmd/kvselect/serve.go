@@ -108,6 +108,9 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		}
 	}
 	copts := core.Options{Ingress: ingress, Replica: replica, Primary: primary, Logf: printf(logs.logger("kvselect::core"), slog.LevelWarn)}
+	if opts.randSeed != 0 {
+		copts.Rand = newLockedRand(opts.randSeed)
+	}
 	if mesh != nil && opts.core.SessionAffinity.TTL > 0 {
 		// Session bindings replicate on the mesh, versioned with its
 		// process id; peers' bindings are applied once Start runs.

@@ -1,0 +1,132 @@
+package sched
+
+import (
+	"math"
+	"testing"
+
+	"github.com/kvselect/kvselect/radix"
+)
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// TestCacheBalanceWorkedExample: the cost of CacheBalance worked out by
+// hand. bs 16, isl 1,024 (eff 1,040 at the default attention context),
+// B 8,192 (not registered), pools of 1,000 blocks.
+func TestCacheBalanceWorkedExample(t *testing.T) {
+	p := defaultParams(t)
+	req := Request{ISLTokens: 1024, BlockSize: 16}
+	ctx := SelectionContext{Params: &p, Request: &req}
+	cands := []Candidate{
+		// A holds 48 blocks (768 tokens, eff 777) behind 4,096 booked tokens.
+		{Worker: radix.WorkerKey{WorkerID: 1}, DeviceBlocks: 48, HasLoad: true, ActivePrefillTokens: 4096, ActiveBlocks: 100, NewBlocks: 16, TotalKVBlocks: 1000},
+		// B holds nothing and is idle.
+		{Worker: radix.WorkerKey{WorkerID: 2}, HasLoad: true, ActiveBlocks: 50, NewBlocks: 64, TotalKVBlocks: 1000},
+		// C is idle but its pool is 56% booked: beyond the band.
+		{Worker: radix.WorkerKey{WorkerID: 3}, HasLoad: true, ActiveBlocks: 500, NewBlocks: 64, TotalKVBlocks: 1000},
+		// D would not fit: 105% of its pool.
+		{Worker: radix.WorkerKey{WorkerID: 4}, HasLoad: true, ActiveBlocks: 986, NewBlocks: 64, TotalKVBlocks: 1000},
+	}
+	out := make([]float64, len(cands))
+	cb := DefaultCacheBalance()
+	cb.Score(&ctx, cands, out)
+	u := 1040.0 / 8192
+	minOcc := 0.114
+	want := []float64{
+		0.5*4096/8192 + 2*(1040.0-777)/8192,
+		2 * u,
+		2*u + 10*(0.564-minOcc-0.05),
+		2*u + 10*(1.05-minOcc-0.05) + 50*0.05,
+	}
+	for i := range want {
+		if !near(out[i], want[i]) {
+			t.Errorf("candidate %d: cost %v, want %v", i+1, out[i], want[i])
+		}
+	}
+	if i := Pick(out, 0, RuntimeRand{}); i != 1 {
+		t.Fatalf("picked %d, want B: A's queue outweighs its cache", i+1)
+	}
+	// Without A's queue the cache wins: cache-first within the band.
+	cands[0].ActivePrefillTokens = 0
+	cb.Score(&ctx, cands, out)
+	if i := Pick(out, 0, RuntimeRand{}); i != 0 {
+		t.Fatalf("picked %d, want A (its cache, no queue)", i+1)
+	}
+	// A conversation's holder whose pool is far fuller than the others'
+	// loses the request; one just inside the band keeps it.
+	cands[0].ActiveBlocks = 100 + 500
+	cb.Score(&ctx, cands, out)
+	if i := Pick(out, 0, RuntimeRand{}); i != 1 {
+		t.Fatalf("picked %d, want B (A's pool 49 points above the least occupied)", i+1)
+	}
+	cands[0].ActiveBlocks = 100 + 45
+	cb.Score(&ctx, cands, out)
+	if i := Pick(out, 0, RuntimeRand{}); i != 0 {
+		t.Fatalf("picked %d, want A (within the band)", i+1)
+	}
+}
+
+// TestCacheBalanceEffectivePrefill: a long prompt's cached prefix is worth
+// more than its tokens (attention), a short one's about its tokens.
+func TestCacheBalanceEffectivePrefill(t *testing.T) {
+	cb := DefaultCacheBalance()
+	if got := cb.eff(1024) - 1024; !near(got, 16) {
+		t.Fatalf("eff(1024) - 1024 = %v, want 16", got)
+	}
+	// A cached 64k-token prefix is worth twice its tokens: its attention
+	// (each token against all before it) costs as much as its linear
+	// layers at twice the attention context.
+	if got := cb.eff(65536); !near(got, 2*65536) {
+		t.Fatalf("eff(65536) = %v, want %v", got, 2*65536)
+	}
+	tokens := CacheBalance{}
+	if tokens.eff(131072) != 131072 {
+		t.Fatal("AttentionContext 0 should count tokens")
+	}
+}
+
+// TestCacheBalanceModes: without prefill tracking only occupancy counts;
+// without a registered pool there is no occupancy term; the preferred-taint
+// multiplier scales the cost; max_num_batched_tokens sets the step.
+func TestCacheBalanceModes(t *testing.T) {
+	p := defaultParams(t)
+	req := Request{ISLTokens: 8192, BlockSize: 16}
+	ctx := SelectionContext{Params: &p, Request: &req}
+	cb := DefaultCacheBalance()
+	out := make([]float64, 2)
+
+	p.TrackPrefillTokens = false
+	cands := []Candidate{
+		{DeviceBlocks: 512, HasLoad: true, ActivePrefillTokens: 1 << 20, ActiveBlocks: 900, TotalKVBlocks: 1000},
+		{HasLoad: true, ActiveBlocks: 100, NewBlocks: 512, TotalKVBlocks: 1000},
+	}
+	cb.Score(&ctx, cands, out)
+	if !near(out[0], 10*(0.9-0.612-0.05)) || out[1] != 0 {
+		t.Fatalf("decode pool costs %v", out)
+	}
+
+	p.TrackPrefillTokens = true
+	cands = []Candidate{{HasLoad: true, MaxBatchedTokens: 2048}, {HasLoad: true, TaintMultiplier: 0.5}}
+	cb.Score(&ctx, cands, out)
+	eff := cb.eff(8192)
+	if !near(out[0], 2*eff/2048) || !near(out[1], 0.5*2*eff/8192) {
+		t.Fatalf("costs %v, want %v and %v", out, 2*eff/2048, 0.5*2*eff/8192)
+	}
+}
+
+func TestCacheBalanceAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts need a non-race run")
+	}
+	p := defaultParams(t)
+	req := Request{ISLTokens: 4096, BlockSize: 16}
+	ctx := SelectionContext{Params: &p, Request: &req, Rand: RuntimeRand{}}
+	cands := make([]Candidate, 64)
+	for i := range cands {
+		cands[i] = Candidate{DeviceBlocks: int64(i), HasLoad: true, ActivePrefillTokens: int64(100 * i), ActiveBlocks: int64(i), TotalKVBlocks: 4096}
+	}
+	costs := make([]float64, len(cands))
+	pol := CacheBalancePolicy()
+	if n := testing.AllocsPerRun(100, func() { _, _, _ = pol.Choose(&ctx, cands, costs, nil) }); n != 0 {
+		t.Fatalf("cache_balance allocates %v times", n)
+	}
+}

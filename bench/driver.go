@@ -294,6 +294,13 @@ func (w *worker) op(p loadParams, pr *Prompt, intended time.Time, rec bool) {
 	}
 	w.id = strconv.AppendUint(append(w.id[:0], w.prefix...), w.seq, 10)
 	w.seq++
+	if p.mix == MixDisagg {
+		if w.do(routePlan, w.id, pr.Body, intended) {
+			w.do(routePlanPrefill, w.id, nil, time.Time{})
+			w.do(routePlanDelete, w.id, nil, time.Time{})
+		}
+		return
+	}
 	if !w.do(routeReserve, w.id, pr.Body, intended) {
 		return // nothing was booked
 	}
@@ -322,7 +329,7 @@ func (w *worker) do(r route, id, body []byte, t0 time.Time) bool {
 		w.callNs += int64(now.Sub(sent))
 		lat := now.Sub(t0)
 		w.all.Record(lat)
-		if r == routeSelect || r == routeReserve {
+		if r.selection() {
 			w.sel.Record(lat)
 		}
 		w.reqs[r]++
@@ -330,7 +337,7 @@ func (w *worker) do(r route, id, body []byte, t0 time.Time) bool {
 		if !ok {
 			w.errs[errorClass(status, err)]++
 			w.failed.Add(1)
-		} else if w.ov != nil && (r == routeSelect || r == routeReserve) {
+		} else if w.ov != nil && r.selection() {
 			if tok, found := w.ov.overlapTokens(); found {
 				w.ovTokens += tok
 				w.ovN++

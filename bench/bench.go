@@ -95,10 +95,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	p := params
 	p.label, p.idPrefix = "selector", "bench-"+nonce
+	replicas := 0 // the one selector: Target or StartServer
 	if cfg.Replicas > 1 {
-		p.label = strconv.Itoa(cfg.Replicas) + " replicas"
+		p.label, replicas = strconv.Itoa(cfg.Replicas)+" replicas", cfg.Replicas
 	}
-	out, err := runSelector(ctx, cfg, p, prompts, cfg.Replicas, cfg.ProfileDir != "", logw)
+	out, err := runSelector(ctx, cfg, p, prompts, replicas, cfg.ProfileDir != "", logw)
 	if err != nil {
 		return nil, err
 	}

@@ -79,7 +79,13 @@
 // bench runs, by default, a whole `serve` in this process (inprocess.go),
 // one simulated engine per worker (bench.Run starts them; they publish
 // while the fill routes the workload, before the load), its client
-// goroutines, and the no-op baseline server; bench/doc.go lists them. bench --simulate (package
+// goroutines, and the no-op baseline server; bench/doc.go lists them.
+// bench --replicas N (replicas.go) instead runs one replica, then N meshed
+// replicas, each a core.Service with its own KV-event ingress, sweep
+// goroutine, HTTP server (serve's goroutines above) and, when meshed, a
+// zmqin.Mesh (its publisher, drainer and one receive loop per peer, plus
+// its PUB socket's; zmqin.Mesh lists them), all stopped when the bench
+// run ends with it. bench --simulate (package
 // bench/sim) runs the
 // in-process serve without idle engines: the simulation creates its own,
 // one set per policy (each engine's publisher goroutines live until its

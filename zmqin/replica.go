@@ -215,7 +215,7 @@ func (m *Mesh) Endpoint() string { return m.pub.Endpoint() }
 // Publish queues ev for the peers without blocking (core.ReplicaSink): it
 // encodes the envelope on the caller's goroutine, so nothing of ev is kept.
 func (m *Mesh) Publish(ev *core.ReplicaEvent) {
-	payload := AppendEnvelope(nil, ev, m.id)
+	payload := AppendEnvelope(make([]byte, 0, envelopeBound(ev)), ev, m.id)
 	select {
 	case m.out <- payload:
 		m.st.published.Add(1)
@@ -254,7 +254,7 @@ func (m *Mesh) sendSnapshot(p *PubPeer, topic string) {
 		return
 	}
 	for _, ev := range box.AppendLocalBookings(nil) {
-		if !p.Send([][]byte{snapshotTopicBytes, AppendEnvelope(nil, &ev, m.id)}) {
+		if !p.Send([][]byte{snapshotTopicBytes, AppendEnvelope(make([]byte, 0, envelopeBound(&ev)), &ev, m.id)}) {
 			return
 		}
 		m.st.snapshotEvents.Add(1)

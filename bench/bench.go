@@ -111,6 +111,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if rr := rep.Replicas; rr != nil {
 		rr.ThroughputRatio = ratio(rep.ThroughputRPS, rr.Single.ThroughputRPS)
 		rr.P99Ratio = ratio(rep.P99ms, rr.Single.P99ms)
+		if c, c1 := rep.Client.ProcessCPUCores, rr.Single.Client.ProcessCPUCores; c > 0 && c1 > 0 {
+			rr.PerCPURatio = ratio(rep.ThroughputRPS/c, rr.Single.ThroughputRPS/c1)
+		}
 		rr.Propagation, rr.Counters = out.prop, out.counters
 	}
 	rep.setRatios()

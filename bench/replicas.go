@@ -57,6 +57,12 @@ type ReplicaReport struct {
 	// over Single's.
 	ThroughputRatio float64 `json:"throughput_ratio"`
 	P99Ratio        float64 `json:"p99_ratio"`
+	// PerCPURatio is the replicas' requests per second of process CPU
+	// over Single's: what the mesh costs per request, whatever share of
+	// the machine each configuration got (on a machine shared with other
+	// work, ThroughputRatio also moves with the others' load between the
+	// two windows; this moves much less). 0 when the CPU is unknown.
+	PerCPURatio float64 `json:"per_cpu_ratio"`
 	// Propagation is what the probe measured during the replicas' window.
 	Propagation *Propagation `json:"propagation"`
 	// Counters are each replica's (ReplicaProbe.Counters), read after the
@@ -83,6 +89,8 @@ func writeReplicaSection(out *reportWriter, rep *Report) {
 	out.printf("against 1 replica, same client, same run: requests/s %.0f vs %.0f (ratio %.2f), p99 %.3f vs %.3f ms (ratio %.2f), errors %d vs %d, leaked %d vs %d\n",
 		rep.ThroughputRPS, s.ThroughputRPS, rr.ThroughputRatio, rep.P99ms, s.P99ms, rr.P99Ratio,
 		rep.ErrorCount(), s.ErrorCount(), rep.LeakedReservations, rr.SingleLeaked)
+	out.printf("process CPU %.2f vs %.2f cores; requests per CPU-second ratio %.2f\n",
+		rep.Client.ProcessCPUCores, s.Client.ProcessCPUCores, rr.PerCPURatio)
 	if pr := rr.Propagation; pr != nil {
 		out.printf("propagation (%s), %d probes:\n", pr.Method, pr.Probes)
 		out.printf("  booked: p50 %.3f ms, p99 %.3f ms, max %.3f ms (%d applied before the booking's response arrived, counted as 0); not visible %d\n",

@@ -142,7 +142,7 @@ func TestRunReplicas(t *testing.T) {
 	if err := json.Unmarshal(raw, &m); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"replicas", "single_replica", "throughput_ratio", "propagation", "replica_counters"} {
+	for _, k := range []string{"replicas", "single_replica", "throughput_ratio", "per_cpu_ratio", "propagation", "replica_counters"} {
 		if _, ok := m.Replicas[k]; !ok {
 			t.Errorf("JSON replicas lacks %q", k)
 		}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -22,18 +21,17 @@ func IsTerminal(f *os.File) bool {
 //  1. build the workload's prompts and their request bodies (PromptForm);
 //  2. with Baseline "noop": start the no-op server on loopback, register the
 //     workers there, and drive it with the same client, mix and prompts;
-//  3. with Replicas > 1: drive one replica alone (StartReplicas(1)) as in
-//     step 4, for the report's same-run comparison;
-//  4. drive the selector: with EngineBlocks, start one simulated engine per
-//     worker; resolve the selector (cfg.Target, or cfg.StartServer when
-//     Target is empty, ErrNoServer when neither is given; with Replicas >
-//     1, StartReplicas(Replicas)); register the workers with each replica,
-//     wait for GET /ready; with Fill, fill the engines' pools and the
-//     selectors' indexes from the workload (fill); drive it (capturing
-//     profiles during its measured window when ProfileDir is set; probing
-//     propagation between replicas during it with Replicas > 1);
-//  5. read GET /loads for reservations left active (summed over the
-//     replicas, once their peers' frees have arrived).
+//  3. open the selector (openTarget): with EngineBlocks, start one
+//     simulated engine per worker; resolve the selector (cfg.Target, or
+//     cfg.StartServer when Target is empty, ErrNoServer when neither is
+//     given); register the workers, wait for GET /ready; with Fill, fill
+//     the engines' pools and the selector's index from the workload;
+//  4. drive it (capturing profiles during its measured window when
+//     ProfileDir is set);
+//  5. read GET /loads for reservations left active.
+//
+// With Replicas > 1, steps 3 to 5 run runReplicas instead: one replica
+// alone and the meshed replicas, measured in alternating windows.
 //
 // Failed calls during the load are counted in the report, not returned as an
 // error; errors are for runs that could not be made (config, workload,
@@ -68,247 +66,138 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	if cfg.Baseline == "noop" {
-		url, stop, err := StartNoop("127.0.0.1:0")
+		noop := func() ([]string, []Replica, func(), error) {
+			url, stop, err := StartNoop("127.0.0.1:0")
+			if err == nil {
+				fmt.Fprintf(logw, "no-op baseline at %s\n", url)
+			}
+			return []string{url}, nil, stop, err
+		}
+		lt, err := openTarget(ctx, cfg, "noop", noop, false, prompts, logw)
 		if err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(logw, "no-op baseline at %s\n", url)
 		p := params
 		p.label, p.idPrefix = "no-op", "bench-"+nonce+"-noop"
-		res, _, _, err := drive(ctx, "noop", []string{url}, &cfg, p, prompts, nil)
-		stop()
-		if err != nil {
-			return nil, err
-		}
+		res := mergeSlices(p, []loadSlice{lt.measure(ctx, p, prompts)})
+		lt.close()
 		rep.Baseline = &res
 	}
 
 	if cfg.Replicas > 1 {
-		p := params
-		p.label, p.idPrefix = "1 replica", "bench-"+nonce+"-one"
-		one, err := runSelector(ctx, cfg, p, prompts, 1, false, logw)
-		if err != nil {
+		if err := runReplicas(ctx, &cfg, rep, params, prompts, nonce, logw); err != nil {
 			return nil, err
 		}
-		rep.Replicas = &ReplicaReport{Replicas: cfg.Replicas, Single: &one.res, SingleLeaked: one.leaked}
+		rep.setRatios()
+		return rep, nil
 	}
 
-	p := params
-	p.label, p.idPrefix = "selector", "bench-"+nonce
-	replicas := 0 // the one selector: Target or StartServer
-	if cfg.Replicas > 1 {
-		p.label, replicas = strconv.Itoa(cfg.Replicas)+" replicas", cfg.Replicas
-	}
-	out, err := runSelector(ctx, cfg, p, prompts, replicas, cfg.ProfileDir != "", logw)
+	lt, err := openTarget(ctx, cfg, "selector", selectorStart(&cfg, 0, logw), true, prompts, logw)
 	if err != nil {
 		return nil, err
 	}
-	rep.Target = out.target
-	rep.Result = out.res
-	rep.LeakedReservations = out.leaked
-	rep.Fill = out.fill
-	rep.Profiles, rep.Warnings = out.profiles, out.warnings
-	if rr := rep.Replicas; rr != nil {
-		rr.ThroughputRatio = ratio(rep.ThroughputRPS, rr.Single.ThroughputRPS)
-		rr.P99Ratio = ratio(rep.P99ms, rr.Single.P99ms)
-		if c, c1 := rep.Client.ProcessCPUCores, rr.Single.Client.ProcessCPUCores; c > 0 && c1 > 0 {
-			rr.PerCPURatio = ratio(rep.ThroughputRPS/c, rr.Single.ThroughputRPS/c1)
-		}
-		rr.Propagation, rr.Counters = out.prop, out.counters
+	defer lt.close()
+	p := params
+	p.label, p.idPrefix = "selector", "bench-"+nonce
+	var waitProfiles func() ([]string, []string)
+	if cfg.ProfileDir != "" {
+		pctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		p.atMeasureStart, waitProfiles = profileAt(pctx, &cfg, lt.urls[0], cfg.Duration)
 	}
+	rep.Result = mergeSlices(p, []loadSlice{lt.measure(ctx, p, prompts)})
+	if waitProfiles != nil {
+		rep.Profiles, rep.Warnings = waitProfiles()
+	}
+	rep.Target, rep.Fill = lt.label(), lt.fill
+	rep.LeakedReservations = leakCheck(lt, &rep.Warnings)
 	rep.setRatios()
 	return rep, nil
 }
 
-// selectorOutcome is what runSelector measured.
-type selectorOutcome struct {
-	target             string
-	res                Result
-	leaked             int64 // -1: unknown (see warnings)
-	fill               *FillStats
-	prop               *Propagation
-	counters           []map[string]uint64
-	profiles, warnings []string
-}
-
-// runSelector is step 4 of Run (and 3, with replicas 1): engines, the
-// selector (replicas 0: cfg.Target or cfg.StartServer; n >= 1:
-// cfg.StartReplicas(n)), registration, fill, load, leak check; with
-// profile, the profiles of the measured window; with n > 1, the
-// propagation probe during it. Each call starts its own engines, so every
-// configuration's fill starts from empty pools.
-func runSelector(ctx context.Context, cfg Config, p loadParams, prompts []Prompt, replicas int, profile bool, logw io.Writer) (selectorOutcome, error) {
-	var out selectorOutcome
-	var prepare func([]*Control) error
-	if cfg.EngineBlocks > 0 && len(cfg.KVEventsEndpoints) == 0 {
-		engines, err := startEngines(&cfg)
-		if err != nil {
-			return out, err
-		}
-		defer closeEngines(engines)
-		if cfg.Fill {
-			prepare = func(ctls []*Control) error {
-				st, err := fill(ctx, ctls, &cfg, engines, prompts, logw)
-				out.fill = &st
-				return err
-			}
-		}
-	}
-
-	var urls []string
-	var reps []Replica
-	if replicas == 0 {
-		base, stop, err := ResolveTarget(&cfg, logw)
-		if err != nil {
-			return out, err
-		}
-		defer stop()
-		urls = []string{base}
-	} else {
-		rs, stop, err := cfg.StartReplicas(replicas)
-		if err != nil {
-			return out, fmt.Errorf("bench: starting %d in-process replicas: %w", replicas, err)
-		}
-		defer stop()
-		reps = rs
-		for _, r := range rs {
-			urls = append(urls, r.URL)
-		}
-		fmt.Fprintf(logw, "in-process replicas at %v\n", urls)
-	}
-	out.target = strings.Join(urls, " ")
-
-	var atStart []func()
-	var profDone chan struct{}
-	var profStarted bool // set by atMeasureStart, which runs on the driver's goroutine
-	if profile {
-		pprofBase := cfg.PprofURL
-		if pprofBase == "" {
-			pprofBase = urls[0] + "/debug/pprof"
-		}
-		profDone = make(chan struct{})
-		pctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		atStart = append(atStart, func() {
-			profStarted = true
-			go func() {
-				defer close(profDone)
-				out.profiles, out.warnings = captureProfiles(pctx, pprofBase, cfg.ProfileDir, cfg.Duration)
-			}()
-		})
-	}
-	var pr *prober
-	var probeStarted bool // as profStarted
-	if len(reps) > 1 {
-		var err error
-		if pr, err = newProber(reps, prompts, p.idPrefix, &cfg); err != nil {
-			return out, err
-		}
-		atStart = append(atStart, func() {
-			probeStarted = true
-			pr.start(ctx, cfg.Duration)
-		})
-	}
-	if len(atStart) > 0 {
-		p.atMeasureStart = func() {
-			for _, f := range atStart {
-				f()
-			}
-		}
-	}
-	res, leaked, loadsErr, err := drive(ctx, "selector", urls, &cfg, p, prompts, prepare)
-	if profStarted {
-		<-profDone // the window has passed; the fetches end with it
-	}
-	if pr != nil {
-		if probeStarted {
-			out.prop = pr.wait()
-		} else {
-			pr.close()
-		}
-	}
+// runReplicas is Run's steps 3 to 5 with cfg.Replicas > 1. It opens one
+// replica alone (StartReplicas(1)) and then the meshed replicas, each with
+// engines of its own and filled, both kept up; then it measures them in
+// cfg.Rounds alternating windows, one replica first, each of
+// cfg.Duration/Rounds after a warm-up (cfg.Warmup before each target's
+// first window, at most a second before the others: the connections are
+// open by then). Background work on a shared machine changes over seconds;
+// alternating puts both targets under the same changes, where one long
+// window each would give the second target whatever the machine did then.
+// The propagation probe runs during the replicas' windows; profiles are
+// captured during their first window. The top-level figures of rep are the
+// replicas', rep.Replicas compares them with the one replica.
+func runReplicas(ctx context.Context, cfg *Config, rep *Report, params loadParams, prompts []Prompt, nonce string, logw io.Writer) error {
+	one, err := openTarget(ctx, *cfg, "1 replica", selectorStart(cfg, 1, logw), true, prompts, logw)
 	if err != nil {
-		return out, err
+		return err
 	}
-	for _, r := range reps {
-		out.counters = append(out.counters, r.Probe.Counters())
+	defer one.close()
+	mesh, err := openTarget(ctx, *cfg, "replica", selectorStart(cfg, cfg.Replicas, logw), true, prompts, logw)
+	if err != nil {
+		return err
 	}
-	if replicas == 1 {
-		out.counters = nil
+	defer mesh.close()
+	pr, err := newProber(mesh.reps, prompts, "bench-"+nonce, cfg)
+	if err != nil {
+		return err
 	}
-	out.res, out.leaked = res, leaked
-	if loadsErr != nil {
-		// The load was measured; only the leak check is unknown, which the
-		// report must not pass off as zero.
-		out.leaked = -1
-		out.warnings = append(out.warnings, fmt.Sprintf("leak check failed (leaked_reservations -1): %v", loadsErr))
-	}
-	return out, nil
-}
+	defer pr.close()
 
-// settleWait bounds how long the leak check waits for the replicas' mirrors
-// to be freed by their peers' frees.
-const settleWait = 5 * time.Second
+	rounds := max(1, cfg.Rounds)
+	slice := cfg.Duration / time.Duration(rounds)
+	var oneSlices, meshSlices []loadSlice
+	var waitProfiles func() ([]string, []string)
+	for r := range rounds {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		p := params
+		p.duration = slice
+		if r > 0 {
+			p.warmup = min(cfg.Warmup, time.Second)
+		}
+		tag := fmt.Sprintf(" %d/%d", r+1, rounds)
+		p1 := p
+		p1.label, p1.idPrefix = "1 replica"+tag, fmt.Sprintf("bench-%s-one-r%d", nonce, r)
+		oneSlices = append(oneSlices, one.measure(ctx, p1, prompts))
 
-// drive registers the workers with every target, waits for each to be
-// ready, calls prepare (when not nil), runs the load (spread over the
-// targets, see multiCaller), and returns the result and the active
-// requests left in GET /loads afterwards, summed over the targets (or
-// loadsErr when /loads could not be read). err is for a run that could not
-// be made.
-func drive(ctx context.Context, name string, urls []string, cfg *Config, p loadParams, prompts []Prompt, prepare func([]*Control) error) (res Result, leaked int64, loadsErr, err error) {
-	var targets []*target
-	var ctls []*Control
-	defer func() {
-		for _, t := range targets {
-			t.close()
+		p2 := p
+		p2.label, p2.idPrefix = strconv.Itoa(cfg.Replicas)+" replicas"+tag, fmt.Sprintf("bench-%s-r%d", nonce, r)
+		var profStart func()
+		if r == 0 && cfg.ProfileDir != "" {
+			pctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			profStart, waitProfiles = profileAt(pctx, cfg, mesh.urls[0], slice)
 		}
-	}()
-	for i, url := range urls {
-		n := name
-		if len(urls) > 1 {
-			n += " " + strconv.Itoa(i)
+		p2.atMeasureStart = func() {
+			pr.start(ctx, slice)
+			if profStart != nil {
+				profStart()
+			}
 		}
-		t, err := newTarget(n, url, cfg.Concurrency+16, cfg.Timeout)
-		if err != nil {
-			return Result{}, 0, nil, err
-		}
-		targets = append(targets, t)
-		ctl := &Control{t: t, timeout: cfg.Timeout}
-		if err := register(ctl, cfg); err != nil {
-			return Result{}, 0, nil, err
-		}
-		ctls = append(ctls, ctl)
+		meshSlices = append(meshSlices, mesh.measure(ctx, p2, prompts))
+		pr.join()
 	}
-	if prepare != nil {
-		if err := prepare(ctls); err != nil {
-			return Result{}, 0, nil, err
-		}
+	single := mergeSlices(params, oneSlices)
+	rep.Result = mergeSlices(params, meshSlices)
+	if waitProfiles != nil {
+		rep.Profiles, rep.Warnings = waitProfiles()
 	}
-	var callers []*httpCaller // newCaller runs on runLoad's caller's goroutine
-	res = runLoad(ctx, p, prompts, func(g int) caller {
-		if len(targets) == 1 {
-			c := targets[0].newCaller()
-			callers = append(callers, c)
-			return c
-		}
-		m := &multiCaller{next: g % len(targets)}
-		for _, t := range targets {
-			c := t.newCaller()
-			callers = append(callers, c)
-			m.cs = append(m.cs, c)
-		}
-		return m
-	})
-	for _, c := range callers {
-		c.release()
+	rep.Target, rep.Fill = mesh.label(), mesh.fill
+	rr := &ReplicaReport{Replicas: cfg.Replicas, Rounds: rounds, Single: &single, Propagation: pr.result()}
+	rep.Replicas = rr
+	rr.SingleLeaked = leakCheck(one, &rep.Warnings)
+	rep.LeakedReservations = leakCheck(mesh, &rep.Warnings)
+	for _, r := range mesh.reps {
+		rr.Counters = append(rr.Counters, r.Probe.Counters())
 	}
-	wait := time.Duration(0)
-	if len(ctls) > 1 {
-		wait = settleWait
+	rr.ThroughputRatio = ratio(rep.ThroughputRPS, single.ThroughputRPS)
+	rr.P99Ratio = ratio(rep.P99ms, single.P99ms)
+	if c, c1 := rep.Client.ProcessCPUCores, single.Client.ProcessCPUCores; c > 0 && c1 > 0 {
+		rr.PerCPURatio = ratio(rep.ThroughputRPS/c, single.ThroughputRPS/c1)
 	}
-	leaked, loadsErr = settleActive(ctls, wait)
-	return res, leaked, loadsErr, nil
+	return nil
 }
 
 // ResolveTarget returns the selector's base URL: cfg.Target, or a server

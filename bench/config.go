@@ -79,6 +79,9 @@ type Config struct {
 	// ProbeInterval is the pause between two propagation probes of a
 	// replica run (see Propagation).
 	ProbeInterval time.Duration
+	// Rounds is the number of alternating windows a replica run measures
+	// one replica and the replicas in, Duration/Rounds each (see Run).
+	Rounds int
 
 	// Concurrency is the number of client goroutines. In the closed loop each
 	// runs one operation after another; in the open loop it is the pool that
@@ -206,6 +209,7 @@ func DefaultConfig() Config {
 		Timeout:      30 * time.Second,
 
 		ProbeInterval: 10 * time.Millisecond,
+		Rounds:        5,
 	}
 }
 
@@ -245,6 +249,8 @@ func (c *Config) Validate() error {
 		return bad("%d replicas need in-process replicas (no target; the host's StartReplicas)", c.Replicas)
 	case c.Replicas > 1 && c.ProbeInterval <= 0:
 		return bad("probe interval %v <= 0", c.ProbeInterval)
+	case c.Replicas > 1 && (c.Rounds < 1 || c.Duration/time.Duration(max(1, c.Rounds)) <= 0):
+		return bad("rounds %d: want >= 1 and at most duration %v in nanoseconds", c.Rounds, c.Duration)
 	case c.Replicas > 1 && c.Mix == MixDisagg:
 		// A plan lives in the process that made it (its legs replicate);
 		// the probe books in the default pool, which the mix leaves empty.

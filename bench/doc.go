@@ -41,10 +41,12 @@
 // With Config.Replicas > 1 the host's Config.StartReplicas starts that
 // many in-process selectors meshed over loopback ZMQ (cmd/kvselect: each a
 // core.Service with its own zmqin.Mesh, peers of each other, each behind
-// its own HTTP server). Run then drives, after the no-op baseline, one
-// replica alone (StartReplicas(1): same workers, fresh engines, fill and
-// load) and then the mesh, so the report gives the mesh's throughput as a
-// ratio to one replica measured in the same run. Against the mesh, the
+// its own HTTP server). Run then opens, after the no-op baseline, one
+// replica alone (StartReplicas(1): same workers, engines of its own, fill)
+// and the mesh, keeps both up, and measures them in Config.Rounds
+// alternating windows (one replica, the mesh, one replica, ...), so the
+// report gives the mesh's throughput as a ratio to one replica measured in
+// the same run and under the same background load. Against the mesh, the
 // workers are registered on every replica (each subscribes to every
 // engine, and the fill waits until every index shows each prompt), each
 // client goroutine sends its operations to the replicas in turn, and every

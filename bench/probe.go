@@ -60,7 +60,8 @@ const probeTimeout = time.Second
 
 const probeMethod = "booking on one replica over HTTP, applied-time stamped by the other replica's mesh, checked through its Go API"
 
-// prober runs the probes of one replica run.
+// prober runs the probes of one replica run, in one or more windows.
+// Its methods are called from one goroutine (the driver's).
 type prober struct {
 	reps     []Replica
 	callers  []*httpCaller
@@ -68,7 +69,8 @@ type prober struct {
 	prompts  []Prompt
 	prefix   []byte
 	interval time.Duration
-	done     chan struct{}
+	k        int           // the next probe's number, across windows
+	done     chan struct{} // closed when the running window's goroutine ends; nil when none runs
 
 	booked, freed *Histogram
 	out           Propagation
@@ -76,7 +78,7 @@ type prober struct {
 
 func newProber(reps []Replica, prompts []Prompt, idPrefix string, cfg *Config) (*prober, error) {
 	pr := &prober{reps: reps, prompts: prompts, prefix: []byte(idPrefix + "-probe-"), interval: cfg.ProbeInterval,
-		done: make(chan struct{}), booked: NewHistogram(), freed: NewHistogram()}
+		booked: NewHistogram(), freed: NewHistogram()}
 	for i, r := range reps {
 		t, err := newTarget("replica "+strconv.Itoa(i)+" probe", r.URL, 2, cfg.Timeout)
 		if err != nil {
@@ -90,16 +92,21 @@ func newProber(reps []Replica, prompts []Prompt, idPrefix string, cfg *Config) (
 	return pr, nil
 }
 
-// start runs the probes on a goroutine of their own for d (the measured
-// window), or until ctx ends; wait returns the result.
+// start probes on a goroutine of its own for d (a measured window), or
+// until ctx ends; join waits for it.
 func (pr *prober) start(ctx context.Context, d time.Duration) {
+	if pr.done != nil {
+		panic("BUG: bench: probe windows overlap")
+	}
+	pr.done = make(chan struct{})
 	go func() {
 		defer close(pr.done)
 		end := time.Now().Add(d)
 		t := time.NewTicker(pr.interval)
 		defer t.Stop()
-		for k := 0; time.Now().Before(end); k++ {
-			pr.probe(k)
+		for time.Now().Before(end) {
+			pr.probe(pr.k)
+			pr.k++
 			select {
 			case <-ctx.Done():
 				return
@@ -109,10 +116,17 @@ func (pr *prober) start(ctx context.Context, d time.Duration) {
 	}()
 }
 
-// wait returns what the probes measured once they have stopped.
-func (pr *prober) wait() *Propagation {
-	<-pr.done
-	pr.close()
+// join waits for the window's probes to stop (at once when none ran).
+func (pr *prober) join() {
+	if pr.done != nil {
+		<-pr.done
+		pr.done = nil
+	}
+}
+
+// result is what the probes of every window measured.
+func (pr *prober) result() *Propagation {
+	pr.join()
 	o := pr.out
 	o.BookedP50ms, o.BookedP99ms, o.BookedMaxMs = ms(pr.booked.Quantile(0.5)), ms(pr.booked.Quantile(0.99)), ms(pr.booked.Max())
 	o.FreedP50ms, o.FreedP99ms, o.FreedMaxMs = ms(pr.freed.Quantile(0.5)), ms(pr.freed.Quantile(0.99)), ms(pr.freed.Max())
@@ -120,6 +134,7 @@ func (pr *prober) wait() *Propagation {
 }
 
 func (pr *prober) close() {
+	pr.join()
 	for _, c := range pr.callers {
 		c.release()
 	}

@@ -49,6 +49,9 @@ type ReplicaProbe interface {
 // replica alone, driven by the same client in the same run.
 type ReplicaReport struct {
 	Replicas int `json:"replicas"`
+	// Rounds is the number of alternating windows each target was
+	// measured in (Config.Rounds).
+	Rounds int `json:"rounds"`
 	// Single is one replica with no mesh, same workers, engines, fill and
 	// load; SingleLeaked its reservations left active.
 	Single       *Result `json:"single_replica"`
@@ -86,8 +89,8 @@ func writeReplicaSection(out *reportWriter, rep *Report) {
 	}
 	s := rr.Single
 	out.printf("\n%d replicas meshed over loopback ZMQ (operations alternate between them; an operation's calls go to the replica that booked it)\n", rr.Replicas)
-	out.printf("against 1 replica, same client, same run: requests/s %.0f vs %.0f (ratio %.2f), p99 %.3f vs %.3f ms (ratio %.2f), errors %d vs %d, leaked %d vs %d\n",
-		rep.ThroughputRPS, s.ThroughputRPS, rr.ThroughputRatio, rep.P99ms, s.P99ms, rr.P99Ratio,
+	out.printf("against 1 replica, same client, same run, %d alternating windows each: requests/s %.0f vs %.0f (ratio %.2f), p99 %.3f vs %.3f ms (ratio %.2f), errors %d vs %d, leaked %d vs %d\n",
+		rr.Rounds, rep.ThroughputRPS, s.ThroughputRPS, rr.ThroughputRatio, rep.P99ms, s.P99ms, rr.P99Ratio,
 		rep.ErrorCount(), s.ErrorCount(), rep.LeakedReservations, rr.SingleLeaked)
 	out.printf("process CPU %.2f vs %.2f cores; requests per CPU-second ratio %.2f\n",
 		rep.Client.ProcessCPUCores, s.Client.ProcessCPUCores, rr.PerCPURatio)

@@ -82,16 +82,19 @@ func fakeReplicas(t *testing.T, n int, lossy bool) ([]*countingTestServer, []Rep
 
 // TestRunReplicas: with two replicas the load alternates between them and
 // every lifecycle call goes to the replica that booked (a counting server
-// answers 404 for ids it did not book); one replica alone runs first in
-// the same run; the probe sees every booking on the other replica and its
-// free, and the report carries both figures, in JSON and in the table.
+// answers 404 for ids it did not book); one replica alone is measured in
+// the same run, in windows alternating with the replicas'; the probe sees
+// every booking on the other replica and its free, and the report carries
+// both figures, in JSON and in the table.
 func TestRunReplicas(t *testing.T) {
 	var mesh []*countingTestServer
 	var single *countingTestServer
 	cfg := smallRun("")
 	cfg.Replicas = 2
 	cfg.ProbeInterval = 5 * time.Millisecond
+	starts := 0
 	cfg.StartReplicas = func(n int) ([]Replica, func(), error) {
+		starts++
 		srvs, reps := fakeReplicas(t, n, false)
 		if n == 1 {
 			single = srvs[0]
@@ -104,8 +107,21 @@ func TestRunReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if single == nil || len(mesh) != 2 {
-		t.Fatalf("StartReplicas calls: single %v, mesh %d", single != nil, len(mesh))
+	if single == nil || len(mesh) != 2 || starts != 2 {
+		t.Fatalf("StartReplicas calls %d: single %v, mesh %d", starts, single != nil, len(mesh))
+	}
+	// The windows alternate: the one replica was still loaded after the
+	// mesh's load had begun.
+	single.mu.Lock()
+	lastSingle := single.mu.lastReserve
+	single.mu.Unlock()
+	for i, s := range mesh {
+		s.mu.Lock()
+		first := s.mu.firstReserve
+		s.mu.Unlock()
+		if !lastSingle.After(first) {
+			t.Fatalf("replica %d first loaded at %v, after the one replica's last booking at %v: the windows did not alternate", i, first, lastSingle)
+		}
 	}
 	if c := single.calls(); c["select_and_reserve"] == 0 || c["active"] != 0 {
 		t.Fatalf("single replica saw %v", c)
@@ -118,7 +134,7 @@ func TestRunReplicas(t *testing.T) {
 	}
 	rr := rep.Replicas
 	if rep.ErrorCount() != 0 || rep.LeakedReservations != 0 || rr == nil || rr.Single == nil || rr.Single.Requests == 0 ||
-		rr.ThroughputRatio <= 0 || len(rr.Counters) != 2 {
+		rr.ThroughputRatio <= 0 || len(rr.Counters) != 2 || rr.Rounds != cfg.Rounds {
 		t.Fatalf("report: errors %v, leaked %d, replicas %+v", rep.Errors, rep.LeakedReservations, rr)
 	}
 	pr := rr.Propagation
@@ -170,7 +186,7 @@ func TestRunReplicas(t *testing.T) {
 func TestRunReplicasLossyMesh(t *testing.T) {
 	cfg := smallRun("")
 	cfg.Replicas = 2
-	cfg.Warmup, cfg.Duration = 20*time.Millisecond, 100*time.Millisecond
+	cfg.Warmup, cfg.Duration, cfg.Rounds = 20*time.Millisecond, 100*time.Millisecond, 1
 	cfg.StartReplicas = func(n int) ([]Replica, func(), error) {
 		_, reps := fakeReplicas(t, n, true)
 		return reps, func() {}, nil

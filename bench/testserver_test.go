@@ -38,7 +38,10 @@ type countingTestServer struct {
 		sync.Mutex
 		calls    map[string]int // by route name (the report's names)
 		reserves int            // select_and_reserve calls seen
-		active   map[string]bool
+		// firstReserve and lastReserve are when the first and the last
+		// select_and_reserve arrived.
+		firstReserve, lastReserve time.Time
+		active                    map[string]bool
 		// plans maps a live plan's id to whether its prefill leg is still
 		// held (until prefill_complete).
 		plans   map[string]bool
@@ -135,6 +138,10 @@ func (s *countingTestServer) handle(ctx *fasthttp.RequestCtx) {
 	case method == "POST" && path == "/select_and_reserve":
 		s.mu.calls["select_and_reserve"]++
 		s.mu.reserves++
+		if s.mu.firstReserve.IsZero() {
+			s.mu.firstReserve = time.Now()
+		}
+		s.mu.lastReserve = time.Now()
 		if !s.checkBody(ctx, true) {
 			return
 		}

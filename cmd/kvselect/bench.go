@@ -73,6 +73,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.StringVar(&cfg.Baseline, "baseline", "", "noop: also drive an in-process no-op fasthttp server in the same run and report ratios")
 	fs.IntVar(&cfg.Replicas, "replicas", 1, "in-process kvselect replicas meshed over loopback ZMQ to spread the load over (operations alternate between them); > 1 also drives one replica alone in the same run and reports the throughput ratio and the booking propagation lag between replicas")
 	fs.DurationVar(&cfg.ProbeInterval, "probe-interval", cfg.ProbeInterval, "with --replicas > 1: pause between two propagation probes (a booking on one replica, timed until the other applies it)")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "with --replicas > 1: alternating windows, each of --duration/N, in which one replica and the replicas are measured (one long window each would give the second whatever else the machine ran then)")
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "write cpu, heap, mutex and block profiles of the server's measured window (from /debug/pprof) into this directory")
 	fs.StringVar(&cfg.PprofURL, "pprof", "", "pprof base URL for --profile (default: TARGET/debug/pprof)")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-call read and write timeout")

@@ -73,7 +73,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}
 			return []string{url}, nil, stop, err
 		}
-		lt, err := openTarget(ctx, cfg, "noop", noop, false, prompts, logw)
+		lt, err := openTarget(ctx, cfg, "noop", noop, false, 1, prompts, logw)
 		if err != nil {
 			return nil, err
 		}
@@ -92,7 +92,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return rep, nil
 	}
 
-	lt, err := openTarget(ctx, cfg, "selector", selectorStart(&cfg, 0, logw), true, prompts, logw)
+	lt, err := openTarget(ctx, cfg, "selector", selectorStart(&cfg, 0, logw), true, 1, prompts, logw)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +117,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 // runReplicas is Run's steps 3 to 5 with cfg.Replicas > 1. It opens one
 // replica alone (StartReplicas(1)) and then the meshed replicas, each with
-// engines of its own and filled, both kept up; then it measures them in
+// engines of its own and filled, both kept up, both driven by the same
+// client: as many connection pools as replicas, each client goroutine
+// sending its operations to the pools in turn (with one replica, every
+// pool reaches it), so that the ratio compares the servers, not two
+// shapes of client. Then it measures them in
 // cfg.Rounds alternating windows, one replica first, each of
 // cfg.Duration/Rounds after a warm-up (cfg.Warmup before each target's
 // first window, at most a second before the others: the connections are
@@ -128,12 +132,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // captured during their first window. The top-level figures of rep are the
 // replicas', rep.Replicas compares them with the one replica.
 func runReplicas(ctx context.Context, cfg *Config, rep *Report, params loadParams, prompts []Prompt, nonce string, logw io.Writer) error {
-	one, err := openTarget(ctx, *cfg, "1 replica", selectorStart(cfg, 1, logw), true, prompts, logw)
+	one, err := openTarget(ctx, *cfg, "1 replica", selectorStart(cfg, 1, logw), true, cfg.Replicas, prompts, logw)
 	if err != nil {
 		return err
 	}
 	defer one.close()
-	mesh, err := openTarget(ctx, *cfg, "replica", selectorStart(cfg, cfg.Replicas, logw), true, prompts, logw)
+	mesh, err := openTarget(ctx, *cfg, "replica", selectorStart(cfg, cfg.Replicas, logw), true, cfg.Replicas, prompts, logw)
 	if err != nil {
 		return err
 	}

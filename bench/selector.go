@@ -10,15 +10,17 @@ import (
 )
 
 // loadTarget is one configuration under load: the no-op baseline, the
-// selector, or a set of replicas; its engines (when the run has its own),
-// and for each of its servers a client, registered, ready and filled.
-// openTarget makes one, measure drives one window of load over it, leaks
-// reads what it left booked, close stops everything in reverse order.
+// selector, or a set of replicas; its engines (when the run has its own);
+// a control client per server (registered, ready, filled); and the load's
+// client pools, over which each client goroutine spreads its operations
+// (multiCaller) when there are several. openTarget makes one, measure
+// drives one window of load over it, leaks reads what it left booked,
+// close stops everything in reverse order.
 type loadTarget struct {
-	urls    []string
+	urls    []string  // the servers
 	reps    []Replica // the replicas' Go-API side; nil for a single server
-	targets []*target // one client per url
 	ctls    []*Control
+	targets []*target // the load's client pools
 	fill    *FillStats
 	stops   []func() // undone in reverse by close
 }
@@ -30,9 +32,12 @@ type serverStart func() (urls []string, reps []Replica, stop func(), err error)
 // openTarget starts the servers with start, and when engines is set (and
 // the run has no endpoints of its own) one simulated engine per worker;
 // registers the workers with every server, waits until each is ready and,
-// with cfg.Fill, fills the engines and every server's index. name labels
+// with cfg.Fill, fills the engines and every server's index. The load gets
+// max(pools, servers) client pools, pool i on server i mod servers: a
+// replica run gives one replica as many pools as the replicas have, so
+// that both are driven by the same client (see runReplicas). name labels
 // the clients' errors. On error everything started is stopped.
-func openTarget(ctx context.Context, cfg Config, name string, start serverStart, engines bool, prompts []Prompt, logw io.Writer) (_ *loadTarget, err error) {
+func openTarget(ctx context.Context, cfg Config, name string, start serverStart, engines bool, pools int, prompts []Prompt, logw io.Writer) (_ *loadTarget, err error) {
 	lt := &loadTarget{}
 	defer func() {
 		if err != nil {
@@ -52,21 +57,28 @@ func openTarget(ctx context.Context, cfg Config, name string, start serverStart,
 	}
 	lt.stops = append(lt.stops, stop)
 	lt.urls, lt.reps = urls, reps
-	for i, url := range urls {
-		n := name
+	label := func(i int) string {
 		if len(urls) > 1 {
-			n += " " + strconv.Itoa(i)
+			return name + " " + strconv.Itoa(i)
 		}
-		t, err := newTarget(n, url, cfg.Concurrency+16, cfg.Timeout)
+		return name
+	}
+	for i, url := range urls {
+		ctl, err := NewControl(label(i), url, cfg.Timeout)
+		if err != nil {
+			return nil, err
+		}
+		lt.ctls = append(lt.ctls, ctl)
+		if err := register(ctl, &cfg); err != nil {
+			return nil, err
+		}
+	}
+	for i := range max(pools, len(urls)) {
+		t, err := newTarget(label(i%len(urls)), urls[i%len(urls)], cfg.Concurrency+16, cfg.Timeout)
 		if err != nil {
 			return nil, err
 		}
 		lt.targets = append(lt.targets, t)
-		ctl := &Control{t: t, timeout: cfg.Timeout}
-		if err := register(ctl, &cfg); err != nil {
-			return nil, err
-		}
-		lt.ctls = append(lt.ctls, ctl)
 	}
 	if cfg.Fill && es != nil {
 		st, err := fill(ctx, lt.ctls, &cfg, es, prompts, logw)
@@ -79,8 +91,8 @@ func openTarget(ctx context.Context, cfg Config, name string, start serverStart,
 }
 
 // measure drives one window of load (runSlice) over the target: with
-// several servers each client goroutine spreads its operations over them
-// (multiCaller).
+// several client pools each client goroutine spreads its operations over
+// them (multiCaller).
 func (lt *loadTarget) measure(ctx context.Context, p loadParams, prompts []Prompt) loadSlice {
 	var callers []*httpCaller // newCaller runs on runSlice's caller's goroutine
 	sl := runSlice(ctx, p, prompts, func(g int) caller {
@@ -120,6 +132,9 @@ func (lt *loadTarget) leaks() (int64, error) {
 func (lt *loadTarget) close() {
 	for _, t := range lt.targets {
 		t.close()
+	}
+	for _, c := range lt.ctls {
+		c.Close()
 	}
 	for i := len(lt.stops) - 1; i >= 0; i-- {
 		lt.stops[i]()

@@ -19,16 +19,19 @@ func IsTerminal(f *os.File) bool {
 // Run performs the load run cfg describes and returns its report:
 //
 //  1. build the workload's prompts and their request bodies (PromptForm);
-//     with EngineBlocks, start one simulated engine per worker;
-//  2. resolve the selector: cfg.Target, or cfg.StartServer when Target is
-//     empty (ErrNoServer when neither is given);
-//  3. with Baseline "noop": start the no-op server on loopback, register the
+//  2. with Baseline "noop": start the no-op server on loopback, register the
 //     workers there, and drive it with the same client, mix and prompts;
-//  4. register the workers with the selector, wait for GET /ready; with
-//     Fill, fill the engines' pools and the selector's index from the
-//     workload (fill); drive it (capturing profiles during its measured
-//     window when ProfileDir is set);
+//  3. open the selector (openTarget): with EngineBlocks, start one
+//     simulated engine per worker; resolve the selector (cfg.Target, or
+//     cfg.StartServer when Target is empty, ErrNoServer when neither is
+//     given); register the workers, wait for GET /ready; with Fill, fill
+//     the engines' pools and the selector's index from the workload;
+//  4. drive it (capturing profiles during its measured window when
+//     ProfileDir is set);
 //  5. read GET /loads for reservations left active.
+//
+// With Replicas > 1, steps 3 to 5 run runReplicas instead: one replica
+// alone and the meshed replicas, measured in alternating windows.
 //
 // Failed calls during the load are counted in the report, not returned as an
 // error; errors are for runs that could not be made (config, workload,
@@ -46,26 +49,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	fmt.Fprintf(logw, "workload %s\n", desc)
-	var engines []*Engine
-	if cfg.EngineBlocks > 0 && len(cfg.KVEventsEndpoints) == 0 {
-		if engines, err = startEngines(&cfg); err != nil {
-			return nil, err
-		}
-		defer closeEngines(engines)
-	}
-
-	base, stop, err := ResolveTarget(&cfg, logw)
-	if err != nil {
-		return nil, err
-	}
-	defer stop()
 
 	loop := "closed"
 	if cfg.Rate > 0 {
 		loop = "open"
 	}
 	rep := &Report{
-		Target: base, Loop: loop, Concurrency: cfg.Concurrency, Rate: cfg.Rate,
+		Loop: loop, Concurrency: cfg.Concurrency, Rate: cfg.Rate,
 		Mix: cfg.Mix.String(), Workload: desc, PromptForm: cfg.PromptForm, Workers: cfg.Workers, BlockSize: cfg.BlockSize,
 		WarmupS: cfg.Warmup.Seconds(), DurationS: cfg.Duration.Seconds(), Seed: cfg.Seed,
 	}
@@ -76,99 +66,147 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	if cfg.Baseline == "noop" {
-		url, stop, err := StartNoop("127.0.0.1:0")
+		noop := func() ([]string, []Replica, func(), error) {
+			url, stop, err := StartNoop("127.0.0.1:0")
+			if err == nil {
+				fmt.Fprintf(logw, "no-op baseline at %s\n", url)
+			}
+			return []string{url}, nil, stop, err
+		}
+		lt, err := openTarget(ctx, cfg, "noop", noop, false, 1, prompts, logw)
 		if err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(logw, "no-op baseline at %s\n", url)
 		p := params
 		p.label, p.idPrefix = "no-op", "bench-"+nonce+"-noop"
-		res, _, _, err := drive(ctx, "noop", url, &cfg, p, prompts, nil)
-		stop()
-		if err != nil {
-			return nil, err
-		}
+		res := mergeSlices(p, []loadSlice{lt.measure(ctx, p, prompts)})
+		lt.close()
 		rep.Baseline = &res
 	}
 
-	p := params
-	p.label, p.idPrefix = "selector", "bench-"+nonce
-	var profDone chan struct{}
-	var profStarted bool // set by atMeasureStart, which runs on this goroutine
-	var profFiles, profWarns []string
-	if cfg.ProfileDir != "" {
-		pprofBase := cfg.PprofURL
-		if pprofBase == "" {
-			return nil, fmt.Errorf("%w: profiling needs the selector's pprof URL (its --debug-addr: --pprof http://HOST:6060/debug/pprof)", ErrConfig)
+	if cfg.Replicas > 1 {
+		if err := runReplicas(ctx, &cfg, rep, params, prompts, nonce, logw); err != nil {
+			return nil, err
 		}
-		profDone = make(chan struct{})
-		pctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		p.atMeasureStart = func() {
-			profStarted = true
-			go func() {
-				defer close(profDone)
-				profFiles, profWarns = captureProfiles(pctx, pprofBase, cfg.ProfileDir, cfg.Duration)
-			}()
-		}
+		rep.setRatios()
+		return rep, nil
 	}
-	var prepare func(*Control) error
-	if cfg.Fill {
-		prepare = func(c *Control) error {
-			st, err := fill(ctx, c, &cfg, engines, prompts, logw)
-			rep.Fill = &st
-			return err
-		}
-	}
-	res, leaked, loadsErr, err := drive(ctx, "selector", base, &cfg, p, prompts, prepare)
-	if profStarted {
-		<-profDone // the window has passed; the fetches end with it
-	}
+
+	lt, err := openTarget(ctx, cfg, "selector", selectorStart(&cfg, 0, logw), true, 1, prompts, logw)
 	if err != nil {
 		return nil, err
 	}
-	rep.Result = res
-	rep.LeakedReservations = leaked
-	rep.Profiles, rep.Warnings = profFiles, profWarns
-	if loadsErr != nil {
-		// The load was measured; only the leak check is unknown, which the
-		// report must not pass off as zero.
-		rep.LeakedReservations = -1
-		rep.Warnings = append(rep.Warnings, fmt.Sprintf("leak check failed (leaked_reservations -1): %v", loadsErr))
+	defer lt.close()
+	p := params
+	p.label, p.idPrefix = "selector", "bench-"+nonce
+	var waitProfiles func() ([]string, []string)
+	if cfg.ProfileDir != "" {
+		pctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		if p.atMeasureStart, waitProfiles, err = profileAt(pctx, &cfg, cfg.Duration); err != nil {
+			return nil, err
+		}
 	}
+	rep.Result = mergeSlices(p, []loadSlice{lt.measure(ctx, p, prompts)})
+	if waitProfiles != nil {
+		rep.Profiles, rep.Warnings = waitProfiles()
+	}
+	rep.Target, rep.Fill = lt.label(), lt.fill
+	rep.LeakedReservations = leakCheck(lt, &rep.Warnings)
 	rep.setRatios()
 	return rep, nil
 }
 
-// drive registers the workers with one target, waits for it to be ready,
-// calls prepare (when not nil), runs the load, and returns the result and
-// the active requests left in GET /loads afterwards (or loadsErr when
-// /loads could not be read). err is for a run that could not be made.
-func drive(ctx context.Context, name, url string, cfg *Config, p loadParams, prompts []Prompt, prepare func(*Control) error) (res Result, leaked int64, loadsErr, err error) {
-	t, err := newTarget(name, url, cfg.Concurrency+16, cfg.Timeout)
+// runReplicas is Run's steps 3 to 5 with cfg.Replicas > 1. It opens one
+// replica alone (StartReplicas(1)) and then the meshed replicas, each with
+// engines of its own and filled, both kept up, both driven by the same
+// client: as many connection pools as replicas, each client goroutine
+// sending its operations to the pools in turn (with one replica, every
+// pool reaches it), so that the ratio compares the servers, not two
+// shapes of client. Then it measures them in
+// cfg.Rounds alternating windows, one replica first, each of
+// cfg.Duration/Rounds after a warm-up (cfg.Warmup before each target's
+// first window, at most a second before the others: the connections are
+// open by then). Background work on a shared machine changes over seconds;
+// alternating puts both targets under the same changes, where one long
+// window each would give the second target whatever the machine did then.
+// The propagation probe runs during the replicas' windows; profiles are
+// captured during their first window. The top-level figures of rep are the
+// replicas', rep.Replicas compares them with the one replica.
+func runReplicas(ctx context.Context, cfg *Config, rep *Report, params loadParams, prompts []Prompt, nonce string, logw io.Writer) error {
+	one, err := openTarget(ctx, *cfg, "1 replica", selectorStart(cfg, 1, logw), true, cfg.Replicas, prompts, logw)
 	if err != nil {
-		return Result{}, 0, nil, err
+		return err
 	}
-	defer t.close()
-	ctl := &Control{t: t, timeout: cfg.Timeout}
-	if err := register(ctl, cfg); err != nil {
-		return Result{}, 0, nil, err
+	defer one.close()
+	mesh, err := openTarget(ctx, *cfg, "replica", selectorStart(cfg, cfg.Replicas, logw), true, cfg.Replicas, prompts, logw)
+	if err != nil {
+		return err
 	}
-	if prepare != nil {
-		if err := prepare(ctl); err != nil {
-			return Result{}, 0, nil, err
+	defer mesh.close()
+	pr, err := newProber(mesh.reps, prompts, "bench-"+nonce, cfg)
+	if err != nil {
+		return err
+	}
+	defer pr.close()
+
+	rounds := max(1, cfg.Rounds)
+	slice := cfg.Duration / time.Duration(rounds)
+	var oneSlices, meshSlices []loadSlice
+	var waitProfiles func() ([]string, []string)
+	for r := range rounds {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
+		p := params
+		p.duration = slice
+		if r > 0 {
+			p.warmup = min(cfg.Warmup, time.Second)
+		}
+		tag := fmt.Sprintf(" %d/%d", r+1, rounds)
+		p1 := p
+		p1.label, p1.idPrefix = "1 replica"+tag, fmt.Sprintf("bench-%s-one-r%d", nonce, r)
+		oneSlices = append(oneSlices, one.measure(ctx, p1, prompts))
+
+		p2 := p
+		p2.label, p2.idPrefix = strconv.Itoa(cfg.Replicas)+" replicas"+tag, fmt.Sprintf("bench-%s-r%d", nonce, r)
+		var profStart func()
+		if r == 0 && cfg.ProfileDir != "" {
+			pctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			var err error
+			if profStart, waitProfiles, err = profileAt(pctx, cfg, slice); err != nil {
+				return err
+			}
+		}
+		p2.atMeasureStart = func() {
+			pr.start(ctx, slice)
+			if profStart != nil {
+				profStart()
+			}
+		}
+		meshSlices = append(meshSlices, mesh.measure(ctx, p2, prompts))
+		pr.join()
 	}
-	callers := make([]*httpCaller, p.concurrency)
-	res = runLoad(ctx, p, prompts, func(g int) caller {
-		callers[g] = t.newCaller()
-		return callers[g]
-	})
-	for _, c := range callers {
-		c.release()
+	single := mergeSlices(params, oneSlices)
+	rep.Result = mergeSlices(params, meshSlices)
+	if waitProfiles != nil {
+		rep.Profiles, rep.Warnings = waitProfiles()
 	}
-	leaked, loadsErr = ctl.ActiveRequests()
-	return res, leaked, loadsErr, nil
+	rep.Target, rep.Fill = mesh.label(), mesh.fill
+	rr := &ReplicaReport{Replicas: cfg.Replicas, Rounds: rounds, Single: &single, Propagation: pr.result()}
+	rep.Replicas = rr
+	rr.SingleLeaked = leakCheck(one, &rep.Warnings)
+	rep.LeakedReservations = leakCheck(mesh, &rep.Warnings)
+	for _, r := range mesh.reps {
+		rr.Counters = append(rr.Counters, r.Probe.Counters())
+	}
+	rr.ThroughputRatio = ratio(rep.ThroughputRPS, single.ThroughputRPS)
+	rr.P99Ratio = ratio(rep.P99ms, single.P99ms)
+	if c, c1 := rep.Client.ProcessCPUCores, single.Client.ProcessCPUCores; c > 0 && c1 > 0 {
+		rr.PerCPURatio = ratio(rep.ThroughputRPS/c, single.ThroughputRPS/c1)
+	}
+	return nil
 }
 
 // ResolveTarget returns the selector's base URL: cfg.Target, or a server

@@ -14,22 +14,32 @@ import (
 type route uint8
 
 const (
-	routeSelect  route = iota // POST /select
-	routeReserve              // POST /select_and_reserve
-	routePrefill              // POST /reservations/{id}/prefill_complete
-	routeOutput               // POST /reservations/{id}/output_block
-	routeDelete               // DELETE /reservations/{id}
+	routeSelect      route = iota // POST /select
+	routeReserve                  // POST /select_and_reserve
+	routePrefill                  // POST /reservations/{id}/prefill_complete
+	routeOutput                   // POST /reservations/{id}/output_block
+	routeDelete                   // DELETE /reservations/{id}
+	routePlan                     // POST /disagg/plan
+	routePlanPrefill              // POST /disagg/{id}/prefill_complete
+	routePlanDelete               // DELETE /disagg/{id}
 	nRoutes
 )
 
-var routeNames = [nRoutes]string{"select", "select_and_reserve", "prefill_complete", "output_block", "delete"}
+var routeNames = [nRoutes]string{"select", "select_and_reserve", "prefill_complete", "output_block", "delete",
+	"disagg_plan", "disagg_prefill_complete", "disagg_delete"}
+
+// selection reports whether r is an operation's first call, the one that
+// selects (and books): its latency is also recorded apart, and in the open
+// loop it is timed from the intended send time.
+func (r route) selection() bool { return r == routeSelect || r == routeReserve || r == routePlan }
 
 func (r route) String() string { return routeNames[r] }
 
 // caller makes one call of an operation and returns the HTTP status (0 with
 // a non-nil error when there was no response). It is owned by one client
-// goroutine. body is the prompt's Body for routeSelect and routeReserve and
-// nil otherwise; id is the selection id for every route but routeSelect. The
+// goroutine. body is the prompt's Body for the selection routes
+// (route.selection) and nil otherwise; id is the selection id for every
+// route but routeSelect. The
 // caller must not retain id or body after returning.
 type caller interface {
 	call(r route, id, body []byte) (status int, err error)
@@ -132,6 +142,19 @@ func (c *httpCaller) call(r route, id, body []byte) (int, error) {
 		req.SetBodyRaw(bodyEmptyObject)
 	case routeDelete:
 		u = append(append(u, "/reservations/"...), id...)
+		method = fasthttp.MethodDelete
+	case routePlan:
+		u = append(u, "/disagg/plan"...)
+		b := append(c.body[:0], selectionIDKey...)
+		b = append(b, id...)
+		b = append(b, planGroups...)
+		b = append(b, body[1:]...)
+		c.body = b
+		req.SetBodyRaw(b)
+	case routePlanPrefill:
+		u = append(append(append(u, "/disagg/"...), id...), "/prefill_complete"...)
+	case routePlanDelete:
+		u = append(append(u, "/disagg/"...), id...)
 		method = fasthttp.MethodDelete
 	default:
 		panic("BUG: bench: unknown route")

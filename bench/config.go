@@ -21,9 +21,14 @@ const (
 	MixSelect
 	// MixReserve is select_and_reserve then DELETE.
 	MixReserve
+	// MixDisagg is one disaggregated request over a prefill and a decode
+	// pool (kvselect's /disagg routes, over core's plans): POST
+	// /disagg/plan (both legs booked), POST /disagg/{id}/prefill_complete
+	// (the prefill leg freed at the hand-off) and DELETE /disagg/{id}.
+	MixDisagg
 )
 
-var mixNames = [...]string{MixLifecycle: "lifecycle", MixSelect: "select", MixReserve: "reserve"}
+var mixNames = [...]string{MixLifecycle: "lifecycle", MixSelect: "select", MixReserve: "reserve", MixDisagg: "disagg"}
 
 func (m Mix) String() string {
 	if int(m) < len(mixNames) {
@@ -32,14 +37,14 @@ func (m Mix) String() string {
 	return fmt.Sprintf("Mix(%d)", int(m))
 }
 
-// ParseMix parses "select", "reserve" or "lifecycle".
+// ParseMix parses "select", "reserve", "lifecycle" or "disagg".
 func ParseMix(s string) (Mix, error) {
 	for i, n := range mixNames {
 		if s == n {
 			return Mix(i), nil
 		}
 	}
-	return 0, fmt.Errorf("%w: mix %q (want select, reserve or lifecycle)", ErrConfig, s)
+	return 0, fmt.Errorf("%w: mix %q (want select, reserve, lifecycle or disagg)", ErrConfig, s)
 }
 
 // ErrConfig marks an invalid Config.
@@ -71,6 +76,22 @@ type Config struct {
 	// which cmd wires the server; nil means none is available (Run then
 	// returns ErrNoServer when Target is empty).
 	StartServer func() (Server, error)
+	// Replicas is the number of selector replicas the load is spread over:
+	// 0 or 1, the one selector above; 2 or more, that many in-process
+	// replicas meshed over loopback ZMQ, started with StartReplicas (which
+	// also starts one replica alone for the same-run comparison; see Run).
+	Replicas int
+	// StartReplicas starts n in-process replicas, each behind its own HTTP
+	// server, meshed with each other when n > 1 (every replica a peer of
+	// every other, subscribed both ways before it returns), and a stop
+	// function. It is the seam through which cmd wires them.
+	StartReplicas func(n int) (replicas []Replica, stop func(), err error)
+	// ProbeInterval is the pause between two propagation probes of a
+	// replica run (see Propagation).
+	ProbeInterval time.Duration
+	// Rounds is the number of alternating windows a replica run measures
+	// one replica and the replicas in, Duration/Rounds each (see Run).
+	Rounds int
 
 	// Concurrency is the number of client goroutines. In the closed loop each
 	// runs one operation after another; in the open loop it is the pool that
@@ -107,6 +128,8 @@ type Config struct {
 
 	// Workers is the number of workers registered with POST /workers before
 	// the run (ids 1..Workers). Zero registers none and only waits for /ready.
+	// With MixDisagg it is the size of each pool: prefill workers 1..Workers
+	// and decode workers Workers+1..2*Workers (see DisaggWorkers).
 	Workers int
 	// KVEventsEndpoints, when non-empty, gives each worker i the ZMQ endpoint
 	// KVEventsEndpoints[i % len] as its rank-0 kv_events_endpoints entry.
@@ -241,6 +264,9 @@ func DefaultConfig() Config {
 		Workers:      8,
 		ReadyTimeout: 10 * time.Second,
 		Timeout:      30 * time.Second,
+
+		ProbeInterval: 10 * time.Millisecond,
+		Rounds:        5,
 	}
 }
 
@@ -262,7 +288,7 @@ func (c *Config) Validate() error {
 		return bad("block size %d < 1", c.BlockSize)
 	case c.Workers < 0:
 		return bad("workers %d < 0", c.Workers)
-	case c.Mix < MixLifecycle || c.Mix > MixReserve:
+	case c.Mix < MixLifecycle || c.Mix > MixDisagg:
 		return bad("mix %v", c.Mix)
 	case c.Baseline != "" && c.Baseline != "noop":
 		return bad("baseline %q (want noop or empty)", c.Baseline)
@@ -274,6 +300,20 @@ func (c *Config) Validate() error {
 		return bad("engine blocks %d < 0", c.EngineBlocks)
 	case c.Fill && (c.EngineBlocks == 0 || len(c.KVEventsEndpoints) > 0):
 		return bad("fill needs the harness's own engines (engine blocks > 0, no KV events endpoints given)")
+	case c.Replicas < 0:
+		return bad("replicas %d < 0", c.Replicas)
+	case c.Replicas > 1 && (c.Target != "" || c.StartReplicas == nil):
+		return bad("%d replicas need in-process replicas (no target; the host's StartReplicas)", c.Replicas)
+	case c.Replicas > 1 && c.ProbeInterval <= 0:
+		return bad("probe interval %v <= 0", c.ProbeInterval)
+	case c.Replicas > 1 && (c.Rounds < 1 || c.Duration/time.Duration(max(1, c.Rounds)) <= 0):
+		return bad("rounds %d: want >= 1 and at most duration %v in nanoseconds", c.Rounds, c.Duration)
+	case c.Replicas > 1 && c.Mix == MixDisagg:
+		// A plan lives in the process that made it (its legs replicate);
+		// the probe books in the default pool, which the mix leaves empty.
+		return bad("the disagg mix runs against one replica")
+	case c.Mix == MixDisagg && c.Workers < 1:
+		return bad("the disagg mix needs workers >= 1 (per pool)")
 	}
 	if _, ok := c.synthetic(); !ok && !strings.HasPrefix(c.Workload, "trace:") {
 		return bad("workload %q (want synthetic, synthetic:chat, synthetic:agent or trace:FILE)", c.Workload)

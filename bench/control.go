@@ -14,9 +14,11 @@ import (
 // sends it: one worker of DPSize ranks, its HTTP endpoint (the selector
 // only returns it to callers, it never connects to it) and, when it has
 // any, the ZMQ endpoints of its ranks' KV events keyed by rank ("0", "1",
-// ...).
+// ...). The routing group (empty: the default) and the topology fields are
+// set for the disagg mix's pools (workerRequests).
 type WorkerRequest struct {
 	WorkerID          uint64            `json:"worker_id"`
+	RoutingGroup      string            `json:"routing_group,omitempty"`
 	Endpoint          string            `json:"endpoint"`
 	BlockSize         int               `json:"block_size"`
 	DPStartRank       int               `json:"data_parallel_start_rank"`
@@ -25,6 +27,12 @@ type WorkerRequest struct {
 	MaxBatchedTokens  int               `json:"max_num_batched_tokens,omitempty"`
 	KVEventsEndpoints map[string]string `json:"kv_events_endpoints,omitempty"`
 	ReplayEndpoint    string            `json:"replay_endpoint,omitempty"`
+	// Taints, TopologyDomains and the KV-transfer fields are the
+	// reference's WorkerRequest fields of the same names.
+	Taints                []string          `json:"taints,omitempty"`
+	TopologyDomains       map[string]string `json:"topology_domains,omitempty"`
+	KVTransferDomain      string            `json:"kv_transfer_domain,omitempty"`
+	KVTransferEnforcement string            `json:"kv_transfer_enforcement,omitempty"`
 }
 
 // StatusError is a control call answered with a status outside 2xx.
@@ -227,15 +235,21 @@ func ErrorClass(err error) string {
 // AwaitSubscribers waits until rank 0 of every engine has a subscriber (a
 // PUB drops what it publishes before a subscription), for at most timeout.
 func AwaitSubscribers(ctx context.Context, engines []*Engine, timeout time.Duration) error {
+	return awaitSubscribers(ctx, engines, 1, timeout)
+}
+
+// awaitSubscribers waits until rank 0 of every engine has n subscribers
+// (one per selector replica), for at most timeout.
+func awaitSubscribers(ctx context.Context, engines []*Engine, n int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for i, e := range engines {
-		for e.Subscribers(0) == 0 {
+		for e.Subscribers(0) < n {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("%w: no subscriber on worker %d's KV event endpoint %s after %v: does the selector listen to kv_events_endpoints?",
-					ErrNotApplied, i+1, e.Endpoints()[0], timeout)
+				return fmt.Errorf("%w: %d of %d subscribers on worker %d's KV event endpoint %s after %v: does the selector listen to kv_events_endpoints?",
+					ErrNotApplied, e.Subscribers(0), n, i+1, e.Endpoints()[0], timeout)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -243,21 +257,12 @@ func AwaitSubscribers(ctx context.Context, engines []*Engine, timeout time.Durat
 	return nil
 }
 
-// register upserts cfg.Workers workers (ids 1..Workers) and waits until GET
+// register upserts the run's workers (workerRequests) and waits until GET
 // /ready answers 200.
 func register(c *Control, cfg *Config) error {
-	for i := range cfg.Workers {
-		w := WorkerRequest{
-			WorkerID:      uint64(i + 1),
-			Endpoint:      fmt.Sprintf("http://bench-worker-%d:8000", i+1),
-			BlockSize:     cfg.BlockSize,
-			DPSize:        1,
-			TotalKVBlocks: cfg.TotalKVBlocks, MaxBatchedTokens: cfg.MaxBatchedTokens,
-		}
-		if n := len(cfg.KVEventsEndpoints); n > 0 {
-			w.KVEventsEndpoints = map[string]string{"0": cfg.KVEventsEndpoints[i%n]}
-		}
-		if err := c.RegisterWorker(&w); err != nil {
+	ws := workerRequests(cfg)
+	for i := range ws {
+		if err := c.RegisterWorker(&ws[i]); err != nil {
 			return err
 		}
 	}

@@ -88,6 +88,24 @@ type worker struct {
 // An operation is recorded when its intended start is within [warmup,
 // warmup+duration); every call of a recorded operation is recorded.
 func runLoad(ctx context.Context, p loadParams, prompts []Prompt, newCaller func(g int) caller) Result {
+	return mergeSlices(p, []loadSlice{runSlice(ctx, p, prompts, newCaller)})
+}
+
+// loadSlice is what one window of the load measured, before merging: its
+// goroutines' state (histograms, counters), the window up to the last
+// recorded completion (span) and as run (measured, shorter when
+// cancelled), the process CPU over measured (when cpuOK), and the open
+// loop's operations never sent.
+type loadSlice struct {
+	ws             []*worker
+	span, measured time.Duration
+	cpu            time.Duration
+	cpuOK          bool
+	unsent         int64
+}
+
+// runSlice runs one window of runLoad: p's warm-up, then p's duration.
+func runSlice(ctx context.Context, p loadParams, prompts []Prompt, newCaller func(g int) caller) loadSlice {
 	if len(prompts) == 0 || p.concurrency < 1 || p.duration <= 0 {
 		panic("BUG: bench: runLoad without prompts, goroutines or duration")
 	}
@@ -221,32 +239,53 @@ func runLoad(ctx context.Context, p loadParams, prompts []Prompt, newCaller func
 		fmt.Fprintln(p.progress)
 	}
 
-	r := mergeWorkers(ws, p.blockSize)
 	// Operations started in the window may complete after it (and the open
 	// loop may drain a backlog): the rate is taken over the span up to the
 	// last recorded completion.
 	var lastDone time.Time
+	var ops int64
 	for _, w := range ws {
 		if w.lastRecDone.After(lastDone) {
 			lastDone = w.lastRecDone
 		}
+		ops += w.ops
 	}
-	span := max(measured, lastDone.Sub(measureStart))
+	sl := loadSlice{ws: ws, span: max(measured, lastDone.Sub(measureStart)), measured: measured, cpu: cpu1 - cpu0, cpuOK: cpuOK}
+	if p.rate > 0 && !cancelled {
+		sl.unsent = max(0, ticketsIn(start, measureStart, end, nsPerOp)-ops)
+	}
+	return sl
+}
+
+// mergeSlices merges windows of one target into its Result: latencies and
+// counts over every window, rates and CPU over their summed spans.
+func mergeSlices(p loadParams, slices []loadSlice) Result {
+	var ws []*worker
+	var span, measured, cpu time.Duration
+	cpuOK := true
+	var unsent int64
+	for _, sl := range slices {
+		ws = append(ws, sl.ws...)
+		span += sl.span
+		measured += sl.measured
+		cpu += sl.cpu
+		cpuOK = cpuOK && sl.cpuOK
+		unsent += sl.unsent
+	}
+	r := mergeWorkers(ws, p.blockSize)
 	r.MeasuredS = span.Seconds()
 	if span > 0 {
 		r.ThroughputRPS = float64(r.Requests) / span.Seconds()
 		r.OpsPerSec = float64(r.Operations) / span.Seconds()
 	}
 	if measured > 0 && cpuOK {
-		r.Client.ProcessCPUCores = (cpu1 - cpu0).Seconds() / measured.Seconds()
+		r.Client.ProcessCPUCores = cpu.Seconds() / measured.Seconds()
 	}
 	r.Client.Goroutines = p.concurrency
 	if p.rate > 0 {
 		r.OfferedOpsPerSec = p.rate
-		if !cancelled {
-			if unsent := ticketsIn(start, measureStart, end, nsPerOp) - r.Operations; unsent > 0 {
-				r.Errors["unsent"] = unsent
-			}
+		if unsent > 0 {
+			r.Errors["unsent"] = unsent
 		}
 	}
 	return r
@@ -295,6 +334,13 @@ func (w *worker) op(p loadParams, pr *Prompt, intended time.Time, rec bool) {
 	}
 	w.id = strconv.AppendUint(append(w.id[:0], w.prefix...), w.seq, 10)
 	w.seq++
+	if p.mix == MixDisagg {
+		if w.do(routePlan, w.id, pr.Body, intended) {
+			w.do(routePlanPrefill, w.id, nil, time.Time{})
+			w.do(routePlanDelete, w.id, nil, time.Time{})
+		}
+		return
+	}
 	if !w.do(routeReserve, w.id, pr.Body, intended) {
 		return // nothing was booked
 	}
@@ -323,7 +369,7 @@ func (w *worker) do(r route, id, body []byte, t0 time.Time) bool {
 		w.callNs += int64(now.Sub(sent))
 		lat := now.Sub(t0)
 		w.all.Record(lat)
-		if r == routeSelect || r == routeReserve {
+		if r.selection() {
 			w.sel.Record(lat)
 			if ok {
 				w.selOK.Record(lat)
@@ -334,7 +380,7 @@ func (w *worker) do(r route, id, body []byte, t0 time.Time) bool {
 		if !ok {
 			w.errs[errorClass(status, err)]++
 			w.failed.Add(1)
-		} else if w.ov != nil && (r == routeSelect || r == routeReserve) {
+		} else if w.ov != nil && r.selection() {
 			if tok, found := w.ov.overlapTokens(); found {
 				w.ovTokens += tok
 				w.ovN++

@@ -22,12 +22,13 @@ type FillStats struct {
 	Seconds        float64 `json:"seconds"`
 }
 
-// startEngines starts one single-rank Engine per worker with a pool of
-// cfg.EngineBlocks blocks on a free loopback port and sets their PUB
-// endpoints as cfg.KVEventsEndpoints (worker i+1 on engines[i]).
+// startEngines starts one single-rank Engine per registered worker with a
+// pool of cfg.EngineBlocks blocks on a free loopback port and sets their
+// PUB endpoints as cfg.KVEventsEndpoints (worker i+1 on engines[i]).
 func startEngines(cfg *Config) ([]*Engine, error) {
-	engines := make([]*Engine, 0, cfg.Workers)
-	for i := range cfg.Workers {
+	n := registeredWorkers(cfg)
+	engines := make([]*Engine, 0, n)
+	for i := range n {
 		e, err := NewEngine(EngineConfig{Ranks: 1, BlockSize: cfg.BlockSize, CapacityBlocks: cfg.EngineBlocks, Endpoint: "tcp://127.0.0.1:0"})
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("bench: engine %d: %w", i+1, err), closeEngines(engines))
@@ -51,22 +52,31 @@ func closeEngines(engines []*Engine) error {
 // once and in order, is
 //
 //  1. routed by the selector: POST /select with its body (a query; it
-//     books nothing);
+//     books nothing) to the first of ctls;
 //  2. served by the chosen worker's engine (Engine.ServeTokens: the cached
 //     leading blocks are hits, the rest is stored, evicting least recently
 //     used blocks, and published as one KV event batch over ZMQ);
-//  3. when the engine published, awaited until the selector's index shows
-//     the prompt's blocks on that worker (Control.AwaitDeviceBlocks, at
-//     most cfg.ReadyTimeout), so the next prompt is routed on the pools as
+//  3. when the engine published, awaited until the index of every one of
+//     ctls (each replica subscribes to every engine itself) shows the
+//     prompt's blocks on that worker (Control.AwaitDeviceBlocks, at most
+//     cfg.ReadyTimeout each), so the next prompt is routed on the pools as
 //     they are.
 //
-// Afterwards the selector's index holds exactly the engines' pools, and it
-// stays so during the load: the engines publish nothing more.
-func fill(ctx context.Context, c *Control, cfg *Config, engines []*Engine, prompts []Prompt, logw io.Writer) (FillStats, error) {
+// Afterwards every selector's index holds exactly the engines' pools, and
+// it stays so during the load: the engines publish nothing more. With
+// MixDisagg the prompts go to the prefill pool (fillBodies).
+func fill(ctx context.Context, ctls []*Control, cfg *Config, engines []*Engine, prompts []Prompt, logw io.Writer) (FillStats, error) {
 	start := time.Now()
 	st := FillStats{Engines: len(engines), CapacityBlocks: cfg.EngineBlocks}
-	if err := AwaitSubscribers(ctx, engines, cfg.ReadyTimeout); err != nil {
+	if err := awaitSubscribers(ctx, engines, len(ctls), cfg.ReadyTimeout); err != nil {
 		return st, err
+	}
+	bodies := fillBodies(cfg, prompts)
+	var before0 [2]uint64
+	for _, e := range engines {
+		es := e.Stats()
+		before0[0] += es.Stored
+		before0[1] += es.Evicted
 	}
 	var tokens []uint32
 	var hit, total int64
@@ -78,8 +88,8 @@ func fill(ctx context.Context, c *Control, cfg *Config, engines []*Engine, promp
 		if err := ctx.Err(); err != nil {
 			return st, err
 		}
-		p := &prompts[i]
-		resp, err := c.Call("POST", "/select", p.Body)
+		p, body := &prompts[i], bodies[i]
+		resp, err := ctls[0].Call("POST", "/select", body)
 		if err != nil {
 			return st, fmt.Errorf("bench: fill, prompt %d: %w", i, err)
 		}
@@ -102,13 +112,15 @@ func fill(ctx context.Context, c *Control, cfg *Config, engines []*Engine, promp
 		}
 		st.Batches++
 		want := e.Cached(0, tokens)
-		got, ok, err := c.AwaitDeviceBlocks(ctx, p.Body, sel.WorkerID, want, cfg.ReadyTimeout)
-		if err != nil {
-			return st, fmt.Errorf("bench: fill, prompt %d: %w", i, err)
-		}
-		if !ok {
-			return st, fmt.Errorf("%w: fill, prompt %d: worker %d shows %d of the %d blocks its engine holds after %v",
-				ErrNotApplied, i, sel.WorkerID, got, want, cfg.ReadyTimeout)
+		for _, c := range ctls {
+			got, ok, err := c.AwaitDeviceBlocks(ctx, body, sel.WorkerID, want, cfg.ReadyTimeout)
+			if err != nil {
+				return st, fmt.Errorf("bench: fill, prompt %d: %w", i, err)
+			}
+			if !ok {
+				return st, fmt.Errorf("%w: fill, prompt %d: worker %d shows %d of the %d blocks its engine holds after %v on %s",
+					ErrNotApplied, i, sel.WorkerID, got, want, cfg.ReadyTimeout, c.t.base)
+			}
 		}
 	}
 	for _, e := range engines {
@@ -116,6 +128,8 @@ func fill(ctx context.Context, c *Control, cfg *Config, engines []*Engine, promp
 		st.StoredBlocks += es.Stored
 		st.EvictedBlocks += es.Evicted
 	}
+	st.StoredBlocks -= before0[0]
+	st.EvictedBlocks -= before0[1]
 	st.HeldBlocks = st.StoredBlocks - st.EvictedBlocks
 	if total > 0 {
 		st.HitRate = float64(hit) / float64(total)

@@ -18,6 +18,12 @@ var (
 	noopSelectBody = []byte(`{"selection_id":"noop","model_name":"default","routing_group":"default","worker_id":1,"dp_rank":0,` +
 		`"endpoint":"http://noop:8000","block_size":16,"overlap":{"longest_matched":0,"gpu":0,"dp":{"0":0},"cpu":0,"disk":0},` +
 		`"effective_prefill_tokens":1,"potential_decode_blocks":1}`)
+	// noopPlanBody has the shape and size of a linked decode-anchored plan.
+	noopPlanBody = []byte(`{"selection_id":"noop","model_name":"default","order":"decode_anchored","state":"linked",` +
+		`"transitions":["idle","decode_previewed","decode_committed","linked"],"bypass":false,` +
+		`"prefill":{"selection_id":"noop/prefill","routing_group":"prefill","worker_id":1,"dp_rank":0,"endpoint":"http://noop:8000"},` +
+		`"decode":{"selection_id":"noop/decode","routing_group":"decode","worker_id":2,"dp_rank":0,"endpoint":"http://noop:8001"},` +
+		`"decision":{"policy_says_bypass":false,"bypass":false},"decode_signals":{"cached_tokens":0,"potential_decode_blocks":1}}`)
 	noopOK    = []byte(`{"status":"ok"}`)
 	noopReady = []byte(`{"ready":true,"schedulable_workers":1,"workers":[]}`)
 	noopLoads = []byte(`[]`)
@@ -28,6 +34,8 @@ func noopHandler(ctx *fasthttp.RequestCtx) {
 	switch string(ctx.Path()) { // the conversion does not allocate in a switch
 	case "/select", "/select_and_reserve":
 		ctx.SetBody(noopSelectBody)
+	case "/disagg/plan":
+		ctx.SetBody(noopPlanBody)
 	case "/workers":
 		ctx.SetStatusCode(fasthttp.StatusCreated)
 		ctx.SetBody(noopOK)

@@ -125,8 +125,11 @@ type Report struct {
 	Fill     *FillStats `json:"fill,omitempty"`
 	Baseline *Result    `json:"baseline,omitempty"`
 	Ratios   *Ratios    `json:"ratios,omitempty"`
-	Profiles []string   `json:"profiles,omitempty"`
-	Warnings []string   `json:"warnings,omitempty"`
+	// Replicas is the replica run's section (Config.Replicas > 1): the
+	// top-level figures are then the replicas', together.
+	Replicas *ReplicaReport `json:"replicas,omitempty"`
+	Profiles []string       `json:"profiles,omitempty"`
+	Warnings []string       `json:"warnings,omitempty"`
 }
 
 func ratio(a, b float64) float64 {
@@ -240,6 +243,11 @@ func (rep *Report) WriteTable(out io.Writer) error {
 		fmt.Fprintf(out, "baseline errors by class: %s\n", formatCounts(b.Errors))
 	}
 	fmt.Fprintf(out, "selector calls by route: %s\n", formatCounts(rep.ByRoute))
+	if rep.Ratios != nil && rep.Loop == "closed" && rep.Mix == MixDisagg.String() {
+		fmt.Fprintf(out, "targets (C1024 disagg): throughput ratio %.2f (>= %.2f %s), errors %d (%s), leaked %d (%s)\n",
+			rep.Ratios.Throughput, disaggMinThroughput, okIf(rep.Ratios.Throughput >= disaggMinThroughput),
+			rep.ErrorCount(), okIf(rep.ErrorCount() == 0), rep.LeakedReservations, okIf(rep.LeakedReservations == 0))
+	}
 	if rep.Ratios != nil && rep.Loop == "closed" && rep.Mix == "lifecycle" {
 		// The C1024 lifecycle targets: with hash bodies at least half the
 		// no-op's throughput and at most 2.5 times its p99; with token
@@ -256,6 +264,11 @@ func (rep *Report) WriteTable(out io.Writer) error {
 		fmt.Fprintf(out, ", errors %d (%s), leaked %d (%s)\n",
 			rep.ErrorCount(), okIf(rep.ErrorCount() == 0),
 			rep.LeakedReservations, okIf(rep.LeakedReservations == 0))
+	}
+	rw := &reportWriter{w: out}
+	writeReplicaSection(rw, rep)
+	if rw.err != nil {
+		return rw.err
 	}
 	for _, p := range rep.Profiles {
 		fmt.Fprintf(out, "profile: %s\n", p)

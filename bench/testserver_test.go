@@ -30,14 +30,23 @@ type countingTestServer struct {
 	// stallAt > 0 makes the stallAt-th /select sleep for stall.
 	stallAt int
 	stall   time.Duration
+	// onBook and onFree, when set, are called (with the server's lock
+	// held) after a booking or plan is made, and after it is freed.
+	onBook, onFree func(id string)
 
 	mu struct {
 		sync.Mutex
 		calls    map[string]int // by route name (the report's names)
 		reserves int            // select_and_reserve calls seen
-		active   map[string]bool
-		workers  []WorkerRequest
-		badBody  int // bodies the server could not decode
+		// firstReserve and lastReserve are when the first and the last
+		// select_and_reserve arrived.
+		firstReserve, lastReserve time.Time
+		active                    map[string]bool
+		// plans maps a live plan's id to whether its prefill leg is still
+		// held (until prefill_complete).
+		plans   map[string]bool
+		workers []WorkerRequest
+		badBody int // bodies the server could not decode
 	}
 }
 
@@ -46,6 +55,7 @@ func startCountingTestServer(t *testing.T, configure func(*countingTestServer)) 
 	s := &countingTestServer{}
 	s.mu.calls = map[string]int{}
 	s.mu.active = map[string]bool{}
+	s.mu.plans = map[string]bool{}
 	if configure != nil {
 		configure(s)
 	}
@@ -70,6 +80,8 @@ func startCountingTestServer(t *testing.T, configure func(*countingTestServer)) 
 // promptBody is what the server decodes from select bodies to check them.
 type promptBody struct {
 	SelectionID    string   `json:"selection_id"`
+	PrefillGroup   *string  `json:"prefill_routing_group"`
+	DecodeGroup    *string  `json:"decode_routing_group"`
 	BlockHashes    []int64  `json:"block_hashes"`
 	SequenceHashes []int64  `json:"sequence_hashes"`
 	ISLTokens      int      `json:"isl_tokens"`
@@ -104,7 +116,14 @@ func (s *countingTestServer) handle(ctx *fasthttp.RequestCtx) {
 	case method == "GET" && path == "/loads" && s.brokenLoads:
 		ctx.SetStatusCode(500)
 	case method == "GET" && path == "/loads":
-		fmt.Fprintf(ctx, `[{"model_name":"default","routing_group":"default","loads":[{"worker_id":1,"dp_rank":0,"active_requests":%d}],"pending_count":0,"pending_isl_tokens":0}]`, len(s.mu.active))
+		active := len(s.mu.active)
+		for _, prefill := range s.mu.plans {
+			active++ // the decode leg
+			if prefill {
+				active++
+			}
+		}
+		fmt.Fprintf(ctx, `[{"model_name":"default","routing_group":"default","loads":[{"worker_id":1,"dp_rank":0,"active_requests":%d}],"pending_count":0,"pending_isl_tokens":0}]`, active)
 	case method == "POST" && path == "/select":
 		s.mu.calls["select"]++
 		if !s.checkBody(ctx, false) {
@@ -119,6 +138,10 @@ func (s *countingTestServer) handle(ctx *fasthttp.RequestCtx) {
 	case method == "POST" && path == "/select_and_reserve":
 		s.mu.calls["select_and_reserve"]++
 		s.mu.reserves++
+		if s.mu.firstReserve.IsZero() {
+			s.mu.firstReserve = time.Now()
+		}
+		s.mu.lastReserve = time.Now()
 		if !s.checkBody(ctx, true) {
 			return
 		}
@@ -134,7 +157,52 @@ func (s *countingTestServer) handle(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		s.mu.active[b.SelectionID] = true
+		if s.onBook != nil {
+			s.onBook(b.SelectionID)
+		}
 		ctx.SetBodyString(selectAnswer)
+	case method == "POST" && path == "/disagg/plan":
+		s.mu.calls["disagg_plan"]++
+		if !s.checkBody(ctx, true) {
+			return
+		}
+		var b promptBody
+		_ = json.Unmarshal(ctx.PostBody(), &b)
+		if b.PrefillGroup == nil || *b.PrefillGroup != "prefill" || b.DecodeGroup == nil || *b.DecodeGroup != "decode" {
+			s.mu.badBody++
+			ctx.SetStatusCode(400)
+			return
+		}
+		if _, ok := s.mu.plans[b.SelectionID]; ok {
+			ctx.SetStatusCode(409)
+			return
+		}
+		s.mu.plans[b.SelectionID] = true
+		ctx.SetBodyString(`{"selection_id":"` + b.SelectionID + `","state":"linked"}`)
+	case strings.HasPrefix(path, "/disagg/"):
+		id, op, _ := strings.Cut(strings.TrimPrefix(path, "/disagg/"), "/")
+		prefill, ok := s.mu.plans[id]
+		switch {
+		case method == "POST" && op == "prefill_complete":
+			s.mu.calls["disagg_prefill_complete"]++
+			if ok && !prefill {
+				s.mu.badBody++ // completed twice: the driver sends it once
+			}
+			if ok {
+				s.mu.plans[id] = false
+			}
+		case method == "DELETE" && op == "":
+			s.mu.calls["disagg_delete"]++
+			delete(s.mu.plans, id)
+		default:
+			ctx.SetStatusCode(404)
+			return
+		}
+		if !ok {
+			ctx.SetStatusCode(404)
+			return
+		}
+		okBody()
 	case strings.HasPrefix(path, "/reservations/"):
 		rest := strings.TrimPrefix(path, "/reservations/")
 		id, op, _ := strings.Cut(rest, "/")
@@ -152,6 +220,9 @@ func (s *countingTestServer) handle(ctx *fasthttp.RequestCtx) {
 		}
 		if name == "delete" && !s.leakDeletes {
 			delete(s.mu.active, id)
+			if s.onFree != nil {
+				s.onFree(id)
+			}
 		}
 		okBody()
 	default:
@@ -185,6 +256,6 @@ func (s *countingTestServer) calls() map[string]int {
 	}
 	m["bad_body"] = s.mu.badBody
 	m["workers"] = len(s.mu.workers)
-	m["active"] = len(s.mu.active)
+	m["active"] = len(s.mu.active) + len(s.mu.plans)
 	return m
 }

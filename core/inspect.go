@@ -62,6 +62,29 @@ func (s *Service) Loads(model, group string) []PartitionLoads {
 	return out
 }
 
+// LiveReservation is one live request as Reservation reports it.
+type LiveReservation struct {
+	ModelName, RoutingGroup string
+	Worker                  WorkerKey
+	// Origin is OriginLocal for a booking made here, else the process id
+	// of the replica peer whose admission it mirrors.
+	Origin Origin
+}
+
+// Reservation reports the live reservation of selection id: one ledger
+// lookup, no lock, nothing counted. ok is false when no booking of id is
+// live (never booked, released, or a claim still in flight), exactly when
+// a lifecycle call for id would answer not found. It lets a host check
+// what a replica holds without changing it (kvselect bench's replica
+// probe); no route serves it.
+func (s *Service) Reservation(id string) (LiveReservation, bool) {
+	r, ok := s.ledger.m.Load(id)
+	if !ok || r.state.Load() != stateLive {
+		return LiveReservation{}, false
+	}
+	return LiveReservation{ModelName: r.p.model, RoutingGroup: r.p.group, Worker: r.worker(), Origin: r.origin}, true
+}
+
 // QueryRequest is the body of /potential_loads and /overlap_scores: a
 // partition, a prompt and router_config_override.
 type QueryRequest struct {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/kvselect/kvselect/core"
 	"github.com/zeebo/xxh3"
@@ -269,5 +270,26 @@ func TestMeshSnapshotAfterLateRegistration(t *testing.T) {
 	wantLoads(t, joiner, "the joiner caught up after registering its workers", ap, ab, an)
 	if st := joiner.mesh.Stats(); st.SnapshotRequests != 1 {
 		t.Fatalf("snapshot requests %d, want 1", st.SnapshotRequests)
+	}
+}
+
+// TestMeshPublishBatchShapes: the publish batch's bounds, without timing:
+// a negative PublishWait sends each event at once, and a batch that is
+// full (here PublishBatch 1) goes without waiting even for an hour-long
+// PublishWait. Either way a booking and its free reach the peer.
+func TestMeshPublishBatchShapes(t *testing.T) {
+	for _, cfg := range []MeshConfig{{PublishWait: -1}, {PublishWait: time.Hour, PublishBatch: 1}} {
+		a := newReplica(t, cfg)
+		b := newReplica(t, MeshConfig{})
+		if _, err := b.mesh.Register(a.mesh.Endpoint()); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "B subscribed to A", func() bool { return a.mesh.Stats().Subscribers == 1 })
+		a.book(t, "r1", 2)
+		wantLoads(t, b, fmt.Sprintf("%+v: the booking on B", cfg), 8, 2, 1)
+		if err := a.svc.Free("r1"); err != nil {
+			t.Fatal(err)
+		}
+		wantLoads(t, b, fmt.Sprintf("%+v: the free on B", cfg), 0, 0, 0)
 	}
 }

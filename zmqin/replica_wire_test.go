@@ -40,6 +40,26 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 	}
 }
 
+// TestEnvelopeBound: envelopeBound covers the envelope of every kind, with
+// every integer at its widest and long strings, so a publish never grows
+// its payload.
+func TestEnvelopeBound(t *testing.T) {
+	long := string(bytes.Repeat([]byte("x"), 70000)) // a str32 header
+	wide := ^uint64(0)
+	evs := sampleEvents()
+	for _, k := range []core.ReplicaEventKind{core.ReplicaAdd, core.ReplicaPrefillCompleted, core.ReplicaFree} {
+		evs = append(evs, core.ReplicaEvent{Kind: k, ModelName: long, RoutingGroup: long, BlockSize: ^uint32(0), RequestID: long,
+			Worker: core.WorkerKey{WorkerID: wide, DPRank: ^uint32(0)}, LoraName: long, SequenceHashes: []uint64{wide, wide, wide},
+			TrackPrefillTokens: true, ExpectedOutputTokens: u32p(^uint32(0)), EffectivePrefillTokens: 1<<63 - 1})
+	}
+	for _, ev := range evs {
+		n := envelopeBound(&ev)
+		if b := AppendEnvelope(make([]byte, 0, n), &ev, wide); len(b) > n || cap(b) != n {
+			t.Fatalf("%v: %d bytes, bound %d (cap %d)", ev.Kind, len(b), n, cap(b))
+		}
+	}
+}
+
 // TestEnvelopeBytes pins the bytes of a Free envelope, written by hand from
 // rmp_serde's rules (maps of named fields in declaration order, fixstr
 // keys, smallest integers, the unit variant as its name, None as nil).

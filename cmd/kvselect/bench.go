@@ -51,7 +51,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fs.PrintDefaults()
 	}
 	var (
-		mix       = fs.String("mix", cfg.Mix.String(), "calls per operation: select, reserve (select_and_reserve + DELETE) or lifecycle (select_and_reserve, prefill_complete, output_block x N, DELETE)")
+		mix       = fs.String("mix", cfg.Mix.String(), "calls per operation: select, reserve (select_and_reserve + DELETE), lifecycle (select_and_reserve, prefill_complete, output_block x N, DELETE) or disagg (POST /disagg/plan, /disagg/{id}/prefill_complete, DELETE /disagg/{id} over a prefill and a decode pool of --workers each)")
 		jsonPath  = fs.String("json", "", "write the report as JSON to this file")
 		plotPath  = fs.String("plot", "", "draw the run into this file, .svg or .html (self-contained): the latency CDF of the selector and the no-op baseline (log latency, p50/p99/p99.9 marked); with --simulate, every policy's TTFT CDF and per-worker load bars")
 		kvEvents  = fs.String("kv-events-endpoints", "", "comma-separated ZMQ endpoints; worker i registers endpoint i mod n as its rank-0 kv_events_endpoints (default: none sent)")
@@ -80,6 +80,9 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.IntVar(&cfg.EngineBlocks, "engine-blocks", defaultEngineBlocks, "KV pool in blocks of the simulated engine started per worker, whose endpoint is registered as its kv_events_endpoints (0: no engines); with --target only when given")
 	fs.BoolVar(&cfg.Fill, "fill", true, "before the load, route every prompt once through the selector and serve it on the chosen worker's engine, whose KV events fill the selector's index (needs engines); false leaves the index empty")
 	fs.StringVar(&cfg.Baseline, "baseline", "", "noop: also drive an in-process no-op fasthttp server in the same run and report ratios")
+	fs.IntVar(&cfg.Replicas, "replicas", 1, "in-process kvselect replicas meshed over loopback ZMQ to spread the load over (operations alternate between them); > 1 also drives one replica alone in the same run and reports the throughput ratio and the booking propagation lag between replicas")
+	fs.DurationVar(&cfg.ProbeInterval, "probe-interval", cfg.ProbeInterval, "with --replicas > 1: pause between two propagation probes (a booking on one replica, timed until the other applies it)")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "with --replicas > 1: alternating windows, each of --duration/N, in which one replica and the replicas are measured (one long window each would give the second whatever else the machine ran then)")
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "write cpu, heap, mutex and block profiles of the server's measured window (from /debug/pprof) into this directory")
 	fs.StringVar(&cfg.PprofURL, "pprof", "", "pprof base URL for --profile: the selector's --debug-addr, e.g. http://127.0.0.1:6060/debug/pprof (default: the in-process server's; required with --target)")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-call read and write timeout")
@@ -167,6 +170,10 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		cfg.EngineBlocks = 0
 	}
 	cfg.Fill = cfg.Fill && cfg.EngineBlocks > 0
+	if cfg.Replicas > 1 && cfg.Target != "" {
+		fmt.Fprintln(stderr, errNoReplicas)
+		return 2
+	}
 	if cfg.Target == "" {
 		// The default: kvselect in this process, with one simulated engine
 		// per worker publishing real KV events (see inprocess.go).
@@ -176,6 +183,10 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			extra = []string{"--pprof-mutex-fraction", "100", "--pprof-block-rate", "1000000"}
 		}
 		cfg.StartServer = inProcessServer(stderr, cfg.ProfileDir != "", extra...)
+		if cfg.Replicas > 1 {
+			// --replicas: that many replicas, and one alone (replicas.go).
+			cfg.StartReplicas = inProcessReplicas(cfg.ProfileDir != "", extra...)
+		}
 	}
 	if f, ok := stdout.(*os.File); ok && !*noBar && bench.IsTerminal(f) {
 		cfg.Progress = f

@@ -143,12 +143,18 @@
 // bench runs, by default, a whole `serve` in this process (inprocess.go),
 // one simulated engine per worker (bench.Run starts them; they publish
 // while the fill routes the workload, before the load), its client
-// goroutines, and the no-op baseline server; bench/doc.go lists them. bench
-// --simulate (package bench/sim) runs the in-process serve (with a seeded
-// picker, --rand-seed) without idle engines: the simulation creates its
-// own engine models, and for each run of a selector policy one KV event
-// publisher per engine (its goroutines live until that run ends), and
-// drives everything from the calling goroutine. mocker
+// goroutines, and the no-op baseline server; bench/doc.go lists them.
+// bench --replicas N (replicas.go) instead runs one replica, then N meshed
+// replicas, each a core.Service with its own KV-event ingress, sweep
+// goroutine, HTTP server (serve's goroutines above) and, when meshed, a
+// zmqin.Mesh (its publisher, drainer and one receive loop per peer, plus
+// its PUB socket's; zmqin.Mesh lists them), all stopped when the bench
+// run ends with it. bench --simulate (package bench/sim) runs the
+// in-process serve (with a seeded picker, --rand-seed) without idle
+// engines: the simulation creates its own engine models, and for each run
+// of a selector policy one KV event publisher per engine (its goroutines
+// live until that run ends), and drives everything from the calling
+// goroutine. mocker
 // runs simulated engines and one prompt driver goroutine per engine until a
 // signal.
 package main

@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/kvselect/kvselect/bench"
+	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/httpapi"
+	"github.com/kvselect/kvselect/perf"
+	"github.com/kvselect/kvselect/zmqin"
+)
+
+// inProcessReplicas returns the bench.Config.StartReplicas hook of `kvselect
+// bench --replicas N`: n kvselect replicas in this process, configured from
+// serve's flags (args) and this process's DYN_* environment like the
+// single in-process server (inprocess.go), each with its own core.Service,
+// KV-event ingress, sweep and HTTP server on a free loopback port. With
+// n > 1 each also has a zmqin.Mesh publishing on tcp://127.0.0.1:0, every
+// other replica registered as its peer (Mesh.Register), and the hook
+// returns only once every replica is connected to and subscribed by every
+// other: a PUB drops what it publishes before a subscription, and a
+// booking lost that way would show as a leak, not as lag. With profile,
+// one debug listener on a free loopback port serves this process's pprof
+// (every replica's Replica.PprofURL) until stop.
+func inProcessReplicas(profile bool, args ...string) func(n int) ([]bench.Replica, func(), error) {
+	return func(n int) ([]bench.Replica, func(), error) {
+		reps := make([]*replica, 0, n)
+		var debug *debugListener
+		quiet := slog.New(slog.DiscardHandler)
+		stopAll := func() {
+			for i := len(reps) - 1; i >= 0; i-- {
+				reps[i].stop()
+			}
+			debug.stop(quiet)
+		}
+		if profile {
+			var err error
+			if debug, err = startDebug("127.0.0.1:0", quiet); err != nil {
+				return nil, nil, err
+			}
+		}
+		for range n {
+			r, err := startReplica(append([]string{"--host", "127.0.0.1", "--port", "0"}, args...), n > 1, profile)
+			if err != nil {
+				stopAll()
+				return nil, nil, err
+			}
+			reps = append(reps, r)
+		}
+		if n > 1 {
+			for i, r := range reps {
+				if err := r.mesh.Start(r.applier); err != nil {
+					stopAll()
+					return nil, nil, err
+				}
+				for j, peer := range reps {
+					if j == i {
+						continue
+					}
+					if _, err := r.mesh.Register(peer.mesh.Endpoint()); err != nil {
+						stopAll()
+						return nil, nil, err
+					}
+				}
+			}
+			if err := awaitMesh(reps, meshWait); err != nil {
+				stopAll()
+				return nil, nil, err
+			}
+		}
+		out := make([]bench.Replica, n)
+		for i, r := range reps {
+			out[i] = bench.Replica{URL: r.url, Probe: r.applier}
+			if debug != nil {
+				out[i].PprofURL = "http://" + debug.addr() + strings.TrimSuffix(perf.PprofPrefix, "/")
+			}
+		}
+		return out, stopAll, nil
+	}
+}
+
+// meshWait bounds how long inProcessReplicas waits for the replicas to
+// connect to each other over loopback.
+const meshWait = 10 * time.Second
+
+// awaitMesh waits until every replica's mesh has all its peers connected
+// and subscribed to it, polling every 5 ms for at most wait.
+func awaitMesh(reps []*replica, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		ready := true
+		for _, r := range reps {
+			st := r.mesh.Stats()
+			ready = ready && st.PeersLive == len(reps)-1 && st.Subscribers >= len(reps)-1
+		}
+		if ready {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("replica mesh not connected after %v", wait)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// replica is one in-process replica: the parts of `kvselect serve` a load
+// run uses (no workers file, index recovery or demo engines).
+type replica struct {
+	url     string
+	svc     *core.Service
+	ingress core.Ingress
+	mesh    *zmqin.Mesh // nil alone
+	applier *stampedApplier
+	srv     *httpapi.Server
+	served  chan error
+	stopSwp context.CancelFunc
+	swept   chan struct{}
+}
+
+// startReplica builds and starts one replica, with a mesh (not yet
+// started) when meshed. Construction follows serve; stop undoes it in
+// reverse order.
+func startReplica(args []string, meshed, profile bool) (*replica, error) {
+	opts, err := parseServe(args, os.LookupEnv, io.Discard)
+	if err != nil {
+		return nil, err
+	}
+	r := &replica{ingress: core.NopIngress{}}
+	fail := func(err error) (*replica, error) {
+		if r.mesh != nil {
+			_ = r.mesh.Close()
+		}
+		_ = r.ingress.Close()
+		return nil, err
+	}
+	if opts.core.UseKVEvents {
+		zing, err := zmqin.New(zmqin.Config{})
+		if err != nil {
+			return nil, err
+		}
+		r.ingress = zing
+	}
+	var sink core.ReplicaSink = core.NopReplicaSink{}
+	if meshed {
+		if r.mesh, err = zmqin.NewMesh(zmqin.MeshConfig{Bind: "tcp://127.0.0.1:0"}); err != nil {
+			return fail(err)
+		}
+		sink = r.mesh
+		opts.http.Peers = r.mesh
+	}
+	if r.svc, err = core.New(opts.core, core.Options{Ingress: r.ingress, Replica: sink}); err != nil {
+		return fail(err)
+	}
+	r.applier = &stampedApplier{svc: r.svc, mesh: r.mesh}
+	opts.http.Logger = slog.New(slog.DiscardHandler)
+	if profile {
+		// Contention sampling is process-wide; the debug listener is
+		// inProcessReplicas'.
+		perf.SetContentionProfiling(opts.pprofMutexFraction, opts.pprofBlockRate)
+	}
+	if r.srv, err = httpapi.New(r.svc, opts.http); err != nil {
+		return fail(err)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(opts.host, "0"))
+	if err != nil {
+		return fail(err)
+	}
+	r.url = "http://" + ln.Addr().String()
+	r.served = make(chan error, 1)
+	go func() { r.served <- r.srv.Serve(ln) }()
+	var ctx context.Context
+	ctx, r.stopSwp = context.WithCancel(context.Background())
+	r.swept = make(chan struct{})
+	go func() {
+		defer close(r.swept)
+		sweep(ctx, r.svc, core.DefaultSweepInterval)
+	}()
+	return r, nil
+}
+
+// stop shuts the replica down as serve does: drain HTTP, close the
+// service, stop the sweep, the mesh, the ingress.
+func (r *replica) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	_ = r.srv.Shutdown(ctx)
+	r.svc.Close()
+	<-r.served
+	r.stopSwp()
+	<-r.swept
+	if r.mesh != nil {
+		_ = r.mesh.Close()
+	}
+	_ = r.ingress.Close()
+}
+
+// stampedApplier is what a replica's mesh applies peers' events through:
+// the service, plus the propagation probe's stamps (bench.ReplicaProbe).
+// After each batch is applied, and only while a probe is armed, the
+// admissions and frees in it stamp their watches with the time the batch
+// became visible.
+type stampedApplier struct {
+	svc    *core.Service
+	mesh   *zmqin.Mesh
+	stamps bench.ApplyStamps
+}
+
+func (a *stampedApplier) ApplyReplica(evs []core.ReplicaEvent) {
+	a.svc.ApplyReplica(evs)
+	if !a.stamps.Armed() {
+		return
+	}
+	now := time.Now()
+	for i := range evs {
+		switch evs[i].Kind {
+		case core.ReplicaAdd:
+			a.stamps.Applied(evs[i].RequestID, bench.ChangeBooked, now)
+		case core.ReplicaFree:
+			a.stamps.Applied(evs[i].RequestID, bench.ChangeFreed, now)
+		}
+	}
+}
+
+// CatalogVersion implements zmqin.Applier.
+func (a *stampedApplier) CatalogVersion() uint64 { return a.svc.CatalogVersion() }
+
+func (a *stampedApplier) AppendLocalBookings(dst []core.ReplicaEvent) []core.ReplicaEvent {
+	return a.svc.AppendLocalBookings(dst)
+}
+
+// Arm implements bench.ReplicaProbe.
+func (a *stampedApplier) Arm(id string, kind bench.ReplicaChange) (<-chan time.Time, func()) {
+	return a.stamps.Arm(id, kind)
+}
+
+// Mirror implements bench.ReplicaProbe through core's Go API.
+func (a *stampedApplier) Mirror(id string) (uint64, bool) {
+	r, ok := a.svc.Reservation(id)
+	if !ok || r.Origin == core.OriginLocal {
+		return 0, false
+	}
+	return r.Worker.WorkerID, true
+}
+
+// Counters implements bench.ReplicaProbe: the mesh's and the service's
+// replica counters, named after their /metrics series.
+func (a *stampedApplier) Counters() map[string]uint64 {
+	st := a.svc.Stats()
+	c := map[string]uint64{"replica_applied": st.ReplicaApplied, "replica_freed": st.ReplicaFreed, "replica_replaced": st.ReplicaReplaced}
+	for d, v := range st.ReplicaDropped {
+		c["replica_dropped_"+core.ReplicaDrop(d).String()] = v
+	}
+	if a.mesh != nil {
+		ms := a.mesh.Stats()
+		c["mesh_published"], c["mesh_outbound_dropped"], c["mesh_peer_queue_dropped"] = ms.Published, ms.OutboundDropped, ms.PeerQueueDropped
+		c["mesh_received"], c["mesh_batches"] = ms.Received, ms.Batches
+		for d, v := range ms.Dropped {
+			c["mesh_dropped_"+zmqin.MeshDrop(d).String()] = v
+		}
+	}
+	return c
+}
+
+var errNoReplicas = errors.New("kvselect bench: --replicas needs the in-process selector (no --target)")

@@ -197,16 +197,23 @@ func decodeOutputBlock(body []byte) (*float64, error) {
 // decodePeer reads the body of the replica-sync peer routes
 // ({"endpoint": string}, required).
 func decodePeer(body []byte) (string, error) {
+	return decodeOneString(body, "struct ReplicaPeerRequest", peerFields, "endpoint")
+}
+
+// decodeOneString reads an object, serde's struct name, whose one known
+// field, key (the only member of fields), is a required string; unknown
+// fields are skipped.
+func decodeOneString(body []byte, name string, fields *fieldSet, key string) (string, error) {
 	s := &scanner{b: body}
 	var seen uint64
-	var endpoint string
+	var v string
 	has := false
-	err := s.object("struct ReplicaPeerRequest", func(key []byte) error {
-		if done, err := s.skipUnknown(s.field(peerFields, &seen, "", key)); done {
+	err := s.object(name, func(k []byte) error {
+		if done, err := s.skipUnknown(s.field(fields, &seen, "", k)); done {
 			return err
 		}
 		var err error
-		endpoint, err = s.ownedStr("endpoint")
+		v, err = s.ownedStr(key)
 		has = true
 		return err
 	})
@@ -218,9 +225,9 @@ func decodePeer(body []byte) (string, error) {
 		return "", err
 	}
 	if !has {
-		return "", missingField(body, objEnd, "endpoint")
+		return "", missingField(body, objEnd, key)
 	}
-	return endpoint, nil
+	return v, nil
 }
 
 // ownedStr reads a String (null is a type error) as a copy.

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"strings"
 
 	"github.com/kvselect/kvselect/core"
 )
@@ -224,28 +223,5 @@ func (s *scanner) reqStr(field string) (string, error) {
 
 // decodeIxPeer reads {"url": String}.
 func decodeIxPeer(body []byte) (string, error) {
-	s := &scanner{b: body}
-	var seen uint64
-	var url string
-	has := false
-	err := s.object("struct PeerRequest", func(key []byte) error {
-		if done, err := s.skipUnknown(s.field(ixPeerFields, &seen, "", key)); done {
-			return err
-		}
-		var err error
-		url, err = s.ownedStr("url")
-		has = true
-		return err
-	})
-	if err != nil {
-		return "", err
-	}
-	objEnd := s.i
-	if err := s.end(); err != nil {
-		return "", err
-	}
-	if !has {
-		return "", missingField(body, objEnd, "url")
-	}
-	return strings.Clone(url), nil
+	return decodeOneString(body, "struct PeerRequest", ixPeerFields, "url")
 }

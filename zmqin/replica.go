@@ -199,6 +199,7 @@ type meshStats struct {
 	snapshotRequests                      atomic.Uint64
 	snapshotsTruncated, snapshotsRefused  atomic.Uint64
 	resyncChecks                          atomic.Uint64 // drainer ticks (tests wait on it)
+	sent                                  atomic.Uint64 // events handed to the PUB socket (tests wait on it)
 	received, batches                     atomic.Uint64
 	dropped                               [NumMeshDrops]atomic.Uint64
 	connects, disconnects, dialErrors     atomic.Uint64
@@ -351,6 +352,7 @@ func (m *Mesh) publish() {
 		for _, payload := range batch {
 			m.pub.Send(ReplicaTopic, [][]byte{replicaTopicBytes, payload})
 		}
+		m.st.sent.Add(uint64(len(batch)))
 		clear(batch)
 		batch = batch[:0]
 	}

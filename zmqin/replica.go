@@ -313,6 +313,12 @@ var (
 // (2026-12-01, load average 2 to 2.5) the writers (PubSocket.serve) took
 // 3.2% of the process and this loop 1.5%; batched, 1.2% and 1.0%. The
 // wait adds at most PublishWait to the propagation lag.
+// sendAffinity publishes one session binding. Bindings are few: each goes
+// out at once, never waiting for a booking batch.
+func (m *Mesh) sendAffinity(payload []byte) {
+	m.pub.Send(AffinityTopic, [][]byte{affinityTopicBytes, payload})
+}
+
 func (m *Mesh) publish() {
 	defer m.wg.Done()
 	batch := make([][]byte, 0, m.cfg.PublishBatch)
@@ -322,8 +328,7 @@ func (m *Mesh) publish() {
 		case <-m.ctx.Done():
 			return
 		case payload := <-m.affOut:
-			// Session bindings are few: each goes out at once.
-			m.pub.Send(AffinityTopic, [][]byte{affinityTopicBytes, payload})
+			m.sendAffinity(payload)
 			continue
 		case payload := <-m.out:
 			batch = append(batch, payload)
@@ -334,10 +339,16 @@ func (m *Mesh) publish() {
 			} else {
 				t.Reset(m.cfg.PublishWait)
 			}
-			select {
-			case <-t.C:
-			case <-m.ctx.Done():
-				return
+		wait:
+			for {
+				select {
+				case <-t.C:
+					break wait
+				case payload := <-m.affOut:
+					m.sendAffinity(payload) // not held back by the booking batch
+				case <-m.ctx.Done():
+					return
+				}
 			}
 		}
 	take:

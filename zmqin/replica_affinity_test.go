@@ -91,7 +91,14 @@ func TestAffinityDecodeForms(t *testing.T) {
 // peers' when handle is set.
 func affinityReplica(t *testing.T, handle bool) *replica {
 	t.Helper()
-	m, err := NewMesh(MeshConfig{Bind: "tcp://127.0.0.1:0"})
+	return affinityReplicaWith(t, handle, MeshConfig{})
+}
+
+// affinityReplicaWith is affinityReplica with cfg (Bind is set here).
+func affinityReplicaWith(t *testing.T, handle bool, cfg MeshConfig) *replica {
+	t.Helper()
+	cfg.Bind = "tcp://127.0.0.1:0"
+	m, err := NewMesh(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,6 +176,36 @@ func TestMeshReplicatesAffinity(t *testing.T) {
 	st := a.mesh.Stats()
 	if st.AffinityPublished < 2 || st.AffinityOutboundLimit != DefaultAffinityOutbound || st.AffinityOutboundDropped != 0 {
 		t.Fatalf("A's affinity stats: %+v", st)
+	}
+}
+
+// TestAffinityNotHeldByBookingBatch: a binding goes out while the
+// publisher holds a booking batch open (here for an hour): B applies it,
+// and has not seen the booking.
+func TestAffinityNotHeldByBookingBatch(t *testing.T) {
+	checkNoLeak(t)
+	a := affinityReplicaWith(t, true, MeshConfig{PublishWait: time.Hour})
+	b := affinityReplica(t, true)
+	if _, err := b.mesh.Register(a.mesh.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "B subscribed", func() bool { return a.mesh.Stats().Subscribers == 1 })
+	r := &core.SelectRequest{SelectionID: "held", HasSelectionID: true}
+	r.TokenIDs, r.HasTokenIDs = []uint32{1, 2, 3, 4}, true
+	var out core.Selection
+	if err := a.svc.SelectAndReserve(r, &out); err != nil {
+		t.Fatal(err)
+	}
+	// The publisher has taken the booking and waits for more.
+	waitFor(t, "the booking taken", func() bool { return a.mesh.Stats().OutboundDepth == 0 })
+	r = &core.SelectRequest{SelectionID: "bound", HasSelectionID: true, SessionID: "s", HasSessionID: true}
+	r.TokenIDs, r.HasTokenIDs = []uint32{5, 6, 7, 8}, true
+	if err := a.svc.SelectAndReserve(r, &out); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the binding on B", func() bool { return b.svc.AffinityStats().Applied[core.AffinityInserted] == 1 })
+	if n := b.svc.Stats().ReplicaApplied; n != 0 {
+		t.Fatalf("B applied %d booking events, want 0 (the batch is held)", n)
 	}
 }
 

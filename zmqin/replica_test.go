@@ -156,9 +156,11 @@ func TestMeshPropagatesLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantLoads(t, a, "B's free on A", 0, 0, 0)
-	if st := a.svc.Stats(); st.ReplicaFreed != 1 || st.Reservations != 0 {
-		t.Fatalf("A stats %+v", st)
-	}
+	// The load is released before the release is counted: wait for both.
+	waitFor(t, "B's free counted on A", func() bool {
+		st := a.svc.Stats()
+		return st.ReplicaFreed == 1 && st.Reservations == 0
+	})
 	if st := a.mesh.Stats(); st.Dropped[MeshDropOwn] != 0 || st.Published < 4 {
 		t.Fatalf("A mesh %+v", st)
 	}

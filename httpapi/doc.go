@@ -5,14 +5,16 @@
 // (classStatus),
 // /metrics and GET /openapi.json (openapi.json, the OpenAPI 3.1
 // description of every route, field, status and error body, kept in step
-// by TestOpenAPIDescribesResponses). Profiling is not served here: perf.DebugServer serves
-// /debug/pprof on a listener of its own. The same server machinery serves
-// a second route table: NewIndexer, the standalone indexer's routes over a
-// core.Indexer (indexer.go). Client side: Recover (a peer's /dump, for
-// startup recovery into a selector or an indexer) and RemoteIndex (a
-// standalone indexer as a selector's core.PrimaryIndex, remote.go).
-// kvselect adds the /disagg routes over core's
-// disaggregated plans (Dynamo's coordinator has no HTTP surface): POST
+// by TestOpenAPIDescribesResponses). Profiling is not served here:
+// perf.DebugServer serves /debug/pprof on a listener of its own. The same
+// server machinery serves a second route table: NewIndexer, the standalone
+// indexer's routes over a core.Indexer (indexer.go), which serves its own
+// description at its GET /openapi.json (indexer_openapi.json, kept in step
+// by TestIndexerOpenAPIDescribesResponses). Client side: Recover (a
+// peer's /dump, for startup recovery into a selector or an indexer) and
+// RemoteIndex (a standalone indexer as a selector's core.PrimaryIndex,
+// remote.go). kvselect adds the /disagg routes over core's disaggregated
+// plans (Dynamo's coordinator has no HTTP surface): POST
 // /disagg/plan, POST /disagg/{id}/prefill_complete and /plan_decode, DELETE
 // and GET /disagg/{id}; a plan answers 200 with its view (core's
 // DisaggPlanView), errors their class's status like every route.

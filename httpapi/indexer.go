@@ -19,7 +19,9 @@ import (
 // that cannot be read is answered in plain text (415, 400, 422, 413, the
 // same texts as the selector's JSON errors); handler errors are JSON
 // {"error": msg}; an unknown route is an empty 404, a wrong method an
-// empty 405; /health is an empty 200.
+// empty 405 with Allow; /health is an empty 200. GET /openapi.json (a
+// kvselect addition) serves indexer_openapi.json, the description of all
+// of it.
 
 // Indexer route ids, for metrics.
 const (
@@ -36,17 +38,21 @@ const (
 	ixrHealth
 	ixrReopenLogs
 	ixrMetrics
-	ixrPprof
+	ixrOpenAPI
 	ixrUnmatched
 	ixrDraining
 	ixrUnauthorized
 	numIxRoutes
 )
 
+// ixRouteNames names every route id (keyed, so that an id cannot be paired
+// with another's name); TestIndexerRouteNames checks that none is empty.
 var ixRouteNames = [numIxRoutes]string{
-	"POST /register", "POST /unregister", "GET /workers", "POST /query", "POST /query_by_hash", "POST /query_tiered_by_hash",
-	"GET /dump", "POST /register_peer", "POST /deregister_peer", "GET /peers", "GET /health", "POST /reopen_logs",
-	"GET /metrics", "unmatched", "shutting down", "unauthorized",
+	ixrRegister: "POST /register", ixrUnregister: "POST /unregister", ixrWorkers: "GET /workers",
+	ixrQuery: "POST /query", ixrQueryByHash: "POST /query_by_hash", ixrQueryTiered: "POST /query_tiered_by_hash",
+	ixrDump: "GET /dump", ixrRegisterPeer: "POST /register_peer", ixrDeregisterPeer: "POST /deregister_peer",
+	ixrPeers: "GET /peers", ixrHealth: "GET /health", ixrReopenLogs: "POST /reopen_logs", ixrMetrics: "GET /metrics",
+	ixrOpenAPI: "GET /openapi.json", ixrUnmatched: "unmatched", ixrDraining: "shutting down", ixrUnauthorized: "unauthorized",
 }
 
 // Body limits: the query routes take 8 MiB (a million tokens as JSON), the
@@ -109,6 +115,8 @@ func (s *Server) dispatchIndexer(ctx *fasthttp.RequestCtx) int {
 		route, wantPost = ixrHealth, false
 	case "/metrics":
 		route, wantPost = ixrMetrics, false
+	case "/openapi.json":
+		route, wantPost = ixrOpenAPI, false
 	}
 	if route < 0 {
 		ctx.SetStatusCode(fasthttp.StatusNotFound)
@@ -136,6 +144,8 @@ func (s *Server) dispatchIndexer(ctx *fasthttp.RequestCtx) int {
 	case ixrWorkers:
 		q := ctx.QueryArgs()
 		s.writeValue(ctx, 200, s.ix.Workers(string(q.Peek("model_name")), string(q.Peek("routing_group"))))
+	case ixrOpenAPI:
+		s.writeRaw(ctx, 200, indexerOpenAPI)
 	case ixrDump:
 		s.writeRaw(ctx, 200, appendDump(nil, s.ix.Dump()))
 	case ixrPeers:

@@ -21,15 +21,22 @@ type ixHarness struct {
 	t    *testing.T
 	base string
 	ix   *core.Indexer
+	srv  *httpapi.Server
 }
 
-func startIndexer(t *testing.T) *ixHarness {
+// startIndexer starts an indexer with the default configurations, as opts
+// change them.
+func startIndexer(t *testing.T, opts ...func(*core.IndexerConfig, *httpapi.Config)) *ixHarness {
 	t.Helper()
-	ix, err := core.NewIndexer(core.DefaultIndexerConfig(), nil)
+	cfg, hcfg := core.DefaultIndexerConfig(), httpapi.DefaultConfig()
+	for _, o := range opts {
+		o(&cfg, &hcfg)
+	}
+	ix, err := core.NewIndexer(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := httpapi.NewIndexer(ix, httpapi.DefaultConfig())
+	srv, err := httpapi.NewIndexer(ix, hcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +56,7 @@ func startIndexer(t *testing.T) *ixHarness {
 			t.Errorf("serve: %v", err)
 		}
 	})
-	return &ixHarness{t: t, base: "http://" + ln.Addr().String(), ix: ix}
+	return &ixHarness{t: t, base: "http://" + ln.Addr().String(), ix: ix, srv: srv}
 }
 
 // call sends a request (JSON content type unless ct is given) and returns

@@ -14,3 +14,15 @@ var openAPI []byte
 // OpenAPI returns the OpenAPI 3.1 document of the selector's routes. The
 // caller must not modify it.
 func OpenAPI() []byte { return openAPI }
+
+// indexerOpenAPI is the OpenAPI 3.1 description of the standalone
+// indexer's routes (NewIndexer), served at its GET /openapi.json. Kept by
+// hand like openAPI; TestIndexerOpenAPIDescribesResponses holds it to the
+// server.
+//
+//go:embed indexer_openapi.json
+var indexerOpenAPI []byte
+
+// IndexerOpenAPI returns the OpenAPI 3.1 document of the standalone
+// indexer's routes. The caller must not modify it.
+func IndexerOpenAPI() []byte { return indexerOpenAPI }

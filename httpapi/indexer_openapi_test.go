@@ -159,14 +159,15 @@ func ixAPICases(hashes string) []apiCase {
 	return cs
 }
 
-// TestIndexerRouteNames: every indexer route id has a metric name of its
-// own, and requests are counted under their route's, the unmatched ones
-// under "unmatched".
+// TestIndexerRouteNames: every indexer (and selector) route id has a
+// metric name of its own, and the indexer counts requests under their
+// route's name, the unmatched ones under "unmatched".
 func TestIndexerRouteNames(t *testing.T) {
-	names := httpapi.IndexerRouteNames()
-	for i, n := range names {
-		if n == "" || slices.Index(names, n) != i {
-			t.Errorf("route id %d: name %q (empty or not unique)", i, n)
+	for _, names := range [][]string{httpapi.IndexerRouteNames(), httpapi.RouteNames()} {
+		for i, n := range names {
+			if n == "" || slices.Index(names, n) != i {
+				t.Errorf("route id %d: name %q (empty or not unique)", i, n)
+			}
 		}
 	}
 	h := startIndexer(t)

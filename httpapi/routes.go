@@ -42,14 +42,38 @@ const (
 	numRoutes
 )
 
+// routeNames names every route id (keyed, so that an id cannot be paired
+// with another's name).
 var routeNames = [numRoutes]string{
-	"GET /workers", "POST /workers", "PATCH /workers/{worker_id}", "DELETE /workers/{worker_id}",
-	"GET /health", "GET /ready", "POST /select", "POST /select_and_reserve", "POST /reservations",
-	"POST /reservations/{selection_id}/prefill_complete", "POST /reservations/{selection_id}/output_block",
-	"DELETE /reservations/{selection_id}", "GET /loads", "POST /potential_loads", "POST /overlap_scores",
-	"GET /dump", "POST /replica_sync/register_peer", "POST /replica_sync/deregister_peer",
-	"GET /replica_sync/peers", "POST /disagg/plan", "POST /disagg/{selection_id}/prefill_complete",
-	"POST /disagg/{selection_id}/plan_decode", "DELETE /disagg/{selection_id}", "GET /disagg/{selection_id}", "GET /metrics", "GET /openapi.json", "unmatched", "shutting down", "unauthorized",
+	rWorkersGet:            "GET /workers",
+	rWorkersPost:           "POST /workers",
+	rWorkerPatch:           "PATCH /workers/{worker_id}",
+	rWorkerDelete:          "DELETE /workers/{worker_id}",
+	rHealth:                "GET /health",
+	rReady:                 "GET /ready",
+	rSelect:                "POST /select",
+	rSelectAndReserve:      "POST /select_and_reserve",
+	rReservations:          "POST /reservations",
+	rPrefillComplete:       "POST /reservations/{selection_id}/prefill_complete",
+	rOutputBlock:           "POST /reservations/{selection_id}/output_block",
+	rReservationDelete:     "DELETE /reservations/{selection_id}",
+	rLoads:                 "GET /loads",
+	rPotentialLoads:        "POST /potential_loads",
+	rOverlapScores:         "POST /overlap_scores",
+	rDump:                  "GET /dump",
+	rRegisterPeer:          "POST /replica_sync/register_peer",
+	rDeregisterPeer:        "POST /replica_sync/deregister_peer",
+	rPeers:                 "GET /replica_sync/peers",
+	rDisaggPlan:            "POST /disagg/plan",
+	rDisaggPrefillComplete: "POST /disagg/{selection_id}/prefill_complete",
+	rDisaggPlanDecode:      "POST /disagg/{selection_id}/plan_decode",
+	rDisaggDelete:          "DELETE /disagg/{selection_id}",
+	rDisaggGet:             "GET /disagg/{selection_id}",
+	rMetrics:               "GET /metrics",
+	rOpenAPI:               "GET /openapi.json",
+	rUnmatched:             "unmatched",
+	rDraining:              "shutting down",
+	rUnauthorized:          "unauthorized",
 }
 
 var (

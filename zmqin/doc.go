@@ -217,7 +217,10 @@
 // ErrTooManyFrames, ErrMessageTooLarge or ErrFrameTooLarge, and the
 // connection must be dropped. The limits are per connection because the
 // protocols differ: a live message has 3 frames, a replay reply 4, a
-// replica-sync envelope 2. zmqpub's Publisher uses Conn too.
+// replica-sync envelope 2. Recv answers a ZMTP 3.1 PING with a PONG, so
+// libzmq peers with heartbeats on (Dynamo's sockets) keep an idle
+// connection (TestHeartbeatLibzmq); it sends no PING of its own (TCP
+// keepalive finds dead peers). zmqpub's Publisher uses Conn too.
 //
 // # Wire format handled
 //

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -195,10 +196,19 @@ const (
 // replica-sync listener). One goroutine may receive while another sends.
 // Close may be called from any goroutine, any number of times; it makes a
 // blocked Recv return an error.
+//
+// Recv answers a ZMTP 3.1 PING with a PONG (libzmq peers with
+// ZMQ_HEARTBEAT_IVL set, as Dynamo's replica and indexer sockets are,
+// drop a connection that sends them nothing within ZMQ_HEARTBEAT_TIMEOUT
+// of a PING: a SUB that only listens would be dropped every few seconds).
+// The PONG is written by the receiving goroutine, so wmu orders it with
+// the sender's writes: a PONG lands between two messages, never inside
+// one.
 type Conn struct {
 	raw net.Conn
 	bc  *bufConn
 	lim Limits
+	wmu sync.Mutex // held while writing into bc.w or flushing it
 }
 
 // bufSizes returns the read and write buffer sizes of a socket type: the
@@ -259,8 +269,8 @@ func Dial(ctx context.Context, ep string, typ SocketType, lim Limits) (*Conn, er
 	if err != nil {
 		return nil, err
 	}
-	// ZMTP 3.0 has no heartbeats, so a half-open connection (the worker's
-	// host died) is found only by TCP keepalive; Go's default (15 s idle,
+	// We answer heartbeats but send none, so a half-open connection (the
+	// worker's host died) is found only by TCP keepalive; Go's default (15 s idle,
 	// 15 s interval, 9 probes) takes about 2.5 min, during which a worker
 	// back at the same address would get no subscription. These settings
 	// find it in about 25 s.
@@ -276,9 +286,8 @@ func Dial(ctx context.Context, ep string, typ SocketType, lim Limits) (*Conn, er
 
 // Recv reads the next message into frames[:0] and returns it. Each frame
 // is a fresh allocation the caller may keep. Command frames between
-// messages are skipped (ZMTP 3.0 defines none after the handshake; a 3.1
-// PING goes unanswered, which only matters to a peer that enabled
-// heartbeats). A message that breaks c's Limits fails with
+// messages are consumed: a PING is answered with a PONG (see Conn), any
+// other command is skipped. A message that breaks c's Limits fails with
 // ErrTooManyFrames, ErrMessageTooLarge or ErrFrameTooLarge at the header
 // of the frame that breaks it; the caller must then drop the connection,
 // as the stream is left inside that frame.
@@ -297,7 +306,7 @@ func (c *Conn) Recv(frames [][]byte) ([][]byte, error) {
 			if err := c.checkSize(size); err != nil {
 				return nil, err
 			}
-			if _, err := c.bc.r.Discard(int(size)); err != nil {
+			if err := c.command(int(size)); err != nil {
 				return nil, err
 			}
 			continue
@@ -320,6 +329,37 @@ func (c *Conn) Recv(frames [][]byte) ([][]byte, error) {
 			return frames, nil
 		}
 	}
+}
+
+// maxPing is the largest PING command body: a name-size byte, "PING", a
+// 2-byte TTL and at most 16 bytes of context (ZMTP 3.1, RFC 37).
+const maxPing = 1 + 4 + 2 + 16
+
+// command consumes a command frame's body of n bytes (after the
+// handshake), answering a PING with a PONG that echoes its context.
+func (c *Conn) command(n int) error {
+	if n > maxPing {
+		_, err := c.bc.r.Discard(n)
+		return err
+	}
+	var b [maxPing]byte
+	if _, err := io.ReadFull(c.bc.r, b[:n]); err != nil {
+		return err
+	}
+	if n < 7 || string(b[:5]) != "\x04PING" {
+		return nil
+	}
+	// The PONG frame: command flag, size, then "\x04PONG" and the context.
+	var pong [2 + 5 + 16]byte
+	k := copy(pong[:], "\x00\x00\x04PONG")
+	k += copy(pong[k:], b[7:n])
+	pong[0], pong[1] = flagCommand, byte(k-2)
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if _, err := c.bc.w.Write(pong[:k]); err != nil {
+		return err
+	}
+	return c.bc.Flush()
 }
 
 func (c *Conn) checkSize(size uint64) error {
@@ -381,8 +421,11 @@ func (c *Conn) Send(frames ...[]byte) error {
 }
 
 // SendHeld writes one message into the write buffer without flushing;
-// call Flush after a run of them. Sends are for one goroutine at a time.
+// call Flush after a run of them. Sends are for one goroutine at a time
+// (Recv's PONGs aside).
 func (c *Conn) SendHeld(frames [][]byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	w := c.bc.w
 	for i, f := range frames {
 		var hdr [9]byte
@@ -408,7 +451,11 @@ func (c *Conn) SendHeld(frames [][]byte) error {
 }
 
 // Flush sends what SendHeld buffered.
-func (c *Conn) Flush() error { return c.bc.Flush() }
+func (c *Conn) Flush() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.bc.Flush()
+}
 
 // SetReadDeadline bounds the Recv calls until t (zero: no bound).
 func (c *Conn) SetReadDeadline(t time.Time) { _ = c.raw.SetReadDeadline(t) }

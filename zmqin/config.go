@@ -41,6 +41,16 @@ type Config struct {
 	// pending; a listener blocks when its writer's queue is full, and
 	// then its own queue fills. 0 means 256.
 	WriterQueue int
+	// MaxWriterQueueBytes bounds the memory of the decoded batches one
+	// writer holds (queued, or in the run it is applying): a listener
+	// whose batch would pass it waits, as on a full WriterQueue. A batch
+	// enters an empty writer queue whatever its size, so one message of
+	// MaxMessageSize always gets through. Decoded events are larger than
+	// their msgpack (about 100 bytes an event, 16 a block, against 15 to
+	// 40 on the wire), so without this bound WriterQueue batches of big
+	// messages could hold gigabytes after their payload bytes left
+	// MaxQueueBytes. 0 means 64 MiB.
+	MaxWriterQueueBytes int
 	// MaxApplyEvents caps the events a writer passes to one
 	// EventSink.ApplyBatch call when it coalesces consecutive batches of
 	// one sink. 0 means 4096.
@@ -125,7 +135,7 @@ func DefaultWriters() int { return max(1, runtime.GOMAXPROCS(0)/2) }
 
 // Validate reports a Config that cannot work.
 func (c Config) Validate() error {
-	if c.Writers < 0 || c.Writers > 1024 || c.QueueLimit < 0 || c.WriterQueue < 0 || c.MaxApplyEvents < 0 || c.MaxFrameSize < 0 || c.MaxMessageSize < 0 {
+	if c.Writers < 0 || c.Writers > 1024 || c.QueueLimit < 0 || c.WriterQueue < 0 || c.MaxWriterQueueBytes < 0 || c.MaxApplyEvents < 0 || c.MaxFrameSize < 0 || c.MaxMessageSize < 0 {
 		return fmt.Errorf("zmqin: invalid config: negative or huge count in %+v", c)
 	}
 	if c.DialBackoffMin < 0 || c.DialBackoffMax < 0 || c.ReplayTimeout < 0 || c.DialRate < 0 || c.LogBurst < 0 || c.LogEvery < 0 {
@@ -153,6 +163,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WriterQueue == 0 {
 		c.WriterQueue = 256
+	}
+	if c.MaxWriterQueueBytes == 0 {
+		c.MaxWriterQueueBytes = 64 << 20
 	}
 	if c.MaxApplyEvents == 0 {
 		c.MaxApplyEvents = 4096

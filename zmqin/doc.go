@@ -74,7 +74,11 @@
 // ApplyBatch in queue order, coalescing consecutive batches of one sink
 // into one call of at most MaxApplyEvents events; they also run ClearRank
 // and Detach's barrier, so everything a sink sees about one worker comes
-// from one goroutine, in order. Since the goroutine that processes also
+// from one goroutine, in order. A writer holds at most WriterQueue batches
+// and MaxWriterQueueBytes of decoded events (a decoded batch is several
+// times its msgpack: TestWriterQueueBytesBound); a listener whose batch
+// does not fit waits, so its own queue, bounded by payload bytes, fills
+// and overflows instead. Since the goroutine that processes also
 // dials, it dials again only after consuming everything the old
 // connection queued: batches published while it does are missed (a gap,
 // replayed where possible), as they would be during any reconnection.

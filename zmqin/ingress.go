@@ -74,6 +74,11 @@ type Stats struct {
 	QueueBytes           int64
 	QueueBytesLimit      int64 // Config.MaxQueueBytes
 	QueueBytesLimitTotal int64 // Config.MaxTotalQueueBytes
+	// WriterQueueBytes is the memory of the decoded batches the writers
+	// hold, queued or being applied (gauge); one writer's is at most
+	// WriterQueueBytesLimit, or one batch when that batch alone is larger.
+	WriterQueueBytes      int64
+	WriterQueueBytesLimit int64 // Config.MaxWriterQueueBytes, per writer
 }
 
 // stats are the Ingress's counters, written by every goroutine with atomic
@@ -96,6 +101,8 @@ type stats struct {
 	// MaxTotalQueueBytes), uncounted once its listener is done with it.
 	ranks, connected        atomic.Int64
 	queuedMsgs, queuedBytes atomic.Int64
+	// writerBytes is the sum of the writers' held bytes (writer.held).
+	writerBytes atomic.Int64
 }
 
 // Ingress is the ZeroMQ implementation of core.Ingress: one supervised SUB
@@ -288,6 +295,9 @@ func (in *Ingress) Stats() Stats {
 		QueueBytes:           s.queuedBytes.Load(),
 		QueueBytesLimit:      int64(in.cfg.MaxQueueBytes),
 		QueueBytesLimitTotal: int64(in.cfg.MaxTotalQueueBytes),
+
+		WriterQueueBytes:      s.writerBytes.Load(),
+		WriterQueueBytesLimit: int64(in.cfg.MaxWriterQueueBytes),
 	}
 	for i := range s.events {
 		out.Events[i] = s.events[i].Load()

@@ -235,11 +235,16 @@ func (l *rankListener) consumed(seq uint64, payload []byte) {
 // toWriter queues it on the worker's writer, blocking while the writer is
 // full; it gives up (false) when the listener is stopped.
 func (l *rankListener) toWriter(it wItem) bool {
+	if it.buf != nil && !l.w.hold(l.ctx, it.buf.size) {
+		putEvBuf(it.buf)
+		return false
+	}
 	select {
 	case l.w.q <- it:
 		return true
 	case <-l.ctx.Done():
 		if it.buf != nil {
+			l.w.unhold(it.buf.size)
 			putEvBuf(it.buf)
 		}
 		return false

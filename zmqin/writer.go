@@ -1,6 +1,7 @@
 package zmqin
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"unsafe"
@@ -35,9 +36,55 @@ type writer struct {
 	// scratch and pending are owned by the writer goroutine.
 	scratch []radix.Event
 	pending []*evBuf
+
+	// mu guards held (the evBuf sizes of the opEvents items queued or
+	// being applied: at most Config.MaxWriterQueueBytes, or one item's
+	// when that item alone is larger; Ingress's writerBytes gauge moves
+	// with it under mu) and freed (closed, then nil, when held shrinks;
+	// made by a listener that waits for room).
+	mu    sync.Mutex
+	held  int64
+	freed chan struct{}
 }
 
 func (w *writer) enqueue(it wItem) { w.q <- it }
+
+// hold counts n bytes of a batch about to be queued, waiting while they
+// would pass the writer's byte bound; false when ctx ended first.
+func (w *writer) hold(ctx context.Context, n int64) bool {
+	limit := int64(w.in.cfg.MaxWriterQueueBytes)
+	for {
+		w.mu.Lock()
+		if w.held == 0 || w.held+n <= limit {
+			w.held += n
+			w.in.st.writerBytes.Add(n) // under mu: the gauge never overshoots
+			w.mu.Unlock()
+			return true
+		}
+		if w.freed == nil {
+			w.freed = make(chan struct{})
+		}
+		freed := w.freed
+		w.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// unhold uncounts n bytes that hold counted and wakes the waiters.
+func (w *writer) unhold(n int64) {
+	w.mu.Lock()
+	w.held -= n
+	w.in.st.writerBytes.Add(-n)
+	if w.freed != nil {
+		close(w.freed)
+		w.freed = nil
+	}
+	w.mu.Unlock()
+}
 
 // barrier returns when every item queued before it has been handled.
 func (w *writer) barrier() {
@@ -91,10 +138,13 @@ func (w *writer) run() {
 			w.in.st.batchesApplied.Add(uint64(len(w.pending)))
 			w.in.st.eventsApplied.Add(uint64(len(w.scratch)))
 			clear(w.scratch)
+			var applied int64
 			for i, b := range w.pending {
+				applied += b.size
 				putEvBuf(b)
 				w.pending[i] = nil
 			}
+			w.unhold(applied)
 		}
 	}
 }
@@ -105,6 +155,7 @@ type evBuf struct {
 	evs    []radix.Event
 	blocks []radix.Block
 	hashes []uint64
+	size   int64 // retained() once filled: what the writer's bound counts
 }
 
 var evBufPool = sync.Pool{New: func() any { return new(evBuf) }}
@@ -134,6 +185,7 @@ func copyEvents(evs []radix.Event) *evBuf {
 			e.Hashes = b.hashes[lo:len(b.hashes):len(b.hashes)]
 		}
 	}
+	b.size = int64(b.retained())
 	return b
 }
 

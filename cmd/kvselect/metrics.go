@@ -34,6 +34,8 @@ var ingressDescs = []perf.Desc{
 	{Name: "kvselect_kv_queue_bytes", Kind: perf.Gauge, Help: "Payload bytes queued in the listeners."},
 	{Name: "kvselect_kv_queue_bytes_limit_per_listener", Kind: perf.Gauge, Help: "Payload bytes one listener may hold queued."},
 	{Name: "kvselect_kv_queue_bytes_limit", Kind: perf.Gauge, Help: "Payload bytes all listeners together may hold queued."},
+	{Name: "kvselect_kv_writer_queue_bytes", Kind: perf.Gauge, Help: "Memory of the decoded KV event batches the index writers hold, queued or being applied."},
+	{Name: "kvselect_kv_writer_queue_bytes_limit_per_writer", Kind: perf.Gauge, Help: "Decoded bytes one index writer may hold (a single larger batch is let through alone)."},
 	{Name: "kvselect_kv_log_lines_suppressed_total", Kind: perf.Counter, Help: "Log lines of the KV-event listeners dropped by their per-rank rate limit."},
 }
 
@@ -74,6 +76,8 @@ func writeIngressMetrics(w io.Writer, st zmqin.Stats) {
 	perf.WriteGaugeUint(w, "kvselect_kv_queue_bytes", uint64(max(st.QueueBytes, 0)))
 	perf.WriteGaugeUint(w, "kvselect_kv_queue_bytes_limit_per_listener", uint64(max(st.QueueBytesLimit, 0)))
 	perf.WriteGaugeUint(w, "kvselect_kv_queue_bytes_limit", uint64(max(st.QueueBytesLimitTotal, 0)))
+	perf.WriteGaugeUint(w, "kvselect_kv_writer_queue_bytes", uint64(max(st.WriterQueueBytes, 0)))
+	perf.WriteGaugeUint(w, "kvselect_kv_writer_queue_bytes_limit_per_writer", uint64(max(st.WriterQueueBytesLimit, 0)))
 	perf.WriteCounter(w, "kvselect_kv_log_lines_suppressed_total", st.LogsSuppressed)
 }
 

@@ -70,6 +70,8 @@ func TestIngressMetricsExportEveryStat(t *testing.T) {
 		"kvselect_kv_queue_bytes":                                           st.QueueBytes,
 		"kvselect_kv_queue_bytes_limit_per_listener":                        st.QueueBytesLimit,
 		"kvselect_kv_queue_bytes_limit":                                     st.QueueBytesLimitTotal,
+		"kvselect_kv_writer_queue_bytes":                                    st.WriterQueueBytes,
+		"kvselect_kv_writer_queue_bytes_limit_per_writer":                   st.WriterQueueBytesLimit,
 		"kvselect_kv_queue_depth":                                           int64(st.QueueDepth),
 		"kvselect_kv_queue_limit_per_listener":                              int64(st.QueueLimit),
 		`kvselect_kv_messages_dropped_total{reason="queue_overflow"}`:       int64(st.Overflow),

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/kvselect/kvselect/radix"
 )
@@ -144,6 +145,9 @@ type eventMeta struct {
 // len(payload), since every event and every hash takes at least one byte.
 type Decoder struct {
 	blockSize int
+	// decoded is what the batch being decoded has spent of
+	// MaxDecodedBatchBytes (spend).
+	decoded int
 
 	events []radix.Event
 	meta   []eventMeta
@@ -181,6 +185,36 @@ func NewDecoder(blockSize int) *Decoder {
 	return &Decoder{blockSize: blockSize}
 }
 
+// MaxDecodedBatchBytes bounds the memory one batch decodes into. Decoded
+// data is larger than its msgpack (a one-hash BlockRemoved is 25 bytes on
+// the wire and 128 decoded, a block hash 9 and 16, a token id 1 to 5 and
+// 4), so without a bound one message of the 64 MiB allowed could make a
+// listener allocate gigabytes: a 26 MB message of a million removes
+// allocated 950 MB to decode and copy. Each array is counted at its header,
+// before any of it is kept (spend); a batch over the bound is rejected as
+// malformed. 64 MiB is some 500,000 events, 4 million blocks or 16 million
+// token ids: hundreds of times what one engine step publishes (a step
+// schedules at most max_num_batched_tokens tokens, typically 8 to 64 Ki).
+const MaxDecodedBatchBytes = 64 << 20
+
+// Decoded sizes spend counts: an event with its eventMeta, a block (a
+// block hash becomes one), a token id.
+const (
+	eventCost = int(unsafe.Sizeof(radix.Event{}) + unsafe.Sizeof(eventMeta{}))
+	blockCost = int(unsafe.Sizeof(radix.Block{}))
+	tokenCost = 4
+)
+
+// spend counts n decoded items of cost bytes each against
+// MaxDecodedBatchBytes, failing with errBatchTooLarge past it.
+func (d *Decoder) spend(n, cost int) error {
+	if n > (MaxDecodedBatchBytes-d.decoded)/cost {
+		return errBatchTooLarge
+	}
+	d.decoded += n * cost
+	return nil
+}
+
 // dropScratch releases the memory reused across batches (it grows to the
 // largest batch decoded), keeping what was learned across batches: a
 // listener calls it when its connection ends.
@@ -206,6 +240,7 @@ func (d *Decoder) Decode(payload []byte, worker radix.WorkerKey) (Batch, error) 
 	d.meta = d.meta[:0]
 	d.blocks = d.blocks[:0]
 	d.hashes = d.hashes[:0]
+	d.decoded = 0
 	var b Batch
 	r := reader{b: payload}
 	err := d.batch(&r, &b)

@@ -74,7 +74,9 @@
 // ApplyBatch in queue order, coalescing consecutive batches of one sink
 // into one call of at most MaxApplyEvents events; they also run ClearRank
 // and Detach's barrier, so everything a sink sees about one worker comes
-// from one goroutine, in order. A writer holds at most WriterQueue batches
+// from one goroutine, in order. A payload decodes into at most
+// MaxDecodedBatchBytes (checked at each array header; a larger batch is
+// rejected as malformed, TestDecodeBoundsDecodedMemory). A writer holds at most WriterQueue batches
 // and MaxWriterQueueBytes of decoded events (a decoded batch is several
 // times its msgpack: TestWriterQueueBytesBound); a listener whose batch
 // does not fit waits, so its own queue, bounded by payload bytes, fills

@@ -1,6 +1,9 @@
 package zmqin
 
-import "bytes"
+import (
+	"bytes"
+	"unsafe"
+)
 
 // extra_keys and cache_salt: what a BlockStored says beyond its tokens
 // that changes the blocks' local hashes, read as Dynamo reads them
@@ -44,6 +47,9 @@ func (d *Decoder) readExtraKeys(r *reader) error {
 	if _, hard := soft(r, err); hard != nil || err != nil {
 		return hard
 	}
+	if err := d.spend(n, int(unsafe.Sizeof(span{}))); err != nil {
+		return err
+	}
 	for b := 0; b < n; b++ {
 		lo := int32(len(d.mm))
 		if r.isNil() {
@@ -56,6 +62,11 @@ func (d *Decoder) readExtraKeys(r *reader) error {
 		} else if err != nil {
 			d.mmBlocks = append(d.mmBlocks, span{lo, lo})
 			continue
+		}
+		if b == 0 { // firstStrs may keep each item
+			if err := d.spend(m, int(unsafe.Sizeof(d.firstStrs[0]))); err != nil {
+				return err
+			}
 		}
 		for ; m > 0; m-- {
 			if err := d.readExtraItem(r, b == 0); err != nil {

@@ -43,6 +43,9 @@ func (d *Decoder) readHashes(r *reader, ev *rawEvent) error {
 		ev.bad = ev.bad || bad
 		return hard
 	}
+	if err := d.spend(n, blockCost); err != nil {
+		return err
+	}
 	ev.hLo = len(d.hashes)
 	for ; n > 0; n-- {
 		h, err := r.hash()
@@ -85,6 +88,9 @@ func (d *Decoder) readTokens(r *reader, ev *rawEvent) error {
 	if bad, hard := soft(r, err); hard != nil || bad {
 		ev.bad = ev.bad || bad
 		return hard
+	}
+	if err := d.spend(n, tokenCost); err != nil {
+		return err
 	}
 	// Fast path for the three encodings msgspec uses for token ids below
 	// 2^32 (fixint, cd, ce): one 8-byte load and a table lookup per id, the

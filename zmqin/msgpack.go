@@ -24,6 +24,9 @@ var (
 	errTimestamp = fmt.Errorf("%w: timestamp is not a number", ErrMalformed)
 	errEvents    = fmt.Errorf("%w: events is not an array", ErrMalformed)
 	errRank      = fmt.Errorf("%w: data_parallel_rank is not nil or a u32", ErrMalformed)
+	// errBatchTooLarge: the batch would decode into more than
+	// MaxDecodedBatchBytes.
+	errBatchTooLarge = fmt.Errorf("%w: batch decodes into more than %d MiB", ErrMalformed, MaxDecodedBatchBytes>>20)
 )
 
 // errType is returned, without consuming anything, when a value is well

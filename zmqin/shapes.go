@@ -112,6 +112,9 @@ func (d *Decoder) eventList(r *reader, b *Batch) error {
 		}
 		return err
 	}
+	if err := d.spend(m, eventCost); err != nil {
+		return err
+	}
 	for ; m > 0; m-- {
 		c, err := r.peek()
 		if err != nil {

@@ -35,6 +35,9 @@ type PubSocket struct {
 		closed bool
 	}
 	dropped atomic.Uint64
+	// queued is the frame bytes queued over all peers (each peer's
+	// PubPeer.bytes summed).
+	queued atomic.Int64
 }
 
 // PubConfig configures a PubSocket.
@@ -44,6 +47,11 @@ type PubConfig struct {
 	Endpoint string
 	// HWM is the number of messages queued per peer; 0 means 10,000.
 	HWM int
+	// MaxBytes bounds the frame bytes queued per peer (the frames are
+	// shared between peers, but a slow peer keeps its own alive); a
+	// message that would pass it is dropped as at a full HWM. 0 means
+	// 64 MiB.
+	MaxBytes int
 	// OnSubscribe, when set, runs on the peer's reader goroutine after the
 	// peer subscribes to topic (a prefix). It may queue messages for that
 	// peer alone with PubPeer.Send.
@@ -65,6 +73,10 @@ type PubPeer struct {
 	mu     sync.Mutex
 	topics []string // subscribed prefixes, distinct, at most maxTopics; guarded by mu
 
+	// bytes is the frame bytes in q: counted by Send before queueing,
+	// uncounted by sent once taken out (at most the socket's MaxBytes).
+	bytes atomic.Int64
+
 	// snapshots are when a Mesh last sent this peer snapshots, oldest
 	// first; used only on the peer's reader goroutine (OnSubscribe).
 	snapshots [snapshotBurst]time.Time
@@ -76,15 +88,36 @@ type PubPeer struct {
 const maxTopics = 64
 
 // Send queues frames for this peer alone; false (and a drop counted) when
-// its queue is full. The frames must not change afterwards.
+// its queue is full, by messages (HWM) or bytes (MaxBytes). The frames
+// must not change afterwards.
 func (p *PubPeer) Send(frames [][]byte) bool {
-	select {
-	case p.q <- frames:
-		return true
-	default:
-		p.sock.dropped.Add(1)
-		return false
+	n := frameBytes(frames)
+	if reserve(&p.bytes, n, int64(p.sock.cfg.MaxBytes)) {
+		select {
+		case p.q <- frames:
+			p.sock.queued.Add(n)
+			return true
+		default:
+			p.bytes.Add(-n)
+		}
 	}
+	p.sock.dropped.Add(1)
+	return false
+}
+
+// sent uncounts frames once they left p's queue.
+func (p *PubPeer) sent(frames [][]byte) {
+	n := frameBytes(frames)
+	p.bytes.Add(-n)
+	p.sock.queued.Add(-n)
+}
+
+func frameBytes(frames [][]byte) int64 {
+	var n int64
+	for _, f := range frames {
+		n += int64(len(f))
+	}
+	return n
 }
 
 func (p *PubPeer) matches(topic string) bool {
@@ -105,6 +138,12 @@ func ListenPub(cfg PubConfig) (*PubSocket, error) {
 	}
 	if cfg.HWM == 0 {
 		cfg.HWM = 10000
+	}
+	if cfg.MaxBytes < 0 {
+		return nil, fmt.Errorf("zmqin: negative PUB MaxBytes %d", cfg.MaxBytes)
+	}
+	if cfg.MaxBytes == 0 {
+		cfg.MaxBytes = 64 << 20
 	}
 	z, err := ParseEndpoint(cfg.Endpoint)
 	if err != nil {
@@ -154,6 +193,24 @@ func (s *PubSocket) Send(topic string, frames [][]byte) int {
 
 // Dropped is the number of messages dropped at a full peer queue.
 func (s *PubSocket) Dropped() uint64 { return s.dropped.Load() }
+
+// SubscribedTo counts the peers subscribed to a prefix of topic.
+func (s *PubSocket) SubscribedTo(topic string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for p := range s.mu.peers {
+		if p.matches(topic) {
+			n++
+		}
+	}
+	return n
+}
+
+// QueuedBytes is the frame bytes queued over all peers; MaxBytes the
+// bound of each peer's.
+func (s *PubSocket) QueuedBytes() int64 { return s.queued.Load() }
+func (s *PubSocket) MaxBytes() int      { return s.cfg.MaxBytes }
 
 // Subscribers is the number of connected peers with at least one
 // subscription.
@@ -248,6 +305,12 @@ func (s *PubSocket) serve(c net.Conn) {
 		delete(s.mu.peers, p)
 		s.mu.Unlock()
 		_ = zc.Close()
+		// Once the reader is gone (it may queue a snapshot) nothing
+		// queues to p: uncount what it leaves behind.
+		<-p.done
+		for n := len(p.q); n > 0; n-- {
+			p.sent(<-p.q)
+		}
 		close(p.gone)
 	}()
 
@@ -296,11 +359,14 @@ func (s *PubSocket) serve(c net.Conn) {
 		case <-p.done:
 			return
 		case frames := <-p.q:
+			p.sent(frames)
 			err := zc.SendHeld(frames)
 			// Drain what is already queued before one flush: a burst
 			// costs one write call, not one per message.
 			for n := len(p.q); err == nil && n > 0; n-- {
-				err = zc.SendHeld(<-p.q)
+				frames = <-p.q
+				p.sent(frames)
+				err = zc.SendHeld(frames)
 			}
 			if err == nil {
 				err = zc.Flush()

@@ -37,6 +37,13 @@ type MeshConfig struct {
 	// HWM bounds the messages queued per subscribed peer (100,000, so that
 	// a joiner's snapshot fits beside the live stream).
 	HWM int
+	// MaxQueueBytes bounds, besides the counts above, the bytes of each
+	// queue: the outbound queue's and each subscribed peer's envelopes,
+	// and the inbound queue's received envelopes with their decoded
+	// hashes (64 MiB each). An envelope's size follows its prompt (9
+	// bytes a block), so a count alone would let 100,000 long prompts
+	// hold gigabytes. A full queue drops, counted as at a full count.
+	MaxQueueBytes int
 	// DrainBatch and DrainWait shape the apply batches: up to 256 events,
 	// or what arrived within 1 ms of the first.
 	DrainBatch int
@@ -84,6 +91,7 @@ func (c MeshConfig) withDefaults() MeshConfig {
 	def(&c.PublishBatch, 256)
 	def(&c.MaxPeers, 128)
 	def(&c.MaxMessage, 16<<20)
+	def(&c.MaxQueueBytes, 64<<20)
 	if c.DrainWait == 0 {
 		c.DrainWait = time.Millisecond
 	}
@@ -121,6 +129,7 @@ type inEvent struct {
 	ev       core.ReplicaEvent
 	peer     *meshPeer
 	snapshot bool
+	size     int64 // counted in meshStats.inBytes until applied
 }
 
 // Mesh is kvselect's member of a Dynamo selector replica mesh: one PUB
@@ -203,6 +212,10 @@ type meshStats struct {
 	received, batches                     atomic.Uint64
 	dropped                               [NumMeshDrops]atomic.Uint64
 	connects, disconnects, dialErrors     atomic.Uint64
+	// outBytes and inBytes are the bytes in the outbound and inbound
+	// queues (at most MaxQueueBytes each): counted before queueing,
+	// uncounted once handed to the PUB socket or applied.
+	outBytes, inBytes atomic.Int64
 }
 
 // MeshStats is a snapshot of a Mesh's counters (cumulative) and gauges.
@@ -230,11 +243,18 @@ type MeshStats struct {
 	Connects, Disconnects, DialErrors uint64
 	OutboundDepth, InboundDepth       int
 	OutboundLimit, InboundLimit       int
+	// The bytes in the outbound and inbound queues and in the subscribed
+	// peers' queues (summed), and MaxQueueBytes, each one's bound.
+	OutboundBytes, InboundBytes, PeerQueueBytes int64
+	QueueBytesLimit                             int64
 	// The session-affinity channel: bindings queued for the peers, dropped
 	// at a full queue, applied from peers (after the drops above), and the
 	// queue's depth and bound.
 	AffinityPublished, AffinityOutboundDropped, AffinityApplied uint64
 	AffinityOutboundDepth, AffinityOutboundLimit                int
+	// AffinitySubscribers: peers subscribed to AffinityTopic (a peer
+	// subscribes to its topics one message at a time, this one last).
+	AffinitySubscribers int
 }
 
 // NewMesh binds the PUB socket. Events published before Start are queued
@@ -252,7 +272,7 @@ func NewMesh(cfg MeshConfig) (*Mesh, error) {
 	}
 	m.ctx, m.stop = context.WithCancel(context.Background())
 	m.mu.peers = map[string]*meshPeer{}
-	pc := PubConfig{Endpoint: cfg.Bind, HWM: cfg.HWM}
+	pc := PubConfig{Endpoint: cfg.Bind, HWM: cfg.HWM, MaxBytes: cfg.MaxQueueBytes}
 	if !cfg.NoSnapshot {
 		pc.OnSubscribe = m.sendSnapshot
 	}
@@ -288,12 +308,17 @@ func (m *Mesh) Endpoint() string { return m.pub.Endpoint() }
 // encodes the envelope on the caller's goroutine, so nothing of ev is kept.
 func (m *Mesh) Publish(ev *core.ReplicaEvent) {
 	payload := AppendEnvelope(make([]byte, 0, envelopeBound(ev)), ev, m.id)
-	select {
-	case m.out <- payload:
-		m.st.published.Add(1)
-	default:
-		m.st.outDropped.Add(1)
+	n := int64(cap(payload))
+	if reserve(&m.st.outBytes, n, int64(m.cfg.MaxQueueBytes)) {
+		select {
+		case m.out <- payload:
+			m.st.published.Add(1)
+			return
+		default:
+			m.st.outBytes.Add(-n)
+		}
 	}
+	m.st.outDropped.Add(1)
 }
 
 var (
@@ -361,6 +386,7 @@ func (m *Mesh) publish() {
 			}
 		}
 		for _, payload := range batch {
+			m.st.outBytes.Add(-int64(cap(payload)))
 			m.pub.Send(ReplicaTopic, [][]byte{replicaTopicBytes, payload})
 		}
 		m.st.sent.Add(uint64(len(batch)))
@@ -458,6 +484,11 @@ func (m *Mesh) drain() {
 		applied := m.apply.Load().CatalogVersion()
 		m.apply.Load().ApplyReplica(batch)
 		m.st.batches.Add(1)
+		var done int64
+		for i := range from {
+			done += from[i].size
+		}
+		m.st.inBytes.Add(-done)
 		for i := range batch {
 			if e := &from[i]; e.snapshot && batch[i].Dropped &&
 				(batch[i].Drop == core.DropUnknownPartition || batch[i].Drop == core.DropUnknownWorker) {
@@ -519,12 +550,17 @@ func (m *Mesh) Stats() MeshStats {
 		InboundDepth:       len(m.in),
 		OutboundLimit:      cap(m.out),
 		InboundLimit:       cap(m.in),
+		OutboundBytes:      m.st.outBytes.Load(),
+		InboundBytes:       m.st.inBytes.Load(),
+		PeerQueueBytes:     m.pub.QueuedBytes(),
+		QueueBytesLimit:    int64(m.cfg.MaxQueueBytes),
 
 		AffinityPublished:       m.ast.published.Load(),
 		AffinityOutboundDropped: m.ast.outDropped.Load(),
 		AffinityApplied:         m.ast.applied.Load(),
 		AffinityOutboundDepth:   len(m.affOut),
 		AffinityOutboundLimit:   cap(m.affOut),
+		AffinitySubscribers:     m.pub.SubscribedTo(AffinityTopic),
 	}
 	for d := range st.Dropped {
 		st.Dropped[d] = m.st.dropped[d].Load()

@@ -142,8 +142,10 @@ func TestMeshReplicatesAffinity(t *testing.T) {
 	if _, err := a.mesh.Register(b.mesh.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
+	// A peer subscribes to its topics one message at a time, the
+	// affinity topic last: wait for that one.
 	waitFor(t, "subscriptions", func() bool {
-		return a.mesh.Stats().Subscribers == 2 && b.mesh.Stats().Subscribers == 1
+		return a.mesh.Stats().Subscribers == 2 && b.mesh.Stats().Subscribers == 1 && a.mesh.Stats().AffinitySubscribers == 1
 	})
 	req := func(id, session string) *core.SelectRequest {
 		r := &core.SelectRequest{SelectionID: id, HasSelectionID: id != "", SessionID: session, HasSessionID: true}
@@ -189,7 +191,7 @@ func TestAffinityNotHeldByBookingBatch(t *testing.T) {
 	if _, err := b.mesh.Register(a.mesh.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "B subscribed", func() bool { return a.mesh.Stats().Subscribers == 1 })
+	waitFor(t, "B subscribed", func() bool { return a.mesh.Stats().AffinitySubscribers == 1 })
 	r := &core.SelectRequest{SelectionID: "held", HasSelectionID: true}
 	r.TokenIDs, r.HasTokenIDs = []uint32{1, 2, 3, 4}, true
 	var out core.Selection

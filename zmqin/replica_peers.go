@@ -233,9 +233,15 @@ func (m *Mesh) handle(frames [][]byte, p *meshPeer) {
 		m.st.dropped[MeshDropOwn].Add(1)
 		return
 	}
-	select {
-	case m.in <- inEvent{ev: ev, peer: p, snapshot: topic == SnapshotTopic}:
-	default:
-		m.st.dropped[MeshDropFull].Add(1)
+	// The event keeps its hashes, and its strings alias the frame.
+	n := int64(len(frames[1])) + 8*int64(cap(ev.SequenceHashes))
+	if reserve(&m.st.inBytes, n, int64(m.cfg.MaxQueueBytes)) {
+		select {
+		case m.in <- inEvent{ev: ev, peer: p, snapshot: topic == SnapshotTopic, size: n}:
+			return
+		default:
+			m.st.inBytes.Add(-n)
+		}
 	}
+	m.st.dropped[MeshDropFull].Add(1)
 }

@@ -53,7 +53,15 @@ var (
 	// ErrLegacyEnvelope marks an envelope with tenant_id and no
 	// routing_group (the schema before Dynamo's rename).
 	ErrLegacyEnvelope = errors.New("zmqin: legacy replica envelope (tenant_id)")
+
+	errTooManyHashes = fmt.Errorf("more than %d sequence hashes", maxEnvelopeHashes)
 )
+
+// maxEnvelopeHashes bounds an admission's sequence hashes (a prompt of 2 Mi
+// blocks, 32 Mi tokens at block size 16): a hash takes 1 to 9 bytes on the
+// wire and 8 decoded, so without it an envelope within MaxMessage could
+// decode into 8 times its size.
+const maxEnvelopeHashes = 1 << 21
 
 func appendMapHeader(dst []byte, n int) []byte {
 	switch {
@@ -310,6 +318,9 @@ func decodeAdd(r *reader, ev *core.ReplicaEvent) error {
 			n, err := r.arrayLen()
 			if err != nil {
 				return err
+			}
+			if n > maxEnvelopeHashes {
+				return errTooManyHashes
 			}
 			ev.SequenceHashes = make([]uint64, n)
 			for k := range ev.SequenceHashes {

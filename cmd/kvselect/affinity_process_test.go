@@ -35,9 +35,9 @@ func TestAffinityOfProcesses(t *testing.T) {
 		s.start()
 		s.registerWorkers()
 	}
-	a.eventually("B and C subscribed to A", func() bool {
+	a.eventually("B and C subscribed to A, B to its bindings", func() bool {
 		m, _ := a.get("/metrics")
-		return strings.Contains(m, "kvselect_replica_subscribers 2")
+		return strings.Contains(m, "kvselect_replica_subscribers 2") && strings.Contains(m, "kvselect_replica_affinity_subscribers 1")
 	})
 	b.eventually("B connected to A", func() bool {
 		m, _ := b.get("/metrics")

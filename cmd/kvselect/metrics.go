@@ -103,10 +103,15 @@ var meshDescs = []perf.Desc{
 	{Name: "kvselect_replica_affinity_events_received_total", Kind: perf.Counter, Help: "Session-binding events received from peers."},
 	{Name: "kvselect_replica_affinity_outbound_queue_depth", Kind: perf.Gauge, Help: "Session-binding events queued for the peers."},
 	{Name: "kvselect_replica_affinity_outbound_queue_limit", Kind: perf.Gauge, Help: "Session-binding events the queue holds at most."},
+	{Name: "kvselect_replica_affinity_subscribers", Kind: perf.Gauge, Help: "Peers subscribed to this process's session bindings."},
 	{Name: "kvselect_replica_outbound_queue_depth", Kind: perf.Gauge, Help: "Events queued for the replica publisher."},
 	{Name: "kvselect_replica_outbound_queue_limit", Kind: perf.Gauge, Help: "Events the replica publisher's queue holds at most."},
 	{Name: "kvselect_replica_inbound_queue_depth", Kind: perf.Gauge, Help: "Peer events queued for applying."},
 	{Name: "kvselect_replica_inbound_queue_limit", Kind: perf.Gauge, Help: "Peer events the apply queue holds at most."},
+	{Name: "kvselect_replica_outbound_queue_bytes", Kind: perf.Gauge, Help: "Bytes of the events queued for the replica publisher."},
+	{Name: "kvselect_replica_inbound_queue_bytes", Kind: perf.Gauge, Help: "Bytes of the peer events queued for applying, decoded hashes included."},
+	{Name: "kvselect_replica_subscriber_queue_bytes", Kind: perf.Gauge, Help: "Bytes queued for the subscribed peers, summed over them."},
+	{Name: "kvselect_replica_queue_bytes_limit", Kind: perf.Gauge, Help: "Bytes each of the outbound, inbound and per-subscriber queues holds at most."},
 }
 
 // writeMeshMetrics exports the replica mesh's counters at scrape time.
@@ -133,11 +138,16 @@ func writeMeshMetrics(w io.Writer, st zmqin.MeshStats) {
 	perf.WriteGauge(w, "kvselect_replica_outbound_queue_limit", float64(st.OutboundLimit))
 	perf.WriteGauge(w, "kvselect_replica_inbound_queue_depth", float64(st.InboundDepth))
 	perf.WriteGauge(w, "kvselect_replica_inbound_queue_limit", float64(st.InboundLimit))
+	perf.WriteGaugeUint(w, "kvselect_replica_outbound_queue_bytes", uint64(max(st.OutboundBytes, 0)))
+	perf.WriteGaugeUint(w, "kvselect_replica_inbound_queue_bytes", uint64(max(st.InboundBytes, 0)))
+	perf.WriteGaugeUint(w, "kvselect_replica_subscriber_queue_bytes", uint64(max(st.PeerQueueBytes, 0)))
+	perf.WriteGaugeUint(w, "kvselect_replica_queue_bytes_limit", uint64(max(st.QueueBytesLimit, 0)))
 	perf.WriteCounter(w, "kvselect_replica_affinity_events_published_total", st.AffinityPublished)
 	perf.WriteCounter(w, `kvselect_replica_affinity_events_not_sent_total{reason="outbound_full"}`, st.AffinityOutboundDropped)
 	perf.WriteCounter(w, "kvselect_replica_affinity_events_received_total", st.AffinityApplied)
 	perf.WriteGauge(w, "kvselect_replica_affinity_outbound_queue_depth", float64(st.AffinityOutboundDepth))
 	perf.WriteGauge(w, "kvselect_replica_affinity_outbound_queue_limit", float64(st.AffinityOutboundLimit))
+	perf.WriteGauge(w, "kvselect_replica_affinity_subscribers", float64(st.AffinitySubscribers))
 }
 
 // membershipDescs describe the families writeMembershipMetrics writes.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/httpapi"
-	"github.com/kvselect/kvselect/radix"
 )
 
 // TestIndexerOpenAPIDescribesResponses sends every route of the standalone
@@ -33,18 +32,8 @@ func TestIndexerOpenAPIDescribesResponses(t *testing.T) {
 	}
 	s := loadSpec(t, raw)
 
-	// Partition m:default, block size 4: two device blocks on rank 0 of
-	// instance 1 with a host-pinned continuation, one on its rank 1 (the
-	// registrations below add the instance's listeners to it).
-	local := radix.LocalHashes(nil, []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 4, radix.HashSeed("", ""))
-	evs := []core.Event{
-		{Worker: core.WorkerKey{WorkerID: 1}, Kind: radix.Stored, Blocks: []radix.Block{{Hash: 100, Local: local[0]}, {Hash: 101, Local: local[1]}}},
-		{Worker: core.WorkerKey{WorkerID: 1, DPRank: 1}, Kind: radix.Stored, Blocks: []radix.Block{{Hash: 200, Local: local[0]}}},
-		{Worker: core.WorkerKey{WorkerID: 1}, Kind: radix.Stored, Tier: radix.TierHostPinned, HasParent: true, ParentHash: 101, Blocks: []radix.Block{{Hash: 102, Local: local[2]}}},
-	}
-	if n, err := h.ix.Restore("m", "default", 4, evs); err != nil || n != 3 {
-		t.Fatalf("restore %d %v", n, err)
-	}
+	// The registrations below add instance 1's listeners to the partition.
+	local := restoreBlocks(t, h)
 	hashes := fmt.Sprintf("[%d,%d,%d]", int64(local[0]), int64(local[1]), int64(local[2]))
 	for _, c := range ixAPICases(hashes) {
 		s.check(h.base, c)

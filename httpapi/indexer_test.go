@@ -115,17 +115,7 @@ func TestIndexerRoutes(t *testing.T) {
 	}
 	h.want("GET", "/workers?model_name=x", "", 200, `[]`)
 
-	// Blocks for worker 1: two device blocks on rank 0, one on rank 1, and
-	// a host-pinned continuation of rank 0's prefix.
-	local := radix.LocalHashes(nil, []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 4, radix.HashSeed("", ""))
-	evs := []core.Event{
-		{Worker: core.WorkerKey{WorkerID: 1}, Kind: radix.Stored, Blocks: []radix.Block{{Hash: 100, Local: local[0]}, {Hash: 101, Local: local[1]}}},
-		{Worker: core.WorkerKey{WorkerID: 1, DPRank: 1}, Kind: radix.Stored, Blocks: []radix.Block{{Hash: 200, Local: local[0]}}},
-		{Worker: core.WorkerKey{WorkerID: 1}, Kind: radix.Stored, Tier: radix.TierHostPinned, HasParent: true, ParentHash: 101, Blocks: []radix.Block{{Hash: 102, Local: local[2]}}},
-	}
-	if n, err := h.ix.Restore("m", "default", 4, evs); err != nil || n != 3 {
-		t.Fatalf("restore %d %v", n, err)
-	}
+	local := restoreBlocks(t, h)
 	scores := `{"scores":{"1":{"0":8,"1":4}},"frequencies":[],"instances":{"1":{"longest_matched":12,"gpu":8,"dp":{"0":8,"1":4},"cpu":12,"disk":12}}}`
 	h.want("POST", "/query", `{"token_ids":[1,2,3,4,5,6,7,8,9,10,11,12,13],"model_name":"m"}`, 200, scores)
 	h.want("POST", "/query", `{"token_ids":[1,2,3,4],"model_name":"m","cache_salt":"t"}`, 200, `{"scores":{},"frequencies":[],"instances":{}}`)
@@ -177,3 +167,21 @@ func TestIndexerRoutes(t *testing.T) {
 }
 
 func i64(v uint64) string { return strconv.FormatInt(int64(v), 10) }
+
+// restoreBlocks gives worker 1 of partition m:default (block size 4) two
+// device blocks on rank 0 with a host-pinned continuation, and one device
+// block on rank 1, for tokens 1..12; it returns the three blocks' local
+// hashes.
+func restoreBlocks(t *testing.T, h *ixHarness) []uint64 {
+	t.Helper()
+	local := radix.LocalHashes(nil, []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 4, radix.HashSeed("", ""))
+	evs := []core.Event{
+		{Worker: core.WorkerKey{WorkerID: 1}, Kind: radix.Stored, Blocks: []radix.Block{{Hash: 100, Local: local[0]}, {Hash: 101, Local: local[1]}}},
+		{Worker: core.WorkerKey{WorkerID: 1, DPRank: 1}, Kind: radix.Stored, Blocks: []radix.Block{{Hash: 200, Local: local[0]}}},
+		{Worker: core.WorkerKey{WorkerID: 1}, Kind: radix.Stored, Tier: radix.TierHostPinned, HasParent: true, ParentHash: 101, Blocks: []radix.Block{{Hash: 102, Local: local[2]}}},
+	}
+	if n, err := h.ix.Restore("m", "default", 4, evs); err != nil || n != 3 {
+		t.Fatalf("restore %d %v", n, err)
+	}
+	return local
+}

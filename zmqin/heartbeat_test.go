@@ -1,12 +1,9 @@
 package zmqin
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -22,26 +19,7 @@ import (
 func TestHeartbeatLibzmq(t *testing.T) {
 	requireDebianPyzmq(t)
 	checkNoLeak(t)
-	cmd := exec.Command(debianPython, "testdata/heartbeat_peer.py")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = stdin.Close()
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("heartbeat script: %v", err)
-		}
-	})
-	lines := bufio.NewReader(stdout)
+	stdin, lines := pyScript(t, "testdata/heartbeat_peer.py")
 	expect := func(prefix string) string {
 		t.Helper()
 		line, err := lines.ReadString('\n')

@@ -3,6 +3,7 @@ package zmqin
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -33,15 +34,12 @@ func requireDebianPyzmq(t *testing.T) {
 	t.Skip("SKIPPING: " + msg)
 }
 
-// TestInteropLibzmq: a vLLM-shaped publisher on libzmq (pyzmq), encoding
-// events in msgspec's array and map forms, a legacy [ts, events] batch and
-// SGLang's 7-field array with a signed hash, is read by our listener; the
-// batch it withholds from the live stream is replayed from its libzmq
-// ROUTER by our DEALER.
-func TestInteropLibzmq(t *testing.T) {
-	requireDebianPyzmq(t)
-	checkNoLeak(t)
-	cmd := exec.Command(debianPython, "testdata/vllm_pub.py")
+// pyScript starts debianPython with args (a testdata script and its
+// arguments) and returns its stdin and stdout. At cleanup stdin is closed,
+// which ends the script, and the script must exit 0.
+func pyScript(t *testing.T, args ...string) (io.WriteCloser, *bufio.Reader) {
+	t.Helper()
+	cmd := exec.Command(debianPython, args...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -55,12 +53,24 @@ func TestInteropLibzmq(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = stdin.Close() // the script exits when stdin closes
+		_ = stdin.Close()
 		if err := cmd.Wait(); err != nil {
-			t.Errorf("publisher script: %v", err)
+			t.Errorf("%s: %v", args[0], err)
 		}
 	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
+	return stdin, bufio.NewReader(stdout)
+}
+
+// TestInteropLibzmq: a vLLM-shaped publisher on libzmq (pyzmq), encoding
+// events in msgspec's array and map forms, a legacy [ts, events] batch and
+// SGLang's 7-field array with a signed hash, is read by our listener; the
+// batch it withholds from the live stream is replayed from its libzmq
+// ROUTER by our DEALER.
+func TestInteropLibzmq(t *testing.T) {
+	requireDebianPyzmq(t)
+	checkNoLeak(t)
+	_, stdout := pyScript(t, "testdata/vllm_pub.py")
+	line, err := stdout.ReadString('\n')
 	if err != nil {
 		t.Fatalf("reading the script's ports: %v", err)
 	}

@@ -1,11 +1,8 @@
 package zmqin
 
 import (
-	"bufio"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -25,26 +22,7 @@ func TestMeshInteropLibzmq(t *testing.T) {
 	checkNoLeak(t)
 	const id = 99
 	k := newReplica(t, MeshConfig{ProcessID: id})
-	cmd := exec.Command(debianPython, "testdata/replica_peer.py", k.mesh.Endpoint(), fmt.Sprint(id))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = stdin.Close()
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("peer script: %v", err)
-		}
-	})
-	out := bufio.NewReader(stdout)
+	stdin, out := pyScript(t, "testdata/replica_peer.py", k.mesh.Endpoint(), fmt.Sprint(id))
 	line, err := out.ReadString('\n')
 	if err != nil {
 		t.Fatalf("reading the script's port: %v", err)

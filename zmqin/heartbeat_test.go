@@ -1,7 +1,10 @@
 package zmqin
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -82,5 +85,28 @@ func TestHeartbeatLibzmq(t *testing.T) {
 	if pubDrops != 0 || subDrops != 0 || received != 2 {
 		t.Fatalf("libzmq dropped its PUB's connection to our SUB %d times and its SUB's to our PUB %d times; its SUB received %d frames, want 0, 0, 2",
 			pubDrops, subDrops, received)
+	}
+}
+
+// TestPingInsideMessage: a PING between two frames of a message (libzmq
+// sends one when its heartbeat timer fires mid-message) is answered with a
+// PONG echoing its context and is not part of the message; a command
+// frame flagged MORE is a protocol error.
+func TestPingInsideMessage(t *testing.T) {
+	stream := cat(rawFrame(true, []byte("topic")), rawCommand("PING", []byte{0, 150, 'c', 'x'}), rawFrame(false, []byte("payload")))
+	var out bytes.Buffer
+	c := &Conn{bc: &bufConn{r: bufio.NewReader(bytes.NewReader(stream)), w: bufio.NewWriter(&out)}, lim: Limits{MaxFrames: 2, MaxFrameSize: 64, MaxMessageSize: 64}}
+	frames, err := c.Recv(nil)
+	if err != nil || len(frames) != 2 || string(frames[0]) != "topic" || string(frames[1]) != "payload" {
+		t.Fatalf("Recv %q, %v", frames, err)
+	}
+	if want := "\x04\x07\x04PONGcx"; out.String() != want {
+		t.Fatalf("wrote %q, want the PONG %q", out.String(), want)
+	}
+	more := rawCommand("PING", []byte{0, 1})
+	more[0] |= flagMore
+	c = &Conn{bc: &bufConn{r: bufio.NewReader(bytes.NewReader(more)), w: bufio.NewWriter(&out)}, lim: c.lim}
+	if _, err := c.Recv(nil); !errors.Is(err, errProtocol) {
+		t.Fatalf("a command flagged MORE: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/kvselect/kvselect/core"
+	"golang.org/x/sync/semaphore"
 )
 
 // countLimit counts a connection dropped for breaking its Limits.
@@ -149,7 +150,7 @@ func New(cfg Config) (*Ingress, error) {
 	in.mu.workers = make(map[uint64]*workerState)
 	in.writers = make([]*writer, cfg.Writers)
 	for i := range in.writers {
-		w := &writer{in: in, q: make(chan wItem, cfg.WriterQueue)}
+		w := &writer{in: in, q: make(chan wItem, cfg.WriterQueue), room: semaphore.NewWeighted(int64(cfg.MaxWriterQueueBytes))}
 		in.writers[i] = w
 		in.wg.Add(1)
 		go w.run()

@@ -93,12 +93,13 @@ const maxTopics = 64
 func (p *PubPeer) Send(frames [][]byte) bool {
 	n := frameBytes(frames)
 	if reserve(&p.bytes, n, int64(p.sock.cfg.MaxBytes)) {
+		p.sock.queued.Add(n) // before the writer can take it out
 		select {
 		case p.q <- frames:
-			p.sock.queued.Add(n)
 			return true
 		default:
 			p.bytes.Add(-n)
+			p.sock.queued.Add(-n)
 		}
 	}
 	p.sock.dropped.Add(1)

@@ -44,11 +44,14 @@ func rawGreeting() []byte {
 
 // rawReady is a READY command frame with Socket-Type typ.
 func rawReady(typ string) []byte {
-	body := append([]byte{5}, "READY"...)
-	body = append(body, byte(len("Socket-Type")))
-	body = append(body, "Socket-Type"...)
-	body = binary.BigEndian.AppendUint32(body, uint32(len(typ)))
-	body = append(body, typ...)
+	data := append([]byte{byte(len("Socket-Type"))}, "Socket-Type"...)
+	data = binary.BigEndian.AppendUint32(data, uint32(len(typ)))
+	return rawCommand("READY", append(data, typ...))
+}
+
+// rawCommand is a short command frame: name and data.
+func rawCommand(name string, data []byte) []byte {
+	body := append(append([]byte{byte(len(name))}, name...), data...)
 	return append([]byte{0x04, byte(len(body))}, body...)
 }
 

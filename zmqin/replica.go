@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -264,6 +265,9 @@ func NewMesh(cfg MeshConfig) (*Mesh, error) {
 	if cfg.Bind == "" {
 		return nil, errors.New("zmqin: replica mesh needs a bind address")
 	}
+	if cfg.MaxQueueBytes < cfg.MaxMessage {
+		return nil, fmt.Errorf("zmqin: replica mesh MaxQueueBytes %d below MaxMessage %d", cfg.MaxQueueBytes, cfg.MaxMessage)
+	}
 	m := &Mesh{cfg: cfg, id: cfg.ProcessID, out: make(chan []byte, cfg.Outbound), in: make(chan inEvent, cfg.Inbound), affOut: make(chan []byte, cfg.AffinityOutbound)}
 	for m.id == 0 {
 		var b [8]byte
@@ -338,12 +342,6 @@ var (
 // (2026-12-01, load average 2 to 2.5) the writers (PubSocket.serve) took
 // 3.2% of the process and this loop 1.5%; batched, 1.2% and 1.0%. The
 // wait adds at most PublishWait to the propagation lag.
-// sendAffinity publishes one session binding. Bindings are few: each goes
-// out at once, never waiting for a booking batch.
-func (m *Mesh) sendAffinity(payload []byte) {
-	m.pub.Send(AffinityTopic, [][]byte{affinityTopicBytes, payload})
-}
-
 func (m *Mesh) publish() {
 	defer m.wg.Done()
 	batch := make([][]byte, 0, m.cfg.PublishBatch)
@@ -393,6 +391,12 @@ func (m *Mesh) publish() {
 		clear(batch)
 		batch = batch[:0]
 	}
+}
+
+// sendAffinity publishes one session binding. Bindings are few: each goes
+// out at once, never waiting for a booking batch.
+func (m *Mesh) sendAffinity(payload []byte) {
+	m.pub.Send(AffinityTopic, [][]byte{affinityTopicBytes, payload})
 }
 
 // sendSnapshot answers a subscription to SnapshotTopic with the live local

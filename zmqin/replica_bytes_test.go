@@ -27,7 +27,7 @@ func bigAdd(i int) *core.ReplicaEvent {
 func TestMeshOutboundBytesBound(t *testing.T) {
 	checkNoLeak(t)
 	const limit = 64 << 10
-	m, err := NewMesh(MeshConfig{Bind: "tcp://127.0.0.1:0", PublishWait: time.Hour, MaxQueueBytes: limit})
+	m, err := NewMesh(MeshConfig{Bind: "tcp://127.0.0.1:0", PublishWait: time.Hour, MaxQueueBytes: limit, MaxMessage: limit})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestMeshInboundBytesBound(t *testing.T) {
 	checkNoLeak(t)
 	const limit = 256 << 10
 	a := newReplica(t, MeshConfig{})
-	b := newBareReplica(t, MeshConfig{MaxQueueBytes: limit})
+	b := newBareReplica(t, MeshConfig{MaxQueueBytes: limit, MaxMessage: limit})
 	gate := make(chan struct{})
 	openGate := sync.OnceFunc(func() { close(gate) })
 	t.Cleanup(openGate) // before the meshes close (cleanups run in reverse)

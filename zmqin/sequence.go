@@ -244,7 +244,7 @@ func (l *rankListener) toWriter(it wItem) bool {
 		return true
 	case <-l.ctx.Done():
 		if it.buf != nil {
-			l.w.unhold(it.buf.size)
+			l.w.unhold(it.buf.size, l.w.weight(it.buf.size))
 			putEvBuf(it.buf)
 		}
 		return false

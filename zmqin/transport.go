@@ -203,7 +203,7 @@ const (
 // of a PING: a SUB that only listens would be dropped every few seconds).
 // The PONG is written by the receiving goroutine, so wmu orders it with
 // the sender's writes: a PONG lands between two messages, never inside
-// one.
+// one, and is skipped while the sender writes (command).
 type Conn struct {
 	raw net.Conn
 	bc  *bufConn
@@ -285,9 +285,9 @@ func Dial(ctx context.Context, ep string, typ SocketType, lim Limits) (*Conn, er
 }
 
 // Recv reads the next message into frames[:0] and returns it. Each frame
-// is a fresh allocation the caller may keep. Command frames between
-// messages are consumed: a PING is answered with a PONG (see Conn), any
-// other command is skipped. A message that breaks c's Limits fails with
+// is a fresh allocation the caller may keep. Command frames, between or
+// inside messages, are consumed: a PING is answered with a PONG (see
+// Conn), any other command is skipped. A message that breaks c's Limits fails with
 // ErrTooManyFrames, ErrMessageTooLarge or ErrFrameTooLarge at the header
 // of the frame that breaks it; the caller must then drop the connection,
 // as the stream is left inside that frame.
@@ -300,8 +300,13 @@ func (c *Conn) Recv(frames [][]byte) ([][]byte, error) {
 			return nil, err
 		}
 		if flags&flagCommand != 0 {
-			if len(frames) > 0 || flags&flagMore != 0 {
-				return nil, fmt.Errorf("%w: command frame inside a message", errProtocol)
+			// Also between two frames of a message: libzmq sends a
+			// heartbeat PING when its timer fires, even mid-message
+			// (stream_engine_base.cpp, timer_event), and its own
+			// receiver takes commands there. A command is not part of
+			// the message and does not count toward its limits.
+			if flags&flagMore != 0 {
+				return nil, fmt.Errorf("%w: command frame with the MORE flag", errProtocol)
 			}
 			if err := c.checkSize(size); err != nil {
 				return nil, err
@@ -354,7 +359,13 @@ func (c *Conn) command(n int) error {
 	k := copy(pong[:], "\x00\x00\x04PONG")
 	k += copy(pong[k:], b[7:n])
 	pong[0], pong[1] = flagCommand, byte(k-2)
-	c.wmu.Lock()
+	// With the lock taken the sender is writing: its data reaches the
+	// peer, and libzmq's heartbeat timeout ends at any frame it receives
+	// (stream_engine_base.cpp, decode_and_push), so the PONG can be
+	// skipped rather than make the receiver wait behind a blocked write.
+	if !c.wmu.TryLock() {
+		return nil
+	}
 	defer c.wmu.Unlock()
 	if _, err := c.bc.w.Write(pong[:k]); err != nil {
 		return err

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"unsafe"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/radix"
 )
@@ -37,54 +39,35 @@ type writer struct {
 	scratch []radix.Event
 	pending []*evBuf
 
-	// mu guards held (the evBuf sizes of the opEvents items queued or
-	// being applied: at most Config.MaxWriterQueueBytes, or one item's
-	// when that item alone is larger; Ingress's writerBytes gauge moves
-	// with it under mu) and freed (closed, then nil, when held shrinks;
-	// made by a listener that waits for room).
-	mu    sync.Mutex
-	held  int64
-	freed chan struct{}
+	// room holds Config.MaxWriterQueueBytes: an opEvents item takes its
+	// evBuf's size from it (capped at the whole, so that a batch larger
+	// than the bound still passes alone) before it is queued and gives it
+	// back once applied. Waiters are served in order, so a large batch
+	// is not passed over by small ones.
+	room *semaphore.Weighted
 }
 
 func (w *writer) enqueue(it wItem) { w.q <- it }
 
-// hold counts n bytes of a batch about to be queued, waiting while they
-// would pass the writer's byte bound; false when ctx ended first.
+// hold takes room for a batch of n bytes about to be queued, waiting
+// while the writer holds too much; false when ctx ended first.
 func (w *writer) hold(ctx context.Context, n int64) bool {
-	limit := int64(w.in.cfg.MaxWriterQueueBytes)
-	for {
-		w.mu.Lock()
-		if w.held == 0 || w.held+n <= limit {
-			w.held += n
-			w.in.st.writerBytes.Add(n) // under mu: the gauge never overshoots
-			w.mu.Unlock()
-			return true
-		}
-		if w.freed == nil {
-			w.freed = make(chan struct{})
-		}
-		freed := w.freed
-		w.mu.Unlock()
-		select {
-		case <-freed:
-		case <-ctx.Done():
-			return false
-		}
+	if w.room.Acquire(ctx, w.weight(n)) != nil {
+		return false
 	}
+	w.in.st.writerBytes.Add(n)
+	return true
 }
 
-// unhold uncounts n bytes that hold counted and wakes the waiters.
-func (w *writer) unhold(n int64) {
-	w.mu.Lock()
-	w.held -= n
-	w.in.st.writerBytes.Add(-n)
-	if w.freed != nil {
-		close(w.freed)
-		w.freed = nil
-	}
-	w.mu.Unlock()
+// unhold gives back the room of batches of n bytes in all, weighing
+// weight (the sum of their weights).
+func (w *writer) unhold(n, weight int64) {
+	w.in.st.writerBytes.Add(-n) // first: the gauge never counts a batch twice
+	w.room.Release(weight)
 }
+
+// weight is what a batch of n bytes takes of room.
+func (w *writer) weight(n int64) int64 { return min(n, int64(w.in.cfg.MaxWriterQueueBytes)) }
 
 // barrier returns when every item queued before it has been handled.
 func (w *writer) barrier() {
@@ -138,13 +121,14 @@ func (w *writer) run() {
 			w.in.st.batchesApplied.Add(uint64(len(w.pending)))
 			w.in.st.eventsApplied.Add(uint64(len(w.scratch)))
 			clear(w.scratch)
-			var applied int64
+			var applied, weight int64
 			for i, b := range w.pending {
 				applied += b.size
+				weight += w.weight(b.size)
 				putEvBuf(b)
 				w.pending[i] = nil
 			}
-			w.unhold(applied)
+			w.unhold(applied, weight)
 		}
 	}
 }

@@ -83,6 +83,9 @@ type Config struct {
 	// IndexShards is radix.Config.Shards of every partition's index; 0 picks
 	// radix.DefaultShards.
 	IndexShards int
+	// IndexMaxBlocksPerRank is radix.Config.MaxBlocksPerRank of every
+	// partition's index; 0 picks radix.DefaultMaxBlocksPerRank.
+	IndexMaxBlocksPerRank int
 	// Disagg configures the disaggregation coordinator (zero values pick
 	// its defaults). The number of live plans is bounded by
 	// MaxReservations.
@@ -150,6 +153,9 @@ func (c *Config) Validate() error {
 	}
 	if c.IndexShards < 0 || c.IndexShards > 1024 {
 		return fmt.Errorf("%w: index shards %d outside [0, 1024]", ErrConfig, c.IndexShards)
+	}
+	if err := (radix.Config{MaxBlocksPerRank: c.IndexMaxBlocksPerRank}).Validate(); err != nil {
+		return err
 	}
 	if c.OverlapRefreshAfter < 0 {
 		return fmt.Errorf("%w: overlap refresh after %v < 0", ErrConfig, c.OverlapRefreshAfter)

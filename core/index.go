@@ -62,7 +62,7 @@ func (s *Service) newIndexes(p *partition) {
 		}
 		p.approx, p.index = a, a.Index()
 	} else {
-		ix, err := radix.New(radix.Config{Shards: s.cfg.IndexShards})
+		ix, err := radix.New(radix.Config{Shards: s.cfg.IndexShards, MaxBlocksPerRank: s.cfg.IndexMaxBlocksPerRank})
 		if err != nil {
 			panic("BUG: radix config validated by Config.Validate: " + err.Error())
 		}

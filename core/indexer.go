@@ -56,6 +56,9 @@ type Indexer struct {
 type IndexerConfig struct {
 	// IndexShards is radix.Config.Shards of every partition's index.
 	IndexShards int
+	// IndexMaxBlocksPerRank is radix.Config.MaxBlocksPerRank of every
+	// partition's index; 0 picks radix.DefaultMaxBlocksPerRank.
+	IndexMaxBlocksPerRank int
 	// MaxListeners bounds the registered ranks (one listener each); a
 	// registration past it is a conflict. > 0.
 	MaxListeners int
@@ -83,7 +86,7 @@ func (c *IndexerConfig) Validate() error {
 	if c.IndexShards < 0 || c.IndexShards > 1024 {
 		return fmt.Errorf("%w: index shards %d outside [0, 1024]", ErrConfig, c.IndexShards)
 	}
-	return nil
+	return (radix.Config{MaxBlocksPerRank: c.IndexMaxBlocksPerRank}).Validate()
 }
 
 // ixPartition is one indexed partition. Immutable but for its index.
@@ -137,7 +140,7 @@ func (ix *Indexer) partitionLocked(key partKey, blockSize uint32) *ixPartition {
 	if p := (*ix.parts.Load())[key]; p != nil {
 		return p
 	}
-	r, err := radix.New(radix.Config{Shards: ix.cfg.IndexShards})
+	r, err := radix.New(radix.Config{Shards: ix.cfg.IndexShards, MaxBlocksPerRank: ix.cfg.IndexMaxBlocksPerRank})
 	if err != nil {
 		panic("BUG: radix config validated by IndexerConfig.Validate: " + err.Error())
 	}

@@ -134,7 +134,9 @@ type IndexerStats struct {
 	Listeners, MaxListeners int
 	Peers, MaxPeers         int
 	IndexBlocks             [radix.NumTiers]int64
-	EventsApplied           uint64
+	// IndexMaxBlocksPerRank: see Stats.
+	IndexMaxBlocksPerRank int
+	EventsApplied         uint64
 	// EventsDropped counts the events (or removal hashes) the indexes
 	// did not apply, by radix.DropReason.
 	EventsDropped [radix.NumDropReasons]uint64
@@ -143,7 +145,8 @@ type IndexerStats struct {
 // Stats sums the partitions' index counters.
 func (ix *Indexer) Stats() IndexerStats {
 	ix.mu.Lock()
-	st := IndexerStats{Workers: len(ix.mu.workers), Listeners: ix.mu.listeners, MaxListeners: ix.cfg.MaxListeners, Peers: len(ix.mu.peers), MaxPeers: ix.cfg.MaxPeers}
+	st := IndexerStats{Workers: len(ix.mu.workers), Listeners: ix.mu.listeners, MaxListeners: ix.cfg.MaxListeners, Peers: len(ix.mu.peers), MaxPeers: ix.cfg.MaxPeers,
+		IndexMaxBlocksPerRank: cmp.Or(ix.cfg.IndexMaxBlocksPerRank, radix.DefaultMaxBlocksPerRank)}
 	ix.mu.Unlock()
 	parts := *ix.parts.Load()
 	st.Partitions = len(parts)

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sync"
@@ -278,6 +279,9 @@ type Stats struct {
 	Listeners, MaxListeners               int
 	Partitions                            int
 	IndexBlocks                           [radix.NumTiers]int64
+	// IndexMaxBlocksPerRank is the blocks one worker rank may hold in a
+	// partition's index (radix.Config.MaxBlocksPerRank, default applied).
+	IndexMaxBlocksPerRank int
 	// EventsApplied counts the KV events the partitions' indexes
 	// processed; EventsDropped what they did not apply, by
 	// radix.DropReason (events, or single hashes of a removal), summed
@@ -350,6 +354,7 @@ func (s *Service) Stats() Stats {
 	st.Listeners = s.listeners
 	s.mu.Unlock()
 	st.PendingEntries, st.PendingBytes = s.pending.size()
+	st.IndexMaxBlocksPerRank = cmp.Or(s.cfg.IndexMaxBlocksPerRank, radix.DefaultMaxBlocksPerRank)
 	parts := *s.parts.Load()
 	st.Partitions = len(parts)
 	for _, p := range parts {

@@ -283,7 +283,7 @@ var indexerDescs = append([]perf.Desc{
 	{Name: "kvselect_indexer_peers", Kind: perf.Gauge, Help: "Recovery peers registered with the indexer."},
 	{Name: "kvselect_indexer_peers_limit", Kind: perf.Gauge, Help: "The recovery peers allowed at most."},
 }, pick(statsDescs, "kvselect_kv_listeners", "kvselect_kv_listeners_limit", "kvselect_index_blocks",
-	"kvselect_index_events_applied_total", "kvselect_index_events_dropped_total",
+	"kvselect_index_events_applied_total", "kvselect_index_events_dropped_total", "kvselect_index_max_blocks_per_rank",
 	"kvselect_http_connections_open", "kvselect_http_connections_max", "kvselect_http_connections_rejected_total",
 	"kvselect_http_accept_retries_total", "kvselect_http_connection_rejecters", "kvselect_http_connection_rejecters_max",
 	"kvselect_http_max_request_body_bytes", "kvselect_http_draining")...)
@@ -314,6 +314,7 @@ func (s *Server) writeIndexerStats(w io.Writer) {
 	for t := range st.IndexBlocks {
 		perf.WriteGauge(w, tierNames[t], float64(st.IndexBlocks[t]))
 	}
+	perf.WriteGauge(w, "kvselect_index_max_blocks_per_rank", float64(st.IndexMaxBlocksPerRank))
 	perf.WriteCounter(w, `kvselect_index_events_applied_total`, st.EventsApplied)
 	for r, n := range st.EventsDropped {
 		perf.WriteCounter(w, indexDropNames[r], n)

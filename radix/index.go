@@ -14,7 +14,20 @@ type Config struct {
 	// own writer lock, so writers of different shards never contend; a
 	// match walks every shard. 0 picks DefaultShards().
 	Shards int
+	// MaxBlocksPerRank bounds the blocks one worker rank holds over all
+	// tiers; 0 picks DefaultMaxBlocksPerRank. A store that takes a rank
+	// past it clears the rank (DropRankOverCapacity): an engine frees
+	// blocks as it stores new ones, so a rank that keeps growing has lost
+	// its removes (gaps without replay) or misbehaves, and its stale
+	// blocks would otherwise grow the index for as long as it lives. The
+	// rank is rebuilt from its next events.
+	MaxBlocksPerRank int
 }
+
+// DefaultMaxBlocksPerRank is 8 Mi blocks, 128 Mi tokens at block size 16:
+// an order of magnitude above the largest GPU pool plus CPU and disk
+// offload tiers a rank reports today, and about 250 MiB of index.
+const DefaultMaxBlocksPerRank = 1 << 23
 
 // DefaultShards is the shard count used when Config.Shards is 0: one.
 //
@@ -37,6 +50,9 @@ func (c Config) Validate() error {
 	if c.Shards < 0 || c.Shards > 1024 {
 		return fmt.Errorf("%w: shards %d outside [0, 1024]", ErrConfig, c.Shards)
 	}
+	if c.MaxBlocksPerRank < 0 {
+		return fmt.Errorf("%w: max blocks per rank %d is negative", ErrConfig, c.MaxBlocksPerRank)
+	}
 	return nil
 }
 
@@ -48,8 +64,13 @@ func (c Config) Validate() error {
 // sticky writer does that). Match, PrefixHashes, Dump and Stats never wait
 // for writers.
 type Index struct {
-	shards []*shard
+	shards           []*shard
+	maxBlocksPerRank int
 }
+
+// MaxBlocksPerRank is the bound Config.MaxBlocksPerRank set (its default
+// applied), for metrics.
+func (ix *Index) MaxBlocksPerRank() int { return ix.maxBlocksPerRank }
 
 type shard struct {
 	mu    sync.Mutex // serialises writers; readers never take it
@@ -57,8 +78,10 @@ type shard struct {
 	lower [numTiers]*lowerTier // index TierDevice unused
 	// held counts the blocks of each worker rank over all tiers; a rank with
 	// a count is a "worker" in Stats. Guarded by mu.
-	held  map[WorkerKey]int64
-	stats counters
+	held map[WorkerKey]int64
+	// maxHeld is Config.MaxBlocksPerRank (its default applied).
+	maxHeld int64
+	stats   counters
 }
 
 // counters are written under the shard lock and read by Stats without it.
@@ -78,9 +101,13 @@ func New(cfg Config) (*Index, error) {
 	if n == 0 {
 		n = DefaultShards()
 	}
-	ix := &Index{shards: make([]*shard, n)}
+	maxHeld := int64(cfg.MaxBlocksPerRank)
+	if maxHeld == 0 {
+		maxHeld = DefaultMaxBlocksPerRank
+	}
+	ix := &Index{shards: make([]*shard, n), maxBlocksPerRank: int(maxHeld)}
 	for i := range ix.shards {
-		s := &shard{tree: NewTree(), held: make(map[WorkerKey]int64)}
+		s := &shard{tree: NewTree(), held: make(map[WorkerKey]int64), maxHeld: maxHeld}
 		for t := TierHostPinned; t < numTiers; t++ {
 			s.lower[t] = newLowerTier()
 		}
@@ -182,6 +209,12 @@ func (s *shard) applyLocked(ev *Event) bool {
 	}
 	s.stats.applied.Add(1)
 	s.refreshLocked(ev.Worker)
+	if ev.Kind == Stored && s.held[ev.Worker] > s.maxHeld {
+		s.clearLocked(ev.Worker)
+		s.drop(DropRankOverCapacity)
+		s.refreshLocked(ev.Worker)
+		return false
+	}
 	return ok
 }
 

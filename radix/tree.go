@@ -189,10 +189,13 @@ const (
 	DropUnknownBlock
 	// DropUnknownKind: an event of no known kind or tier.
 	DropUnknownKind
+	// DropRankOverCapacity: a Stored event took its worker rank past
+	// Config.MaxBlocksPerRank; the rank was cleared (counted per clear).
+	DropRankOverCapacity
 	numDropReasons
 )
 
-var dropNames = [numDropReasons]string{"parent_not_found", "invalid_block_sequence", "hash_conflict", "block_not_found", "unknown_event"}
+var dropNames = [numDropReasons]string{"parent_not_found", "invalid_block_sequence", "hash_conflict", "block_not_found", "unknown_event", "rank_over_capacity"}
 
 // String returns the reason's metric label.
 func (r DropReason) String() string { return dropNames[r] }

@@ -76,6 +76,7 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	port := fs.Uint("port", 8092, "HTTP port")
 	fs.StringVar(&o.host, "host", "0.0.0.0", "HTTP bind address")
 	threads := fs.Int("threads", 4, "indexer threads: when given, the number of KV index shards per partition; by default one shard per partition (radix.DefaultShards), whatever GOMAXPROCS, because every match walks every shard")
+	fs.IntVar(&o.core.IndexMaxBlocksPerRank, "index-max-blocks-per-rank", 0, "blocks one worker rank may hold in the KV index, all tiers together; a store past it clears the rank (0: 8 Mi)")
 	indexerPeers := fs.String("indexer-peers", "", "comma-separated HTTP base URLs of selectors/indexers to recover the KV index from at start-up (GET {url}/dump)")
 	replicaPort := fs.Int("replica-sync-port", 0, "ZMQ PUB port of the replica-sync mesh (must be > 0 when set)")
 	replicaPeers := fs.String("replica-sync-peers", "", "comma-separated ZMQ endpoints of replica-sync peers; requires --replica-sync-port")

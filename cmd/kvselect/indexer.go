@@ -58,6 +58,7 @@ func parseIndexer(args []string, env func(string) (string, bool), stderr io.Writ
 	fs.StringVar(&o.host, "host", "0.0.0.0", "HTTP bind address")
 	blockSize := fs.Uint("block-size", 0, "KV block size of the --workers (required with --workers)")
 	threads := fs.Int("threads", 4, "indexer threads: when given, the number of index shards per partition (one by default, see serve --threads)")
+	fs.IntVar(&o.core.IndexMaxBlocksPerRank, "index-max-blocks-per-rank", 0, "blocks one worker rank may hold in the index, all tiers together; a store past it clears the rank (0: 8 Mi)")
 	fs.StringVar(&o.workersString, "workers", "", `initial workers: "id[:dp_rank]=zmq_endpoint,..."`)
 	fs.StringVar(&o.model, "model-name", "default", "model name of the --workers")
 	fs.StringVar(&o.group, "routing-group", "default", "routing group of the --workers")

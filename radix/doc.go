@@ -79,6 +79,10 @@
 // child maps add 0.5 to 4 bytes in the shapes below, whose edges are 64
 // and 128 blocks long. Lower tiers are not counted.
 //
+// A worker rank holds at most Config.MaxBlocksPerRank blocks over all tiers
+// (8 Mi by default): the store that passes it clears the rank
+// (DropRankOverCapacity), so lost removals cannot grow the index forever.
+//
 // Measured with `go test -run '^$' -bench Memory -benchtime 1x ./radix`
 // (2,093,056 pairs: 64 workers, each with a 64-block system prompt and 255
 // conversations of 128 blocks; live heap after a full GC; 2026-12-01):

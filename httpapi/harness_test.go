@@ -44,6 +44,15 @@ func start(t *testing.T, opts ...opt) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.base = serveLoopback(t, srv)
+	h.svc = svc
+	return h
+}
+
+// serveLoopback serves srv on a loopback port until the test ends, then
+// shuts it down (which must succeed), and returns its base URL.
+func serveLoopback(t testing.TB, srv *httpapi.Server) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -60,9 +69,7 @@ func start(t *testing.T, opts ...opt) *harness {
 			t.Errorf("serve: %v", err)
 		}
 	})
-	h.base = "http://" + ln.Addr().String()
-	h.svc = svc
-	return h
+	return "http://" + ln.Addr().String()
 }
 
 // resp is a decoded response.

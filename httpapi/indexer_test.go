@@ -1,14 +1,11 @@
 package httpapi_test
 
 import (
-	"context"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/httpapi"
@@ -40,23 +37,7 @@ func startIndexer(t *testing.T, opts ...func(*core.IndexerConfig, *httpapi.Confi
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	return &ixHarness{t: t, base: "http://" + ln.Addr().String(), ix: ix, srv: srv}
+	return &ixHarness{t: t, base: serveLoopback(t, srv), ix: ix, srv: srv}
 }
 
 // call sends a request (JSON content type unless ct is given) and returns

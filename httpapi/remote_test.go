@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"errors"
 	"net"
 	"reflect"
@@ -101,19 +100,7 @@ func startIndexerTB(t testing.TB) *ixHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-done
-	})
-	return &ixHarness{base: "http://" + ln.Addr().String(), ix: ix}
+	return &ixHarness{base: serveLoopback(t, srv), ix: ix}
 }
 
 // TestRemoteIndexMatchesLocal: a selector whose primary index is a

@@ -84,7 +84,9 @@ type Config struct {
 	// radix.DefaultShards.
 	IndexShards int
 	// IndexMaxBlocksPerRank is radix.Config.MaxBlocksPerRank of every
-	// partition's index; 0 picks radix.DefaultMaxBlocksPerRank.
+	// partition's event-driven index; 0 picks
+	// radix.DefaultMaxBlocksPerRank. Approximate indexes are bounded by
+	// ApproxMaxBlocks instead.
 	IndexMaxBlocksPerRank int
 	// Disagg configures the disaggregation coordinator (zero values pick
 	// its defaults). The number of live plans is bounded by
@@ -154,8 +156,8 @@ func (c *Config) Validate() error {
 	if c.IndexShards < 0 || c.IndexShards > 1024 {
 		return fmt.Errorf("%w: index shards %d outside [0, 1024]", ErrConfig, c.IndexShards)
 	}
-	if err := (radix.Config{MaxBlocksPerRank: c.IndexMaxBlocksPerRank}).Validate(); err != nil {
-		return err
+	if c.IndexMaxBlocksPerRank < 0 {
+		return fmt.Errorf("%w: index max blocks per rank %d is negative", ErrConfig, c.IndexMaxBlocksPerRank)
 	}
 	if c.OverlapRefreshAfter < 0 {
 		return fmt.Errorf("%w: overlap refresh after %v < 0", ErrConfig, c.OverlapRefreshAfter)

@@ -86,7 +86,10 @@ func (c *IndexerConfig) Validate() error {
 	if c.IndexShards < 0 || c.IndexShards > 1024 {
 		return fmt.Errorf("%w: index shards %d outside [0, 1024]", ErrConfig, c.IndexShards)
 	}
-	return (radix.Config{MaxBlocksPerRank: c.IndexMaxBlocksPerRank}).Validate()
+	if c.IndexMaxBlocksPerRank < 0 {
+		return fmt.Errorf("%w: index max blocks per rank %d is negative", ErrConfig, c.IndexMaxBlocksPerRank)
+	}
+	return nil
 }
 
 // ixPartition is one indexed partition. Immutable but for its index.

@@ -85,9 +85,7 @@ func (ix *Indexer) Restore(model, group string, blockSize uint32, events []radix
 	ix.mu.Lock()
 	p := ix.partitionLocked(partKey{cloneString(model), cloneString(cmp.Or(group, DefaultPartition))}, blockSize)
 	ix.mu.Unlock()
-	before := p.index.Stats().EventsApplied
-	p.index.ApplyBatch(events)
-	return int(p.index.Stats().EventsApplied - before), nil
+	return p.index.Restore(events), nil
 }
 
 // RegisterPeer adds a recovery peer URL (POST /register_peer); adding a

@@ -248,7 +248,5 @@ func (s *Service) Restore(model, group string, blockSize uint32, events []radix.
 		}
 		return n, nil
 	}
-	before := p.index.Stats().EventsApplied
-	p.index.ApplyBatch(events)
-	return int(p.index.Stats().EventsApplied - before), nil
+	return p.index.Restore(events), nil
 }

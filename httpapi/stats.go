@@ -46,7 +46,7 @@ var statsDescs = []perf.Desc{
 	{Name: "kvselect_index_blocks", Kind: perf.Gauge, Help: "(worker rank, block) pairs in the KV index, by storage tier."},
 	{Name: "kvselect_index_events_applied_total", Kind: perf.Counter, Help: "KV events (stored, removed, cleared) the index processed, some possibly in part (see kvselect_index_events_dropped_total)."},
 	{Name: "kvselect_index_events_dropped_total", Kind: perf.Counter, Help: "KV events, or single block hashes of a removal, the index did not apply, by reason: parent_not_found, invalid_block_sequence, hash_conflict, block_not_found, unknown_event, rank_over_capacity (a store took a worker rank past kvselect_index_max_blocks_per_rank and the rank was cleared)."},
-	{Name: "kvselect_index_max_blocks_per_rank", Kind: perf.Gauge, Help: "Blocks one worker rank may hold in the KV index, all tiers together."},
+	{Name: "kvselect_index_max_blocks_per_rank", Kind: perf.Gauge, Help: "Blocks one worker rank may hold in an event-driven KV index, all tiers together (approximate indexes are bounded by kvselect_approx_index_blocks_limit instead)."},
 	{Name: "kvselect_http_connections_open", Kind: perf.Gauge, Help: "Open HTTP connections."},
 	{Name: "kvselect_http_connections_max", Kind: perf.Gauge, Help: "The open HTTP connections allowed at most (--max-connections; 0 is no cap)."},
 	{Name: "kvselect_http_connections_rejected_total", Kind: perf.Counter, Help: "HTTP connections over --max-connections, answered 503 and closed."},

@@ -3,6 +3,7 @@ package radix
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -97,7 +98,9 @@ func NewApprox(cfg ApproxConfig) (*Approx, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	ix, err := New(Config{Shards: cfg.Shards})
+	// No per-rank bound: MaxBlocks bounds the recorded blocks, and a
+	// rank cleared behind Approx's back would leave its timers stale.
+	ix, err := New(Config{Shards: cfg.Shards, MaxBlocksPerRank: math.MaxInt})
 	if err != nil {
 		return nil, err
 	}

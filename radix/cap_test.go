@@ -69,3 +69,44 @@ func TestMaxBlocksPerRank(t *testing.T) {
 		t.Fatal("default bound")
 	}
 }
+
+// TestRestoreSkipsRanksOverTheBound: a dump in which one rank holds more
+// blocks than MaxBlocksPerRank (a peer with a larger bound dumped it)
+// restores every other rank whole and skips that rank whole, counted once,
+// instead of cutting it at an arbitrary point of the replay.
+func TestRestoreSkipsRanksOverTheBound(t *testing.T) {
+	big, _ := New(Config{MaxBlocksPerRank: 100})
+	w1, w2 := WorkerKey{WorkerID: 1}, WorkerKey{WorkerID: 2}
+	big.Apply(chainStore(w1, TierDevice, 0, 100, 1000, 8))
+	big.Apply(chainStore(w1, TierHostPinned, 107, 200, 1008, 5))
+	big.Apply(chainStore(w2, TierDevice, 0, 100, 1000, 4))
+	small, _ := New(Config{MaxBlocksPerRank: 10})
+	if n := small.Restore(big.Dump()); n != 1 {
+		t.Fatalf("restored %d events, want w2's one", n)
+	}
+	st := small.Stats()
+	if st.Dropped[DropRankOverCapacity] != 1 || st.Blocks[TierDevice] != 4 || st.Blocks[TierHostPinned] != 0 || st.Workers != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	// Within the bound the whole dump is restored.
+	again, _ := New(Config{})
+	if n := again.Restore(big.Dump()); n != len(big.Dump()) || again.Stats().Blocks != big.Stats().Blocks {
+		t.Fatalf("restored %d of %d events: %+v", n, len(big.Dump()), again.Stats())
+	}
+	if err := checkIndex(small); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestApproxIgnoresRankBound: an approximate index is bounded by its own
+// MaxBlocks (with timers for every recorded block), not by a per-rank
+// bound that would clear a rank behind its timers.
+func TestApproxIgnoresRankBound(t *testing.T) {
+	a, err := NewApprox(ApproxConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := a.Index().MaxBlocksPerRank(); n <= DefaultMaxBlocksPerRank {
+		t.Fatalf("approximate index per-rank bound %d", n)
+	}
+}

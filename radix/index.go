@@ -3,6 +3,7 @@ package radix
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -145,6 +146,30 @@ func (ix *Index) ApplyBatch(evs []Event) {
 		}
 		s.mu.Unlock()
 	}
+}
+
+// Restore applies a dump's events (Dump's order: parents first) and
+// returns how many the index applied. A rank whose stored blocks in the
+// dump pass MaxBlocksPerRank is skipped whole, counted once as
+// DropRankOverCapacity, rather than cut at an arbitrary point of the
+// breadth-first replay (a peer with a larger bound dumped it).
+func (ix *Index) Restore(evs []Event) int {
+	held := map[WorkerKey]int64{}
+	for i := range evs {
+		if evs[i].Kind == Stored {
+			held[evs[i].Worker] += int64(len(evs[i].Blocks))
+		}
+	}
+	keep := evs
+	for w, n := range held {
+		if n > int64(ix.maxBlocksPerRank) {
+			ix.shardFor(w.WorkerID).drop(DropRankOverCapacity)
+			keep = slices.DeleteFunc(slices.Clone(keep), func(ev Event) bool { return ev.Worker == w })
+		}
+	}
+	before := ix.Stats().EventsApplied
+	ix.ApplyBatch(keep)
+	return int(ix.Stats().EventsApplied - before)
 }
 
 // RemoveWorker drops every rank of a worker in every tier.

@@ -193,11 +193,16 @@ type DisaggRequest struct {
 	// probe; prefill bookings always send 1.
 	ExpectedOutputTokens    uint32
 	HasExpectedOutputTokens bool
-	// SessionID goes to every call (the reference's session_context) and
-	// AffinityTarget is what the reference passes to the decode preview,
-	// plan_prefill and plan_decode; the coordinator does not steer or bind
-	// sessions with them yet (a leg's SelectRequest carries SessionID
-	// without HasSessionID).
+	// SessionID ("" none) goes to every call as a session context holding
+	// only that id, and AffinityTarget to the decode preview, plan_prefill
+	// and plan_decode, as the reference's coordinator sends them
+	// (ishandhanani/dynamo:lib/kv-router/src/services/selection/coordinator.rs).
+	// Each call then follows the service's session rules in its pool's
+	// partition: reads are steered by the binding, a booking without a pin
+	// or an affinity target binds the session (plan_prefill, plan_decode,
+	// the decode-anchored prefill commit without pinned_prefill_worker),
+	// and the decode-anchored decode commit, pinned to the previewed
+	// worker, never binds.
 	SessionID      string
 	AffinityTarget *AffinityTarget
 	// PinnedPrefillWorker pins the prefill booking exactly.

@@ -98,7 +98,8 @@ func (p *plan) group(pool Pool) string {
 func (p *plan) selectReq(pool Pool) SelectRequest {
 	r := &p.req
 	return SelectRequest{
-		ModelName: r.ModelName, RoutingGroup: p.group(pool), Prompt: r.Prompt, SessionID: r.SessionID,
+		ModelName: r.ModelName, RoutingGroup: p.group(pool), Prompt: r.Prompt,
+		SessionContext: SessionContext{SessionID: r.SessionID}, HasSessionContext: r.SessionID != "",
 		AllowedWorkerIDs: r.AllowedWorkerIDs, HasAllowedWorkerIDs: r.HasAllowedWorkerIDs,
 		RequiredTaints: r.RequiredTaints, PreferredTaints: r.PreferredTaints,
 		ExpectedOutputTokens: r.ExpectedOutputTokens, HasExpectedOutputTokens: r.HasExpectedOutputTokens,
@@ -172,6 +173,7 @@ func (s *Service) planDecodeAnchored(p *plan) error {
 	sr := p.selectReq(DecodePool)
 	sr.Override = decodeOverride(p.req.DecodeOverride, true)
 	sr.Advisory = true
+	sr.AffinityTarget = p.req.AffinityTarget
 	var prev Selection
 	if err := s.Select(&sr, &prev); err != nil {
 		return &CoordinatorError{Failure: DecodePreviewFailed, Err: err}
@@ -292,6 +294,7 @@ func (s *Service) prefillBusy(p *plan) *bool {
 func (s *Service) planPrefill(p *plan) error {
 	sr := p.selectReq(PrefillPool)
 	p.prefillBooking(&sr)
+	sr.AffinityTarget = p.req.AffinityTarget
 	pre, err := s.bookLeg(p, PrefillPool, &sr)
 	if err != nil {
 		return &CoordinatorError{Failure: PrefillCommitFailed, Err: err}
@@ -321,6 +324,7 @@ func (s *Service) planDecode(p *plan) error {
 		}
 	}
 	sr.Override = decodeOverride(p.req.DecodeOverride, s.disaggPolicy.IsEnabled())
+	sr.AffinityTarget = p.req.AffinityTarget
 	dec, err := s.bookLeg(p, DecodePool, &sr)
 	if err != nil {
 		s.compensate(p, PrefillPool)

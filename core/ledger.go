@@ -25,6 +25,15 @@ type Lease interface {
 	Release()
 }
 
+// leasePair is the lease of a record that holds two: a disaggregated
+// plan's leg whose booking also bound its session.
+type leasePair [2]Lease
+
+func (p leasePair) Release() {
+	p[0].Release()
+	p[1].Release()
+}
+
 // Record states. A record is created claimed, becomes live once its slot
 // is booked (and the pending entry it replays, if any, is consumed), and
 // ends released. Transitions are CASes, so exactly one caller moves a

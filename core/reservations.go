@@ -93,11 +93,12 @@ func (s *Service) book(b *booking) error {
 			b.p.kick()
 			return err
 		}
-		if r.lease != nil && l != nil {
-			panic("BUG: core: a booking carries a lease and a session commit")
-		}
-		if l != nil {
+		switch {
+		case l == nil:
+		case r.lease == nil:
 			r.lease = l
+		default: // a plan's leg that bound its session
+			r.lease = leasePair{r.lease, l}
 		}
 	}
 	if e := b.replayed; e != nil {

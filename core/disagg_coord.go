@@ -92,7 +92,8 @@ func (p *plan) group(pool Pool) string {
 }
 
 // selectReq returns the fields every call of the plan to pool shares: the
-// model, the pool's routing group, the prompt, the session, the allow-set,
+// model, the pool's routing group, the prompt, the session (its id only:
+// no policy reads the rest of a session context yet), the allow-set,
 // the base routing constraints and the expected output tokens. Its slices
 // alias the plan's request; a call that changes one copies it first.
 func (p *plan) selectReq(pool Pool) SelectRequest {

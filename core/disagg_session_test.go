@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -93,7 +94,7 @@ func TestDisaggPlansBindSessions(t *testing.T) {
 	if again.Prefill.WorkerID != pw || again.Decode.WorkerID != dw {
 		t.Fatalf("the session's next plan went to %d and %d, bound to %d and %d", again.Prefill.WorkerID, again.Decode.WorkerID, pw, dw)
 	}
-	// Each leg holds a lease on its pool's binding until the plan ends.
+	// Each leg holds a lease on its pool's binding until it ends.
 	if _, n := bindingIn(s, "prefill", "s"); n != 2 {
 		t.Fatalf("%d leases on the prefill binding, want 2", n)
 	}
@@ -123,5 +124,35 @@ func TestDisaggPlansBindSessions(t *testing.T) {
 	}
 	if boundIn(s, "prefill", "u") != 0 || boundIn(s, "decode", "u") != 0 {
 		t.Fatal("a plan with an affinity target bound its session")
+	}
+}
+
+// TestDisaggAffinityTargetWithoutSession: a plan's affinity_target steers
+// plan_prefill and plan_decode (and the decode-anchored preview, hence its
+// decode commit) even without a session, as the reference passes it to
+// those calls; it binds nothing.
+func TestDisaggAffinityTargetWithoutSession(t *testing.T) {
+	s := disaggSessionService(t)
+	for i, c := range []struct {
+		order                   DisaggOrder
+		target                  uint64
+		wantPrefill, wantDecode uint64
+	}{
+		{PrefillAnchored, 1, 1, 0}, // the target is a prefill worker: decode goes where load says
+		{PrefillAnchored, 3, 0, 3},
+		{DecodeAnchored, 3, 0, 3},
+	} {
+		r := sessionPlan(fmt.Sprint("t", i), c.order, "", uint32(1000*(i+1)))
+		r.AffinityTarget = &AffinityTarget{WorkerID: c.target}
+		v, err := s.PlanDisagg(r)
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		if (c.wantPrefill != 0 && v.Prefill.WorkerID != c.wantPrefill) || (c.wantDecode != 0 && v.Decode.WorkerID != c.wantDecode) {
+			t.Fatalf("case %d: prefill %+v decode %+v, want %d and %d", i, v.Prefill, v.Decode, c.wantPrefill, c.wantDecode)
+		}
+		if _, err := s.ReleaseDisagg(v.SelectionID); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -26,7 +26,7 @@ type Lease interface {
 }
 
 // leasePair is the lease of a record that holds two: a disaggregated
-// plan's leg whose booking also bound its session.
+// plan's leg whose booking also bound its session. Both are non-nil.
 type leasePair [2]Lease
 
 func (p leasePair) Release() {

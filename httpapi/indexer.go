@@ -314,7 +314,7 @@ func (s *Server) writeIndexerStats(w io.Writer) {
 	for t := range st.IndexBlocks {
 		perf.WriteGauge(w, tierNames[t], float64(st.IndexBlocks[t]))
 	}
-	perf.WriteGauge(w, "kvselect_index_max_blocks_per_rank", float64(st.IndexMaxBlocksPerRank))
+	perf.WriteGaugeUint(w, "kvselect_index_max_blocks_per_rank", uint64(max(st.IndexMaxBlocksPerRank, 0)))
 	perf.WriteCounter(w, `kvselect_index_events_applied_total`, st.EventsApplied)
 	for r, n := range st.EventsDropped {
 		perf.WriteCounter(w, indexDropNames[r], n)

@@ -105,7 +105,7 @@ func (s *Server) writeStats(w io.Writer) {
 	for t := range st.IndexBlocks {
 		perf.WriteGauge(w, tierNames[t], float64(st.IndexBlocks[t]))
 	}
-	perf.WriteGauge(w, "kvselect_index_max_blocks_per_rank", float64(st.IndexMaxBlocksPerRank))
+	perf.WriteGaugeUint(w, "kvselect_index_max_blocks_per_rank", uint64(max(st.IndexMaxBlocksPerRank, 0)))
 	for i, a := range [...]struct {
 		name string
 		st   *core.ApproxStats

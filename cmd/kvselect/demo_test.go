@@ -98,7 +98,8 @@ func TestServeDemo(t *testing.T) {
 	}
 	for _, want := range []string{"kvselect_kv_listeners 3\n", "kvselect_kv_listeners_running 3\n", "kvselect_kv_listeners_connected 3\n",
 		"kvselect_kv_batches_delivered_total 3\n", `kvselect_kv_connections_dropped_total{reason="frame_too_large"} 0` + "\n",
-		"kvselect_kv_queue_bytes 0\n", "kvselect_kv_queue_bytes_limit_per_listener ", "kvselect_kv_queue_bytes_limit "} {
+		"kvselect_kv_queue_bytes 0\n", "kvselect_kv_queue_bytes_limit_per_listener ", "kvselect_kv_queue_bytes_limit ",
+		"kvselect_kv_writer_queue_bytes_limit_per_writer 67108864\n", "kvselect_index_max_blocks_per_rank 8388608\n"} {
 		if code != 200 || !strings.Contains(metrics, want) {
 			t.Fatalf("/metrics %d lacks %q:\n%s", code, want, metrics)
 		}

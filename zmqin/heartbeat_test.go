@@ -17,7 +17,7 @@ import (
 // periods many heartbeat timeouts long: our SUB (Dial, blocked in Recv)
 // and our PUB (a subscriber's reader) answer every PING with a PONG. Without
 // the answer libzmq drops each connection once per interval + timeout
-// (about three times in the script's idle period) and the messages sent
+// (about twice in the script's 2.5 s idle period) and the messages sent
 // after it can be lost while the SUB reconnects.
 func TestHeartbeatLibzmq(t *testing.T) {
 	requireDebianPyzmq(t)

@@ -65,7 +65,7 @@ func TestPubPeerBytesBound(t *testing.T) {
 	}
 	waitFor(t, "subscribed", func() bool { return pub.Subscribers() == 1 })
 	frame := make([]byte, 64<<10)
-	const n = 800 // 50 MiB: more than loopback's socket buffers
+	const n = 2000 // 125 MiB: more than loopback's socket buffers can take
 	for range n {
 		pub.Send("t", [][]byte{[]byte("t"), frame})
 		if q := pub.QueuedBytes(); q > limit || q < 0 {

@@ -98,19 +98,21 @@ func (p *PubPeer) Send(frames [][]byte) bool {
 		case p.q <- frames:
 			return true
 		default:
+			p.sock.queued.Add(-n) // before the peer's count, as in sent
 			p.bytes.Add(-n)
-			p.sock.queued.Add(-n)
 		}
 	}
 	p.sock.dropped.Add(1)
 	return false
 }
 
-// sent uncounts frames once they left p's queue.
+// sent uncounts frames once they left p's queue: the socket's gauge
+// first, so that it never exceeds the peers' counts (Send counts it
+// after the peer's), even while a Send reuses the room.
 func (p *PubPeer) sent(frames [][]byte) {
 	n := frameBytes(frames)
-	p.bytes.Add(-n)
 	p.sock.queued.Add(-n)
+	p.bytes.Add(-n)
 }
 
 func frameBytes(frames [][]byte) int64 {

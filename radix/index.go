@@ -233,8 +233,7 @@ func (s *shard) applyLocked(ev *Event) bool {
 		return false
 	}
 	s.stats.applied.Add(1)
-	s.refreshLocked(ev.Worker)
-	if ev.Kind == Stored && s.held[ev.Worker] > s.maxHeld {
+	if held := s.refreshLocked(ev.Worker); ev.Kind == Stored && held > s.maxHeld {
 		s.clearLocked(ev.Worker)
 		s.drop(DropRankOverCapacity)
 		s.refreshLocked(ev.Worker)
@@ -251,8 +250,9 @@ func (s *shard) clearLocked(w WorkerKey) {
 	s.refreshLocked(w)
 }
 
-// refreshLocked recomputes w's held count and the exported gauges.
-func (s *shard) refreshLocked(w WorkerKey) {
+// refreshLocked recomputes w's held count and the exported gauges, and
+// returns the count.
+func (s *shard) refreshLocked(w WorkerKey) int64 {
 	var n int64
 	if wb := s.tree.workers[w]; wb != nil {
 		n += int64(wb.lookup.Len())
@@ -268,6 +268,7 @@ func (s *shard) refreshLocked(w WorkerKey) {
 		s.held[w] = n
 	}
 	s.stats.workers.Store(int64(len(s.held)))
+	return n
 }
 
 // Match fills r with every worker rank holding a prefix of the request whose

@@ -37,15 +37,33 @@ var buildOnce = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
-// freePort returns a loopback port nobody listens on right now.
+// handedOut holds every port freePort returned in this test process: the
+// kernel may give a closed port to the next bind to port 0, so without it
+// two processes of one test can be told the same port (CI saw one selector's
+// HTTP port equal another's mesh port).
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// freePort returns a loopback port nobody listens on right now and that no
+// earlier call of this test process returned.
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // selector is one `kvselect serve` process.

@@ -49,6 +49,12 @@ func start(t *testing.T, opts ...opt) *harness {
 	return h
 }
 
+// refusedAddr is a loopback address nothing listens on: port 1 is below
+// the kernel's ephemeral range, so no socket of a test is ever given it (a
+// port freed by closing a listener can be handed to the next one, and a
+// "down" peer would then answer).
+const refusedAddr = "127.0.0.1:1"
+
 // serveLoopback serves srv on a loopback port until the test ends, then
 // shuts it down (which must succeed), and returns its base URL.
 func serveLoopback(t testing.TB, srv *httpapi.Server) string {

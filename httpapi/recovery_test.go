@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -32,12 +31,7 @@ func TestRecoverFromPeerDump(t *testing.T) {
 	h := src.do("POST", "/workers", `{"worker_id":2,"model_name":"llama:8b","routing_group":"g","endpoint":"http://w2","block_size":16}`)
 	src.want(h, 201)
 
-	down, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	downURL := "http://" + down.Addr().String()
-	down.Close()
+	downURL := "http://" + refusedAddr
 	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "no", 500) }))
 	defer broken.Close()
 

@@ -151,9 +151,7 @@ func TestRemoteIndexMatchesLocal(t *testing.T) {
 // partition, a selection fails at once (or at its deadline) as not ready
 // with the reference's "Indexer is offline", never hangs.
 func TestRemoteIndexDown(t *testing.T) {
-	closed, _ := net.Listen("tcp", "127.0.0.1:0")
-	refusedURL := "http://" + closed.Addr().String()
-	closed.Close()
+	refusedURL := "http://" + refusedAddr
 	hung, _ := net.Listen("tcp", "127.0.0.1:0") // accepts, never answers
 	defer hung.Close()
 	go func() {

@@ -19,3 +19,5 @@ var (
 	NewTestIngress    = newIngress
 	FreeEndpoint      = freeEndpoint
 )
+
+const RefusedEndpoint = refusedEndpoint

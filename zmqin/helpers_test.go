@@ -132,8 +132,14 @@ func newIngress(t testing.TB, cfg Config) *Ingress {
 	return in
 }
 
+// refusedEndpoint is a loopback endpoint nothing listens on: port 1 is
+// below the kernel's ephemeral range, so no socket of a test is ever given
+// it (a port freed by closing a listener can be handed to the next one,
+// and an "unreachable" rank would then connect).
+const refusedEndpoint = "tcp://127.0.0.1:1"
+
 // freeEndpoint returns a tcp endpoint on loopback with a port that was free
-// a moment ago.
+// a moment ago, for a test that binds it later.
 func freeEndpoint(t testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

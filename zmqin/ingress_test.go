@@ -348,7 +348,7 @@ func TestCloseStopsEverything(t *testing.T) {
 	}
 	sink := newIndexSink(t)
 	in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: p.Endpoint(), ReplayEndpoint: p.ReplayEndpoint()}}, sink)
-	in.Sync(2, testBlockSize, []core.RankSource{{Endpoint: freeEndpoint(t)}}, sink)
+	in.Sync(2, testBlockSize, []core.RankSource{{Endpoint: refusedEndpoint}}, sink)
 	waitSubscribed(t, p, 1)
 	p.Publish(stored(0, []uint64{1}, tokens(1, 1)))
 	if err := in.Close(); err != nil {
@@ -437,7 +437,7 @@ func TestReplayEdgeCases(t *testing.T) {
 		cfg.ReplayTimeout = 200 * time.Millisecond
 		in := newIngress(t, cfg)
 		sink := newIndexSink(t)
-		in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: p.Endpoint(), ReplayEndpoint: freeEndpoint(t)}}, sink)
+		in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: p.Endpoint(), ReplayEndpoint: refusedEndpoint}}, sink)
 		waitSubscribed(t, p, 1)
 		lose(p, 1, 10)
 		p.Publish(stored(0, []uint64{99}, tokens(9000, 1)))

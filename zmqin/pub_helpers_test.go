@@ -25,6 +25,8 @@ var (
 	freeEndpoint = zmqin.FreeEndpoint
 )
 
+const refusedEndpoint = zmqin.RefusedEndpoint
+
 func status(in *zmqin.Ingress, id uint64) []core.RankStatus { return in.Status(id, nil) }
 
 func newPublisher(t testing.TB, cfg zmqpub.Config) *zmqpub.Publisher {

@@ -94,7 +94,7 @@ func BenchmarkRegisterRanks(b *testing.B) {
 				ep = newRawPeer(b).endpoint()
 				ready = func(s Stats) bool { return s.Connects >= uint64(tc.n) }
 			} else {
-				ep = freeEndpoint(b)
+				ep = refusedEndpoint
 				ready = func(s Stats) bool { return s.DialErrors >= uint64(tc.n) }
 			}
 			var sum rankCost
@@ -124,7 +124,7 @@ func BenchmarkRedialCPU(b *testing.B) {
 		b.Run(fmt.Sprintf("ranks=%d", n), func(b *testing.B) {
 			cfg := Config{DialBackoffMin: 5 * time.Second, DialBackoffMax: 5 * time.Second}
 			in := newIngress(b, cfg)
-			syncRanks(in, newIndexSink(b), n, freeEndpoint(b))
+			syncRanks(in, newIndexSink(b), n, refusedEndpoint)
 			waitFor(b, "first dials", func() bool { return in.Stats().DialErrors >= uint64(n) })
 			time.Sleep(6 * time.Second)
 			cpu0, d0, t0 := cpuTime(), in.Stats().DialErrors, time.Now()
@@ -168,7 +168,7 @@ func TestUnconnectedRankCost(t *testing.T) {
 	}
 	t.Run("unreachable", func(t *testing.T) {
 		checkNoLeak(t)
-		ep := freeEndpoint(t)
+		ep := refusedEndpoint
 		check("unreachable", measureRanks(t, idleConfig(), n, ep, func(s Stats) bool { return s.DialErrors >= n }))
 	})
 	t.Run("disconnected", func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -66,12 +67,17 @@ func freePort(t *testing.T) int {
 	}
 }
 
+// refusedAddr is a loopback address nothing listens on: port 1 is below
+// the kernel's ephemeral range, so no socket of a test is ever given it.
+const refusedAddr = "127.0.0.1:1"
+
 // selector is one `kvselect serve` process.
 type selector struct {
 	t           *testing.T
 	http, mesh  int
 	args, env   []string
 	cmd         *exec.Cmd
+	exited      chan struct{} // closed once cmd has exited
 	logs        *syncBuf
 	base        string
 	meshAddress string
@@ -85,31 +91,80 @@ func newSelector(t *testing.T, env []string, extra ...string) *selector {
 	return s
 }
 
+// start runs the process and waits until /health answers. A free port can
+// still be taken by another process's socket before ours binds it (the
+// tests of other packages run alongside); when the HTTP port is, start
+// moves to a new one and runs the process again. The replica-sync port is
+// not moved: the other selectors' peer lists already name it.
 func (s *selector) start() {
 	s.t.Helper()
 	bin, err := buildOnce()
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	s.logs = &syncBuf{}
-	s.cmd = exec.Command(bin, s.args...)
-	s.cmd.Env = append(os.Environ(), s.env...)
-	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
 	s.t.Cleanup(s.kill)
-	s.eventually("/health answers", func() bool { _, code := s.get("/health"); return code == 200 })
+	for attempt := 1; ; attempt++ {
+		s.logs = &syncBuf{}
+		s.cmd = exec.Command(bin, s.args...)
+		s.cmd.Env = append(os.Environ(), s.env...)
+		s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
+		if err := s.cmd.Start(); err != nil {
+			s.t.Fatal(err)
+		}
+		exited, cmd := make(chan struct{}), s.cmd
+		s.exited = exited
+		go func() { _ = cmd.Wait(); close(exited) }()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			if healthy(s.base) {
+				return
+			}
+			select {
+			case <-exited:
+			case <-time.After(10 * time.Millisecond):
+				if time.Now().Before(deadline) {
+					continue
+				}
+				s.t.Fatalf("%s: timed out waiting for /health answers\nlogs:\n%s", s.base, s.logs.String())
+			}
+			break
+		}
+		logs := s.logs.String()
+		s.cmd = nil
+		if attempt == 3 || !strings.Contains(logs, "serve: listen") || !strings.Contains(logs, "address already in use") {
+			s.t.Fatalf("%s exited before answering /health\nlogs:\n%s", s.base, logs)
+		}
+		s.http = freePort(s.t)
+		s.base = fmt.Sprintf("http://127.0.0.1:%d", s.http)
+		s.args[slices.Index(s.args, "--port")+1] = fmt.Sprint(s.http)
+	}
+}
+
+// healthy reports whether base answers GET /health with 200 within a
+// second.
+func healthy(base string) bool {
+	c := http.Client{Timeout: time.Second}
+	res, err := c.Get(base + "/health")
+	if err != nil {
+		return false
+	}
+	res.Body.Close()
+	return res.StatusCode == 200
 }
 
 // kill stops the process at once (SIGKILL): no shutdown, no goodbye.
 func (s *selector) kill() {
 	if s.cmd != nil && s.cmd.Process != nil {
 		_ = s.cmd.Process.Signal(syscall.SIGKILL)
-		_ = s.cmd.Wait()
+		<-s.exited
 		s.cmd = nil
 	}
 }
+
+// processClient bounds every request to a selector process, so a port
+// taken by some other listener that never answers fails the request
+// instead of hanging the test.
+var processClient = &http.Client{Timeout: 20 * time.Second}
 
 func (s *selector) do(method, path, body string) (string, int) {
 	s.t.Helper()
@@ -120,7 +175,7 @@ func (s *selector) do(method, path, body string) (string, int) {
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := processClient.Do(req)
 	if err != nil {
 		return err.Error(), 0
 	}

@@ -49,9 +49,7 @@ func TestServeRecoversIndexFromPeer(t *testing.T) {
 	}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Shutdown(context.Background())
-	down, _ := net.Listen("tcp", "127.0.0.1:0")
-	downURL := "http://" + down.Addr().String()
-	down.Close()
+	downURL := "http://" + refusedAddr
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -42,7 +41,7 @@ func TestHealthSubcommand(t *testing.T) {
 	if code := runHealth(context.Background(), []string{"--url", r.base, "--path", "/ready"}, io.Discard, io.Discard); code != 1 {
 		t.Fatalf("/ready with no worker: exit %d, want 1", code)
 	}
-	if code := runHealth(context.Background(), []string{"--url", "http://127.0.0.1:" + strconv.Itoa(freePort(t)), "--timeout", "2s"}, io.Discard, io.Discard); code != 1 {
+	if code := runHealth(context.Background(), []string{"--url", "http://" + refusedAddr, "--timeout", "2s"}, io.Discard, io.Discard); code != 1 {
 		t.Fatalf("nothing listening: exit %d, want 1", code)
 	}
 }

@@ -214,13 +214,15 @@ func (l *rankListener) apply(seq uint64, payload []byte) bool {
 		b.Events[i].EventID = l.nextEventID
 		l.nextEventID++
 	}
-	if len(b.Events) > 0 {
-		if !l.toWriter(wItem{op: opEvents, sink: l.sink, buf: copyEvents(b.Events)}) {
-			return false
-		}
-	}
+	// The watermark and the rank's batch count move before the events
+	// reach the writer, so whoever sees a batch's events in the index
+	// also sees its seq in the rank's status. When toWriter gives up the
+	// listener is stopping for good, and its watermark goes with it.
 	l.consumed(seq, payload)
 	l.batches.Add(1)
+	if len(b.Events) > 0 {
+		return l.toWriter(wItem{op: opEvents, sink: l.sink, buf: copyEvents(b.Events)})
+	}
 	return true
 }
 

@@ -11,11 +11,8 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/kvselect/kvselect/core"
@@ -192,12 +189,6 @@ func parseIndexerWorkers(s string) ([]indexerWorker, error) {
 	return out, nil
 }
 
-func indexerMain(args []string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return runIndexer(ctx, args, os.LookupEnv, os.Stderr, nil)
-}
-
 // runIndexer is the standalone indexer's whole life, in serve's order:
 // parse, construct, recover from --peers, register --workers, wait for
 // DYN_ROUTER_MIN_INITIAL_WORKERS, serve until ctx ends, drain, close the
@@ -217,12 +208,7 @@ func runIndexer(ctx context.Context, args []string, env func(string) (string, bo
 		"debug_addr", opts.debugAddr, "block_size", opts.blockSize, "workers", len(opts.workers), "model_name", opts.model,
 		"routing_group", opts.group, "peers", opts.peers, "min_initial_workers", opts.minWorkers, "index_shards", opts.core.IndexShards,
 		"max_kv_listeners", opts.core.MaxListeners, "max_peers", opts.core.MaxPeers, "max_connections", opts.http.MaxConnections)
-	for _, d := range lcfg.invalid {
-		log.Warn("DYN_LOG: invalid directive ignored", "directive", d)
-	}
-	for _, s := range opts.inactive {
-		log.Warn("accepted but not yet active", "setting", s)
-	}
+	warnStartup(log, lcfg, opts.inactive)
 	zing, err := zmqin.New(zmqin.Config{Logger: logs.logger("kvselect::zmqin")})
 	if err != nil {
 		log.Error("indexer: KV-event ingress", "err", err)

@@ -133,6 +133,17 @@ func newLogs(w io.Writer, cfg logConfig) *logs {
 	return &logs{cfg: cfg, base: h}
 }
 
+// warnStartup logs, after a host's start-up line, the DYN_LOG directives it
+// ignored as invalid and the settings it accepted but does not act on.
+func warnStartup(log *slog.Logger, cfg logConfig, inactive []string) {
+	for _, d := range cfg.invalid {
+		log.Warn("DYN_LOG: invalid directive ignored", "directive", d)
+	}
+	for _, s := range inactive {
+		log.Warn("accepted but not yet active", "setting", s)
+	}
+}
+
 // logger returns the logger of target ("kvselect" or "kvselect::name").
 func (l *logs) logger(target string) *slog.Logger {
 	h := &levelHandler{min: l.cfg.levelOf(target), h: l.base}

@@ -31,9 +31,9 @@ func run(args []string) int {
 	}
 	switch cmd {
 	case "serve":
-		return serveMain(args)
+		return untilSignal(serve, args)
 	case "indexer":
-		return indexerMain(args)
+		return untilSignal(runIndexer, args)
 	case "mocker":
 		return runMocker(args)
 	case "bench":

@@ -26,11 +26,17 @@ type bound struct {
 	http, debug string
 }
 
-// serveMain runs `kvselect serve` until SIGINT or SIGTERM.
-func serveMain(args []string) int {
+// host is the life of a long-running subcommand (serve, indexer): it runs
+// until ctx ends and returns the exit code; ready, when non-nil, receives
+// the bound addresses once serving.
+type host func(ctx context.Context, args []string, env func(string) (string, bool), stderr io.Writer, ready chan<- bound) int
+
+// untilSignal runs h on the process's environment and stderr until SIGINT
+// or SIGTERM.
+func untilSignal(h host, args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return serve(ctx, args, os.LookupEnv, os.Stderr, nil)
+	return h(ctx, args, os.LookupEnv, os.Stderr, nil)
 }
 
 // serve is the whole life of the service: parse, build configs, construct,
@@ -49,12 +55,7 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	}
 	build := readBuildInfo()
 	log.Info("starting", startAttrs(opts, build)...)
-	for _, d := range lcfg.invalid {
-		log.Warn("DYN_LOG: invalid directive ignored", "directive", d)
-	}
-	for _, s := range opts.inactive {
-		log.Warn("accepted but not yet active", "setting", s)
-	}
+	warnStartup(log, lcfg, opts.inactive)
 	for _, s := range opts.warnings {
 		log.Warn(s)
 	}

@@ -94,17 +94,17 @@ func TestSimLifecycleOrder(t *testing.T) {
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
-// TestSimDeterministicAndCounted replays a synthetic workload twice per
-// local policy: the results are equal, and the report's counts are the
-// engines' own.
-func TestSimDeterministicAndCounted(t *testing.T) {
+// syntheticWorkload loads a synthetic workload of prompts prompts over
+// workers workers with 32-token blocks and pools of capacity blocks.
+func syntheticWorkload(t *testing.T, workers int, workload string, prompts, capacity int) (bench.Config, Config, *workload) {
+	t.Helper()
 	load := bench.DefaultConfig()
-	load.Workers = 4
+	load.Workers = workers
 	load.BlockSize = 32
-	load.Workload = "synthetic:chat"
-	load.Synthetic.Prompts = 300
+	load.Workload = workload
+	load.Synthetic.Prompts = prompts
 	cfg := DefaultConfig()
-	cfg.CapacityBlocks = 512
+	cfg.CapacityBlocks = capacity
 	ps, _, err := bench.LoadWorkload(&load)
 	if err != nil {
 		t.Fatal(err)
@@ -113,6 +113,14 @@ func TestSimDeterministicAndCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return load, cfg, w
+}
+
+// TestSimDeterministicAndCounted replays a synthetic workload twice per
+// local policy: the results are equal, and the report's counts are the
+// engines' own.
+func TestSimDeterministicAndCounted(t *testing.T) {
+	load, cfg, w := syntheticWorkload(t, 4, "synthetic:chat", 300, 512)
 	w.arrange(&Level{ArrivalRPS: 20}, &cfg, load.Seed)
 	for _, name := range []string{PolicyRoundRobin, PolicyRandom} {
 		var first *PolicyResult
@@ -136,7 +144,7 @@ func TestSimDeterministicAndCounted(t *testing.T) {
 				evicted += s.Evicted
 				preempt += s.Preemptions
 			}
-			if uint64(res.HitBlocks) != hits || res.EvictedBlocks != evicted || uint64(res.Preemptions) != preempt || res.Completed != len(ps) {
+			if uint64(res.HitBlocks) != hits || res.EvictedBlocks != evicted || uint64(res.Preemptions) != preempt || res.Completed != len(w.reqs) {
 				t.Fatalf("%s: report %+v, engines hits %d evicted %d preemptions %d", name, res, hits, evicted, preempt)
 			}
 			if res.HitBlocks == 0 || evicted == 0 {
@@ -175,21 +183,7 @@ func (r *turnLog) finished(i int) error {
 // its previous one finished, its think time later; tool-result turns think
 // less.
 func TestSessionsFollowCompletion(t *testing.T) {
-	load := bench.DefaultConfig()
-	load.Workers = 2
-	load.BlockSize = 32
-	load.Workload = "synthetic:agent"
-	load.Synthetic.Prompts = 200
-	cfg := DefaultConfig()
-	cfg.CapacityBlocks = 8192
-	ps, _, err := bench.LoadWorkload(&load)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := newWorkload(ps, &load, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	load, cfg, w := syntheticWorkload(t, 2, "synthetic:agent", 200, 8192)
 	var user, tool, nu, nt float64
 	for _, r := range w.reqs {
 		if r.prev >= 0 {

@@ -277,31 +277,11 @@ func runIndexer(ctx context.Context, args []string, env func(string) (string, bo
 		return 1
 	}
 	log.Info("listening", "url", "http://"+ln.Addr().String(), "workers", ix.Stats().Workers, "peers", len(opts.peers))
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	life := serveHTTP(srv, ln, log, "indexer")
 	if ready != nil {
 		ready <- bound{http: ln.Addr().String(), debug: debug.addr()}
 	}
-	code := 0
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down")
-	case err := <-served:
-		log.Error("indexer: the HTTP server stopped", "err", err)
-		code = 1
-	}
-	shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-	defer cancel()
-	if err := srv.Shutdown(shCtx); err != nil {
-		log.Error("shutdown: the HTTP drain did not finish", "err", err)
-		code = 1
-	}
-	if code == 0 {
-		if err := <-served; err != nil {
-			log.Error("indexer: the HTTP server stopped", "err", err)
-			code = 1
-		}
-	}
+	code := life.drain(life.wait(ctx), nil)
 	if err := zing.Close(); err != nil {
 		log.Error("shutdown: KV-event ingress", "err", err)
 		code = 1

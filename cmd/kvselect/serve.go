@@ -26,6 +26,60 @@ type bound struct {
 	http, debug string
 }
 
+// httpLife is a host's HTTP server from Serve to the end of its drain.
+type httpLife struct {
+	srv    interface{ Shutdown(context.Context) error }
+	served chan error // Serve's result
+	log    *slog.Logger
+	what   string // the host's name in log messages
+}
+
+// serveHTTP starts srv.Serve(ln) in a goroutine.
+func serveHTTP(srv interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+}, ln net.Listener, log *slog.Logger, what string) *httpLife {
+	h := &httpLife{srv: srv, served: make(chan error, 1), log: log, what: what}
+	go func() { h.served <- srv.Serve(ln) }()
+	return h
+}
+
+// wait blocks until ctx ends (exit code 0) or the server stops on its own
+// (1, logged).
+func (h *httpLife) wait(ctx context.Context) int {
+	select {
+	case <-ctx.Done():
+		h.log.Info("shutting down")
+		return 0
+	case err := <-h.served:
+		h.log.Error(h.what+": the HTTP server stopped", "err", err)
+		return 1
+	}
+}
+
+// drain shuts the server down within shutdownGrace (requests already in
+// a handler finish, new ones get 503), runs then (nil: nothing) once the
+// drain is over, and, when code is still 0, reads Serve's own result. It
+// returns code, or 1 when the drain or Serve failed.
+func (h *httpLife) drain(code int, then func()) int {
+	shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := h.srv.Shutdown(shCtx); err != nil {
+		h.log.Error("shutdown: the HTTP drain did not finish", "err", err)
+		code = 1
+	}
+	if then != nil {
+		then()
+	}
+	if code == 0 {
+		if err := <-h.served; err != nil {
+			h.log.Error(h.what+": the HTTP server stopped", "err", err)
+			code = 1
+		}
+	}
+	return code
+}
+
 // host is the life of a long-running subcommand (serve, indexer): it runs
 // until ctx ends and returns the exit code; ready, when non-nil, receives
 // the bound addresses once serving.
@@ -215,8 +269,7 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		scheme = "https"
 	}
 	log.Info("listening", "url", scheme+"://"+ln.Addr().String(), "max_connections", opts.http.MaxConnections, "rlimit_nofile", openFileLimit())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	life := serveHTTP(srv, ln, log, "serve")
 	sweepDone := make(chan struct{})
 	sweepCtx, stopSweep := context.WithCancel(context.Background())
 	go func() {
@@ -256,36 +309,18 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	}
 
 	// 4. Wait for a signal (or the server failing).
-	code := 0
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down")
-	case err := <-served:
-		log.Error("serve: the HTTP server stopped", "err", err)
-		code = 1
-	}
+	code := life.wait(ctx)
 
 	// 5. Stop in reverse order: drain HTTP (requests already in the
 	// handler finish against a live service, new ones get 503), refuse
 	// work that does not come over HTTP, stop the workers file (the
 	// catalog stays as it is) and the sweep, close the listeners of the
 	// ingress, then the demo engines and the debug listener.
-	shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-	defer cancel()
+	//
 	// Requests waiting in a router queue (or on a session another booking
 	// initializes) end now, as shutting down, rather than hold the drain.
 	svc.CancelWaits()
-	if err := srv.Shutdown(shCtx); err != nil {
-		log.Error("shutdown: the HTTP drain did not finish", "err", err)
-		code = 1
-	}
-	svc.Close()
-	if code == 0 {
-		if err := <-served; err != nil {
-			log.Error("serve: the HTTP server stopped", "err", err)
-			code = 1
-		}
-	}
+	code = life.drain(code, svc.Close)
 	if members != nil {
 		poll.Stop()
 		members.stop()

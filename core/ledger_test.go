@@ -139,15 +139,7 @@ func TestLazyExpiryOnBooking(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	now := t0
 	cfg := DefaultConfig()
-	cfg.UseKVEvents = false
-	s, err := New(cfg, Options{Clock: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep, bs := "http://w", uint32(16)
-	if _, err := s.UpsertWorker(&WorkerSpec{WorkerID: 1, WorkerFields: WorkerFields{Endpoint: &ep, BlockSize: &bs}}); err != nil {
-		t.Fatal(err)
-	}
+	s := oneWorkerService(t, cfg, Options{Clock: func() time.Time { return now }})
 	book := func(id string) {
 		t.Helper()
 		req := hashReq(2)

@@ -21,17 +21,9 @@ func TestLifecycleCallSparesANewerBooking(t *testing.T) {
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) {
 			cfg := DefaultConfig()
-			cfg.UseKVEvents = false
 			cfg.Sched.TrackOutputBlocks = true
 			var events []ReplicaEventKind
-			s, err := New(cfg, Options{Replica: hookReplica{func(ev *ReplicaEvent) { events = append(events, ev.Kind) }}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ep, bs := "http://w", uint32(16)
-			if _, err := s.UpsertWorker(&WorkerSpec{WorkerID: 1, WorkerFields: WorkerFields{Endpoint: &ep, BlockSize: &bs}}); err != nil {
-				t.Fatal(err)
-			}
+			s := oneWorkerService(t, cfg, Options{Replica: hookReplica{func(ev *ReplicaEvent) { events = append(events, ev.Kind) }}})
 			req := hashReq(4)
 			req.SelectionID, req.HasSelectionID = "r", true
 			var out Selection
@@ -66,7 +58,7 @@ func TestLifecycleCallSparesANewerBooking(t *testing.T) {
 			}
 			events = events[:0]
 
-			err = call(s)
+			err := call(s)
 			if !ran {
 				t.Fatal("the hook did not run")
 			}

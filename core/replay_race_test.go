@@ -30,17 +30,7 @@ func TestReplayIsSingleUseUnderConcurrency(t *testing.T) {
 		nestedFree = s.Free("sel")
 		_, nestedReplay = s.Reserve(&ReservationRequest{ModelName: "default", SelectionID: "sel"})
 	}}
-	cfg := DefaultConfig()
-	cfg.UseKVEvents = false
-	var err error
-	s, err = New(cfg, Options{Replica: hook})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep, bs := "http://w", uint32(16)
-	if _, err := s.UpsertWorker(&WorkerSpec{WorkerID: 1, WorkerFields: WorkerFields{Endpoint: &ep, BlockSize: &bs}}); err != nil {
-		t.Fatal(err)
-	}
+	s = oneWorkerService(t, DefaultConfig(), Options{Replica: hook})
 	req := hashReq(4)
 	req.SelectionID, req.HasSelectionID = "sel", true
 	var out Selection

@@ -27,16 +27,7 @@ func TestReplayTwiceAfterFree(t *testing.T) {
 		}
 		return now
 	}
-	cfg := DefaultConfig()
-	cfg.UseKVEvents = false
-	s, err := New(cfg, Options{Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep, bs := "http://w", uint32(16)
-	if _, err := s.UpsertWorker(&WorkerSpec{WorkerID: 1, WorkerFields: WorkerFields{Endpoint: &ep, BlockSize: &bs}}); err != nil {
-		t.Fatal(err)
-	}
+	s := oneWorkerService(t, DefaultConfig(), Options{Clock: clock})
 	req := hashReq(4)
 	req.SelectionID, req.HasSelectionID = "sel", true
 	var out Selection

@@ -44,17 +44,8 @@ func TestFreePublishedAfterIDIsReusable(t *testing.T) {
 	}}
 	rep := &logReplica{}
 	cfg := DefaultConfig()
-	cfg.UseKVEvents = false
 	cfg.SessionAffinity = AffinityConfig{TTL: 10 * time.Second}
-	var err error
-	s, err = New(cfg, Options{Replica: rep, Affinity: aff, WriterID: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep, bs := "http://w", uint32(16)
-	if _, err := s.UpsertWorker(&WorkerSpec{WorkerID: 1, WorkerFields: WorkerFields{Endpoint: &ep, BlockSize: &bs}}); err != nil {
-		t.Fatal(err)
-	}
+	s = oneWorkerService(t, cfg, Options{Replica: rep, Affinity: aff, WriterID: 1})
 	req := hashReq(2)
 	req.SelectionID, req.HasSelectionID = "id", true
 	req.SessionID, req.HasSessionID = "sess", true
@@ -73,13 +64,7 @@ func TestFreePublishedAfterIDIsReusable(t *testing.T) {
 		t.Fatalf("origin holds %d bookings, want 1", n)
 	}
 	// A peer applies what was published, in order.
-	peer, err := New(cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := peer.UpsertWorker(&WorkerSpec{WorkerID: 1, WorkerFields: WorkerFields{Endpoint: &ep, BlockSize: &bs}}); err != nil {
-		t.Fatal(err)
-	}
+	peer := oneWorkerService(t, cfg, Options{})
 	var kinds []ReplicaEventKind
 	for i := range rep.evs {
 		rep.evs[i].Origin = 7

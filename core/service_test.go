@@ -25,6 +25,23 @@ func servingEnv(t testing.TB, workers, ranks int) *Service {
 	return s
 }
 
+// oneWorkerService is a Service of cfg without KV events (its bookings
+// need no index) with worker 1 registered: endpoint http://w, block size
+// 16.
+func oneWorkerService(t testing.TB, cfg Config, opts Options) *Service {
+	t.Helper()
+	cfg.UseKVEvents = false
+	s, err := New(cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, bs := "http://w", uint32(16)
+	if _, err := s.UpsertWorker(&WorkerSpec{WorkerID: 1, WorkerFields: WorkerFields{Endpoint: &ep, BlockSize: &bs}}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func hashReq(n int) SelectRequest {
 	var r SelectRequest
 	for i := range n {

@@ -3,8 +3,6 @@ package radix
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,40 +31,19 @@ func at(t *testing.T, s string) time.Time {
 // of a file may be "config ttl=<dur> max=<blocks>". Time is only what the
 // script says (t=<seconds>). -rewrite regenerates the outputs.
 func TestApproxScenarios(t *testing.T) {
-	files, _ := filepath.Glob("testdata/approx/*.txt")
-	if len(files) == 0 {
-		t.Fatal("no approx scenario files")
-	}
-	for _, file := range files {
-		t.Run(filepath.Base(file), func(t *testing.T) {
-			data, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
+	runGolden(t, "testdata/approx/*.txt", func(t *testing.T) func(string) string {
+		var a *Approx
+		return func(cmd string) string {
+			if a == nil {
+				a = newScenarioApprox(t, cmd)
 			}
-			var a *Approx
-			var out strings.Builder
-			for block := range strings.SplitSeq(strings.TrimSpace(string(data)), "\n\n") {
-				cmd, want, _ := strings.Cut(block, "\n----\n")
-				cmd = strings.TrimSuffix(cmd, "\n----")
-				if a == nil {
-					a = newScenarioApprox(t, cmd)
-				}
-				got := runApprox(t, a, cmd)
-				if err := checkApprox(a); err != nil {
-					t.Fatalf("%s: invariant: %v", cmd, err)
-				}
-				if !*rewrite && strings.TrimSpace(got) != strings.TrimSpace(want) {
-					t.Errorf("%s\n got:\n%s\nwant:\n%s", cmd, got, want)
-				}
-				fmt.Fprintf(&out, "%s\n----\n%s\n\n", cmd, strings.TrimSpace(got))
+			got := runApprox(t, a, cmd)
+			if err := checkApprox(a); err != nil {
+				t.Fatalf("%s: invariant: %v", cmd, err)
 			}
-			if *rewrite {
-				if err := os.WriteFile(file, []byte(strings.TrimSpace(out.String())+"\n"), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-		})
-	}
+			return got
+		}
+	})
 }
 
 func newScenarioApprox(t *testing.T, first string) *Approx {

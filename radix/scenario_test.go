@@ -13,13 +13,30 @@ import (
 
 var rewrite = flag.Bool("rewrite", false, "rewrite the golden outputs of scenario tests")
 
-// TestScenarios runs the scripts in testdata/scenarios. Each block is a
-// command line, a "----" line and the expected output; -rewrite regenerates
-// the outputs from the current code (review the diff before committing).
+// TestScenarios runs the scripts in testdata/scenarios (see runGolden) on
+// an index of one shard, checking its invariants after every command.
 func TestScenarios(t *testing.T) {
-	files, _ := filepath.Glob("testdata/scenarios/*.txt")
+	runGolden(t, "testdata/scenarios/*.txt", func(t *testing.T) func(string) string {
+		ix, _ := New(Config{Shards: 1})
+		return func(cmd string) string {
+			got := runCommand(t, ix, cmd)
+			if err := checkIndex(ix); err != nil {
+				t.Fatalf("%s: invariant: %v", cmd, err)
+			}
+			return got
+		}
+	})
+}
+
+// runGolden runs every file matching glob as a golden script: blocks of a
+// command line, a "----" line and the expected output, separated by blank
+// lines. start begins a file and returns the step that runs one command
+// and returns its output. -rewrite regenerates the outputs from the
+// current code (review the diff before committing).
+func runGolden(t *testing.T, glob string, start func(t *testing.T) func(cmd string) string) {
+	files, _ := filepath.Glob(glob)
 	if len(files) == 0 {
-		t.Fatal("no scenario files")
+		t.Fatalf("no files match %s", glob)
 	}
 	for _, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {
@@ -27,15 +44,12 @@ func TestScenarios(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ix, _ := New(Config{Shards: 1})
+			step := start(t)
 			var out strings.Builder
 			for block := range strings.SplitSeq(strings.TrimSpace(string(data)), "\n\n") {
 				cmd, want, _ := strings.Cut(block, "\n----\n")
 				cmd = strings.TrimSuffix(cmd, "\n----")
-				got := runCommand(t, ix, cmd)
-				if err := checkIndex(ix); err != nil {
-					t.Fatalf("%s: invariant: %v", cmd, err)
-				}
+				got := step(cmd)
 				if !*rewrite && strings.TrimSpace(got) != strings.TrimSpace(want) {
 					t.Errorf("%s\n got:\n%s\nwant:\n%s", cmd, got, want)
 				}

@@ -47,6 +47,25 @@ func acceptAllTestServer(t *testing.T, active int) string {
 // selections match real prefixes (mean_overlap_blocks > 0), with hash and
 // with token bodies. With --fill=false the engines publish nothing and
 // every selection matches nothing.
+// smallBench runs `kvselect bench` in process for duration (8 clients, 3
+// workers, 40 prompts, against the no-op baseline too) with extra flags,
+// and returns its JSON report and its printed output.
+func smallBench(t *testing.T, duration string, extra ...string) ([]byte, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "r.json")
+	var out, errw bytes.Buffer
+	args := append([]string{"--concurrency", "8", "--duration", duration, "--warmup", "50ms", "--workers", "3",
+		"--prompts", "40", "--baseline", "noop", "--json", path, "--no-progress"}, extra...)
+	if code := benchMain(context.Background(), args, &out, &errw); code != 0 {
+		t.Fatalf("%q: exit %d: %s", extra, code, errw.String())
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw, out.String()
+}
+
 func TestBenchInProcess(t *testing.T) {
 	type report struct {
 		Requests    int64                           `json:"requests"`
@@ -59,17 +78,7 @@ func TestBenchInProcess(t *testing.T) {
 	}
 	measure := func(extra ...string) (report, string) {
 		t.Helper()
-		path := filepath.Join(t.TempDir(), "r.json")
-		var out, errw bytes.Buffer
-		args := append([]string{"--concurrency", "8", "--duration", "300ms", "--warmup", "50ms", "--workers", "3",
-			"--prompts", "40", "--baseline", "noop", "--json", path, "--no-progress"}, extra...)
-		if code := benchMain(context.Background(), args, &out, &errw); code != 0 {
-			t.Fatalf("%q: exit %d: %s", extra, code, errw.String())
-		}
-		raw, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		raw, out := smallBench(t, "300ms", extra...)
 		var rep report
 		if err := json.Unmarshal(raw, &rep); err != nil {
 			t.Fatal(err)
@@ -77,7 +86,7 @@ func TestBenchInProcess(t *testing.T) {
 		if rep.Requests == 0 || len(rep.Errors) != 0 || rep.Leaked == nil || *rep.Leaked != 0 || rep.MeanOverlap == nil || rep.MeanPrompt == 0 {
 			t.Fatalf("%q: report %s", extra, raw)
 		}
-		return rep, out.String()
+		return rep, out
 	}
 
 	svgPath := filepath.Join(t.TempDir(), "latency.svg")

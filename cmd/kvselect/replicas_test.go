@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -130,18 +128,8 @@ func TestInProcessReplicasMirrorBookings(t *testing.T) {
 func TestBenchReplicasAndDisagg(t *testing.T) {
 	run := func(extra ...string) []byte {
 		t.Helper()
-		path := filepath.Join(t.TempDir(), "r.json")
-		var out, errw bytes.Buffer
-		args := append([]string{"--concurrency", "8", "--duration", "400ms", "--warmup", "50ms", "--workers", "3",
-			"--prompts", "40", "--baseline", "noop", "--json", path, "--no-progress"}, extra...)
-		if code := benchMain(context.Background(), args, &out, &errw); code != 0 {
-			t.Fatalf("%q: exit %d: %s", extra, code, errw.String())
-		}
-		raw, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%q:\n%s", extra, out.String())
+		raw, out := smallBench(t, "400ms", extra...)
+		t.Logf("%q:\n%s", extra, out)
 		return raw
 	}
 	type result struct {

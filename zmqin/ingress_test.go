@@ -30,7 +30,10 @@ func TestPublisherToIndex(t *testing.T) {
 			waitFor(t, "3 blocks matched", func() bool { return sink.Depth(w, toks) == 3 })
 			p.Publish(removed(0xa3))
 			// The writer counts a batch applied just after the index shows it.
-			waitFor(t, "2 blocks matched", func() bool { return sink.Depth(w, toks) == 2 && in.Stats().BatchesApplied == 2 })
+			waitFor(t, "2 blocks matched", func() bool {
+				s := in.Stats()
+				return sink.Depth(w, toks) == 2 && s.BatchesApplied == 2 && s.EventsApplied == 2
+			})
 
 			st := status(in, 7)
 			if len(st) != 1 || st[0].State != "live" || !st[0].HasSeq || st[0].LastSeq != 1 || st[0].Batches != 2 || st[0].Gaps != 0 {

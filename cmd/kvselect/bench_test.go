@@ -39,14 +39,6 @@ func acceptAllTestServer(t *testing.T, active int) string {
 	return "http://" + ln.Addr().String()
 }
 
-// TestBenchInProcess runs `kvselect bench` the default way: kvselect in
-// this process with a simulated engine per worker whose KV events fill the
-// index before the load, the lifecycle mix, and the same-run no-op
-// baseline. No reservation may leak and no call may fail; on the synthetic
-// workload, whose prompts share system prompts and grow turn by turn,
-// selections match real prefixes (mean_overlap_blocks > 0), with hash and
-// with token bodies. With --fill=false the engines publish nothing and
-// every selection matches nothing.
 // smallBench runs `kvselect bench` in process for duration (8 clients, 3
 // workers, 40 prompts, against the no-op baseline too) with extra flags,
 // and returns its JSON report and its printed output.
@@ -66,6 +58,14 @@ func smallBench(t *testing.T, duration string, extra ...string) ([]byte, string)
 	return raw, out.String()
 }
 
+// TestBenchInProcess runs `kvselect bench` the default way: kvselect in
+// this process with a simulated engine per worker whose KV events fill the
+// index before the load, the lifecycle mix, and the same-run no-op
+// baseline. No reservation may leak and no call may fail; on the synthetic
+// workload, whose prompts share system prompts and grow turn by turn,
+// selections match real prefixes (mean_overlap_blocks > 0), with hash and
+// with token bodies. With --fill=false the engines publish nothing and
+// every selection matches nothing.
 func TestBenchInProcess(t *testing.T) {
 	type report struct {
 		Requests    int64                           `json:"requests"`

@@ -85,5 +85,8 @@
 // the requests in order (no policy over the engines can do better).
 // Report.Policies is the highest level's. round_robin and random are
 // deterministic; the selector's policies are when the in-process selector
-// is used (its tie-breaks are seeded from bench.Config.Seed, --rand-seed).
+// is used: each selector policy's run at each level gets a selector of its
+// own, its tie-breaks seeded from bench.Config.Seed (--rand-seed), so a
+// policy's figures are the same whichever other policies run with it. An
+// external selector (--target) is shared by the runs and keeps its state.
 package sim

@@ -186,41 +186,28 @@ func Run(ctx context.Context, load bench.Config, cfg Config) (*Report, error) {
 		return nil, err
 	}
 
-	var base, approx string
-	if slices.ContainsFunc(cfg.Policies, func(p string) bool { return p == PolicyKVSelect || p == PolicyCacheBalance }) {
-		b, stop, err := bench.ResolveTarget(&load, logw)
-		if err != nil {
-			return nil, err
-		}
-		defer stop()
-		base = b
+	if slices.Contains(cfg.Policies, PolicyApprox) && cfg.ApproxTarget == "" && cfg.StartApproxServer == nil {
+		fmt.Fprintf(logw, "policy %s: skipped (no selector without KV events: --approx-target)\n", PolicyApprox)
 	}
-	if slices.Contains(cfg.Policies, PolicyApprox) {
-		a, stop, err := resolveApprox(&cfg, logw)
-		if err != nil {
-			return nil, err
-		}
-		defer stop()
-		approx = a
-		if approx == "" {
-			fmt.Fprintf(logw, "policy %s: skipped (no selector without KV events: --approx-target)\n", PolicyApprox)
-		}
-	}
-	rep.Target = base
 	for _, lv := range levels {
 		w.arrange(lv, &cfg, load.Seed)
 		for _, name := range cfg.Policies {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			target := base
-			if name == PolicyApprox {
-				if target = approx; target == "" {
-					continue
-				}
+			target, stop, err := selectorFor(name, &load, &cfg, logw)
+			if err != nil {
+				return nil, err
+			}
+			if name == PolicyApprox && target == "" {
+				continue
+			}
+			if rep.Target == "" && name != PolicyApprox {
+				rep.Target = target
 			}
 			t0 := time.Now()
 			res, err := simulatePolicy(ctx, name, target, &load, &cfg, w)
+			stop()
 			if err != nil {
 				return nil, fmt.Errorf("sim: policy %s at %s: %w", name, lv.label(), err)
 			}
@@ -272,6 +259,22 @@ func planLevels(ctx context.Context, w *workload, load *bench.Config, cfg *Confi
 		levels = append(levels, lv)
 	}
 	return levels, nil
+}
+
+// selectorFor returns the selector that policy name's run asks ("" and a
+// no-op stop for the policies that ask none) and the function that stops
+// it. A selector run in process is started for the run alone, so its
+// seeded tie-break source (--rand-seed) starts afresh and a policy's
+// figures do not depend on which policies ran before it; an external
+// selector (load.Target, cfg.ApproxTarget) is shared by every run.
+func selectorFor(name string, load *bench.Config, cfg *Config, logw io.Writer) (string, func(), error) {
+	switch {
+	case name == PolicyApprox:
+		return resolveApprox(cfg, logw)
+	case selectorPolicy(name):
+		return bench.ResolveTarget(load, logw)
+	}
+	return "", func() {}, nil
 }
 
 // resolveApprox returns the approximate policy's selector: ApproxTarget, or

@@ -142,3 +142,53 @@ func BenchmarkFillWhileBooking(b *testing.B) {
 	close(stop)
 	<-done
 }
+
+// BenchmarkCreditStored is the cost KV-event progress adds per 32-block
+// BlockStored event (compare radix's BenchmarkApplyStored, the index's
+// cost of the same event): "chunk" continues a booking credited before
+// (the O(1) parent match), "unmatched" an event of no booking behind 8
+// pending ones, none credited yet (the sequence-hash scan of every
+// booking, 256 hashes: a booking's first chunk costs at most that plus a
+// chunk).
+func BenchmarkCreditStored(b *testing.B) {
+	const blocks = 32
+	setup := func(b *testing.B, pending int) (*testTracker, *WorkerLoad) {
+		tr := newTracker(b, nil)
+		w := tr.AddWorker(wk(1, 0))
+		for i := range pending {
+			p := newPrompt(uint64(1_000_000+i*100_000), 100_000/blocks*blocks/2)
+			must(b, tr.Book(&tbook{RequestID: fmt.Sprint(i), Worker: w.Key(), SequenceHashes: p.seq, PrefillTokens: int64(len(p.seq)) * 16, AssumeKVReuse: true, BlockSize: 16}, t0))
+		}
+		return tr, w
+	}
+	b.Run("chunk", func(b *testing.B) {
+		_, w := setup(b, 1)
+		p := newPrompt(1_000_000, 100_000/blocks*blocks/2)
+		events := make([]storedEvent, 0, len(p.seq)/blocks)
+		for from := 0; from+blocks <= len(p.seq); from += blocks {
+			events = append(events, p.stored(from, from+blocks))
+		}
+		credit(w, events[0])
+		k := 1
+		b.ReportAllocs()
+		for b.Loop() {
+			if k == len(events) {
+				b.StopTimer()
+				_, w = setup(b, 1)
+				credit(w, events[0])
+				k = 1
+				b.StartTimer()
+			}
+			credit(w, events[k])
+			k++
+		}
+	})
+	b.Run("unmatched", func(b *testing.B) {
+		_, w := setup(b, 8)
+		ev := newPrompt(7, blocks).stored(0, blocks)
+		b.ReportAllocs()
+		for b.Loop() {
+			credit(w, ev)
+		}
+	})
+}

@@ -54,6 +54,11 @@
 //     Release once the request is freed, expired (cfg.ActiveRequestExpiry
 //     after admission) or its worker retired. The host decides which call
 //     wins (one record, one owner); Release is idempotent regardless.
+//  8. Passes every device-tier BlockStored event of a rank's KV events to
+//     its WorkerLoad.CreditStored, which credits the blocks to the booking
+//     they compute (A_c, progress.go): the prefill left on the rank, which
+//     CacheBalance reads and the reference's cost function does not. A
+//     host without KV events skips this step; A_c then stays 0.
 //
 // # Concurrency
 //
@@ -65,7 +70,7 @@
 // Scoring takes no lock: WorkerLoad.NewBlocks walks the worker's prompt
 // trie lock-free (writers publish changes by atomic pointer stores, see
 // pnode), while Slot.Book, OutputBlock and Release serialize on the worker's
-// mutex. CompletePrefill is one atomic swap.
+// mutex, as does CreditStored. CompletePrefill is atomic swaps.
 //
 // # Errors
 //

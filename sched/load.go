@@ -52,6 +52,13 @@ type counters struct {
 	blocksFixed atomic.Int64
 	// requests (N) = number of booked, unreleased slots.
 	requests atomic.Int64
+	// computed (A_c) = Σ over booked slots of their credited prefill
+	// (progress.go), once no call is in flight.
+	computed atomic.Int64
+	// pairs (A_pairs) = Σ over booked slots of the attention pairs of
+	// their prefill not yet credited (progress.go), in [0,
+	// MaxPrefillPairs] once no call is in flight.
+	pairs atomic.Int64
 }
 
 // WorkerLoad is the load accounting of one (worker, dp_rank): the counters
@@ -62,7 +69,7 @@ type counters struct {
 type WorkerLoad struct {
 	_   [cacheLinePad]byte
 	c   counters
-	_   [cacheLinePad - 24]byte
+	_   [cacheLinePad - 40]byte
 	key radix.WorkerKey
 	// trackBlocks is Config.TrackActiveBlocks.
 	trackBlocks bool
@@ -76,6 +83,9 @@ type WorkerLoad struct {
 	// the counters above are atomics.
 	mu   sync.Mutex
 	trie promptTrie
+	// credit is the FIFO of slots that can take prefill credit
+	// (progress.go).
+	credit creditQueue
 }
 
 // NewWorkerLoad returns the empty load of worker rank key. cfg is the
@@ -106,17 +116,26 @@ type Loads struct {
 	Blocks int64
 	// Requests is N: live requests.
 	Requests int64
+	// ComputedPrefillTokens is A_c: the part of A_p the worker's KV
+	// events show computed (CreditStored), at most PrefillTokens.
+	ComputedPrefillTokens int64
+	// PrefillPairs is A_pairs: the attention pairs of the prefill left
+	// (A_p − A_c), placed in each prompt.
+	PrefillPairs int64
 }
 
 // Key returns the worker rank w accounts for.
 func (w *WorkerLoad) Key() radix.WorkerKey { return w.key }
 
-// Loads reads the counters: three atomic loads, no lock.
+// Loads reads the counters: five atomic loads, no lock.
 func (w *WorkerLoad) Loads() Loads {
+	ap := max(0, w.c.prefillTokens.Load())
 	return Loads{
-		PrefillTokens: max(0, w.c.prefillTokens.Load()),
-		Blocks:        roundBlocks(w.c.blocksFixed.Load()),
-		Requests:      max(0, w.c.requests.Load()),
+		PrefillTokens:         ap,
+		Blocks:                roundBlocks(w.c.blocksFixed.Load()),
+		Requests:              max(0, w.c.requests.Load()),
+		ComputedPrefillTokens: min(ap, max(0, w.c.computed.Load())),
+		PrefillPairs:          max(0, w.c.pairs.Load()),
 	}
 }
 
@@ -196,25 +215,33 @@ func (w *WorkerLoad) NewBlocks(seq []uint64, assumeReuse bool) int64 {
 // addPrefill adds min(p, MaxActivePrefillTokens − A_p) to A_p and returns
 // the amount added (0 when saturated or p <= 0).
 func (c *counters) addPrefill(p int64) int64 {
+	return addSaturating(&c.prefillTokens, p, MaxActivePrefillTokens)
+}
+
+// addSaturating adds min(p, limit − v) to v and returns the amount added
+// (0 when saturated or p <= 0).
+func addSaturating(v *atomic.Int64, p, limit int64) int64 {
 	for {
-		cur := c.prefillTokens.Load()
-		a := min(p, MaxActivePrefillTokens-cur)
+		cur := v.Load()
+		a := min(p, limit-cur)
 		if a <= 0 {
 			return 0
 		}
-		if c.prefillTokens.CompareAndSwap(cur, cur+a) {
+		if v.CompareAndSwap(cur, cur+a) {
 			return a
 		}
 	}
 }
 
-// Fill sets c's load fields (HasLoad, A_p, A_d, N, add) from w for a request
-// with sequence hashes seq.
+// Fill sets c's load fields (HasLoad, A_p, A_c, A_d, N, add) from w for a
+// request with sequence hashes seq.
 func (w *WorkerLoad) Fill(c *Candidate, seq []uint64, assumeReuse bool) {
 	l := w.Loads()
 	c.HasLoad = true
 	c.ActivePrefillTokens = l.PrefillTokens
 	c.ActiveBlocks = l.Blocks
 	c.ActiveRequests = l.Requests
+	c.ComputedPrefillTokens = l.ComputedPrefillTokens
+	c.PendingPrefillPairs = l.PrefillPairs
 	c.NewBlocks = w.NewBlocks(seq, assumeReuse)
 }

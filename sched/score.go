@@ -76,6 +76,16 @@ type Candidate struct {
 	ActiveBlocks int64
 	// ActiveRequests (N): live requests.
 	ActiveRequests int64
+	// ComputedPrefillTokens (A_c): the part of ActivePrefillTokens the
+	// worker's KV events show computed (WorkerLoad.CreditStored), at most
+	// ActivePrefillTokens; for policies that estimate the prefill left.
+	// The reference's cost function does not read it.
+	ComputedPrefillTokens int64
+	// PendingPrefillPairs (A_pairs): the attention pairs of the prefill
+	// left (ActivePrefillTokens − ComputedPrefillTokens), each booking's
+	// placed after its cached prefix; for policies that count prefill as
+	// time. The reference's cost function does not read it.
+	PendingPrefillPairs int64
 	// NewBlocks (add): the request's full blocks whose sequence hashes are
 	// not in the worker's active prompt set.
 	NewBlocks int64

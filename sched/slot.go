@@ -35,6 +35,17 @@ type Slot struct {
 	// (what addPrefill added, less than Booking.PrefillTokens when A_p
 	// saturated); swapped to 0 exactly once, by CompletePrefill or Release.
 	prefill atomic.Int64
+	// credited is the part of prefill the worker's KV events show
+	// computed (progress.go): in [0, prefill], counted in w's A_c.
+	credited atomic.Int64
+	// pairs is the attention work of the prefill not yet credited
+	// (attentionPairs from start+credited), counted in w's A_pairs.
+	pairs atomic.Int64
+	// bs is Booking.BlockSize; immutable after Book.
+	bs int64
+	// start is the prompt position the booked prefill starts at (the
+	// cached prefix); immutable after Book.
+	start int64
 
 	// Under w.mu:
 	hashes        []uint64 // owned copy of the sequence hashes; the trie aliases it (never written)
@@ -44,6 +55,11 @@ type Slot struct {
 	outputs       int64    // output blocks added
 	outputFixed   int64    // fixed-point total weight of the output blocks
 	released      bool     // Release ran: counted in no counter any more
+	next, prev    *Slot    // w.credit's links (progress.go)
+	queued        bool     // in w.credit
+	cursor        int      // index in hashes of the next block to compute
+	lastStored    uint64   // engine hash of the last block credited (valid when resumed)
+	resumed       bool     // an event matched: lastStored is set
 }
 
 // Booking is the input of Slot.Book.
@@ -58,6 +74,11 @@ type Booking struct {
 	// AssumeKVReuse is the request's resolved assume_kv_reuse: false counts
 	// every block as the request's own (no prefix sharing).
 	AssumeKVReuse bool
+	// BlockSize is the partition's block size in tokens: the booked
+	// prefill is taken to end at len(SequenceHashes)·BlockSize, which
+	// places it in the prompt for its attention work (A_pairs). 0 counts
+	// it from position 0.
+	BlockSize int64
 }
 
 // Book records the request on worker rank w (Dynamo's add_request,
@@ -85,6 +106,19 @@ func (s *Slot) Book(w *WorkerLoad, b *Booking) error {
 	s.w = w
 	if b.PrefillTokens > 0 {
 		s.prefill.Store(w.c.addPrefill(b.PrefillTokens))
+		if p := s.prefill.Load(); p > 0 {
+			if bs := b.BlockSize; bs > 0 {
+				// The prompt has len(hashes) full blocks and a partial
+				// one of r < bs tokens; p = isl − cached, so the cached
+				// prefix ends at block ceil((len·bs − p)/bs).
+				cb := min(int64(len(b.SequenceHashes)), max(0, (int64(len(b.SequenceHashes))*bs-p+bs-1)/bs))
+				s.start, s.bs, s.cursor = cb*bs, bs, int(cb)
+				if len(hashes) > 0 && s.cursor < len(hashes) {
+					w.credit.push(s)
+				}
+			}
+			s.pairs.Store(addSaturating(&w.c.pairs, attentionPairs(s.start, p), MaxPrefillPairs))
+		}
 	}
 	var delta int64
 	if w.trackBlocks {
@@ -133,15 +167,23 @@ func (s *Slot) AppendHashes(dst []uint64) []uint64 {
 // Book).
 func (s *Slot) Retired() bool { return s.w != nil && s.w.Retired() }
 
-// CompletePrefill clears the slot's booked prefill from A_p (Dynamo's
-// mark_prefill_completed). Idempotent; one atomic swap, no lock. Release
-// swaps the same field, so a completion racing a release subtracts nothing
-// twice.
+// CompletePrefill clears the slot's booked prefill from A_p and its
+// credit from A_c (Dynamo's mark_prefill_completed). Idempotent; atomic
+// swaps, no lock. Release swaps the same fields, so a completion
+// racing a release subtracts nothing twice.
 func (s *Slot) CompletePrefill() {
 	s.mustBeBooked()
+	s.clearPrefill()
+}
+
+// clearPrefill takes the slot's prefill out of A_p, then its credit out
+// of A_c (in that order: see CreditStored). The slot may stay in the
+// credit queue; CreditStored or Release unlinks it.
+func (s *Slot) clearPrefill() {
 	if p := s.prefill.Swap(0); p != 0 {
 		s.w.c.prefillTokens.Add(-p)
 	}
+	s.dropCredit()
 }
 
 // OutputBlock records one output block of the request (Dynamo's
@@ -203,11 +245,10 @@ func decayWeight(decayFraction *float64) (int64, error) {
 func (s *Slot) Release() bool {
 	s.mustBeBooked()
 	w := s.w
-	if p := s.prefill.Swap(0); p != 0 {
-		w.c.prefillTokens.Add(-p)
-	}
+	s.clearPrefill()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.credit.remove(s)
 	if s.released {
 		return false
 	}

@@ -71,6 +71,7 @@ func TestTrackerMatchesModel(t *testing.T) {
 			}
 			l.Requests++
 			l.PrefillTokens += r.prefill
+			l.PrefillPairs += attentionPairs(0, r.prefill) // booked without a block size: from position 0
 			for _, o := range r.outputs {
 				blocks += o
 			}

@@ -27,6 +27,7 @@ type tbook struct {
 	SequenceHashes []uint64
 	PrefillTokens  int64
 	AssumeKVReuse  bool
+	BlockSize      int64
 }
 
 var errDuplicate = fmt.Errorf("test host: duplicate request id")
@@ -60,7 +61,7 @@ func (tr *testTracker) Book(b *tbook, _ time.Time) error {
 		return fmt.Errorf("%w: %v", ErrWorkerNotFound, b.Worker)
 	}
 	s := new(Slot)
-	if err := s.Book(w, &Booking{SequenceHashes: b.SequenceHashes, PrefillTokens: b.PrefillTokens, AssumeKVReuse: b.AssumeKVReuse}); err != nil {
+	if err := s.Book(w, &Booking{SequenceHashes: b.SequenceHashes, PrefillTokens: b.PrefillTokens, AssumeKVReuse: b.AssumeKVReuse, BlockSize: b.BlockSize}); err != nil {
 		return err
 	}
 	if _, loaded := tr.reqs.LoadOrStore(b.RequestID, s); loaded {

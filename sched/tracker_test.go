@@ -30,9 +30,18 @@ func seqN(start, n int) []uint64 {
 	return local
 }
 
+// wantLoads compares w's loads with want: A_p, A_d, N and A_c exactly;
+// A_pairs exactly when want sets it, else only its link with the prefill
+// left (zero exactly when A_p − A_c is).
 func wantLoads(t *testing.T, w *WorkerLoad, want Loads) {
 	t.Helper()
-	if got := w.Loads(); got != want {
+	got := w.Loads()
+	pairs := got.PrefillPairs == want.PrefillPairs
+	if want.PrefillPairs == 0 {
+		pairs = (got.PrefillPairs == 0) == (got.PrefillTokens == got.ComputedPrefillTokens)
+	}
+	if got.PrefillTokens != want.PrefillTokens || got.Blocks != want.Blocks || got.Requests != want.Requests ||
+		got.ComputedPrefillTokens != want.ComputedPrefillTokens || !pairs {
 		t.Fatalf("%v loads = %+v, want %+v", w.Key(), got, want)
 	}
 }
@@ -41,7 +50,7 @@ func wantLoads(t *testing.T, w *WorkerLoad, want Loads) {
 // and compares them with the counters and the trie.
 func checkInvariants(t *testing.T, tr *testTracker) {
 	t.Helper()
-	type sums struct{ prefill, fixed, n int64 }
+	type sums struct{ prefill, fixed, n, credited, pairs int64 }
 	per := map[*WorkerLoad]*sums{}
 	tr.workers.Range(func(_ radix.WorkerKey, w *WorkerLoad) bool { per[w] = &sums{}; return true })
 	tr.reqs.Range(func(id string, r *Slot) bool {
@@ -52,6 +61,12 @@ func checkInvariants(t *testing.T, tr *testTracker) {
 		}
 		r.w.mu.Lock()
 		s.prefill += r.prefill.Load()
+		c, p := r.credited.Load(), r.pairs.Load()
+		if c < 0 || c > r.prefill.Load() || p < 0 {
+			t.Errorf("request %s: credited %d, pairs %d, prefill %d", id, c, p, r.prefill.Load())
+		}
+		s.credited += c
+		s.pairs += p
 		if !r.released {
 			s.n++
 			s.fixed += r.outputFixed + r.private*r.privateWeight
@@ -72,6 +87,12 @@ func checkInvariants(t *testing.T, tr *testTracker) {
 		}
 		if got := w.c.requests.Load(); got != s.n {
 			t.Errorf("%v requests %d, recount %d", w.key, got, s.n)
+		}
+		if got := w.c.computed.Load(); got != s.credited {
+			t.Errorf("%v computed %d, recount %d", w.key, got, s.credited)
+		}
+		if got := w.c.pairs.Load(); got != s.pairs {
+			t.Errorf("%v pairs %d, recount %d", w.key, got, s.pairs)
 		}
 	}
 }

@@ -1,0 +1,254 @@
+package sched
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/kvselect/kvselect/radix"
+)
+
+// progressPrompt is a prompt of n full blocks of bs tokens for the
+// progress tests: its local hashes base..base+n-1, its sequence hashes,
+// and the engine hashes an engine gives its blocks (external, opaque).
+type progressPrompt struct {
+	local, seq []uint64
+	base       uint64
+}
+
+func newPrompt(base uint64, n int) progressPrompt {
+	local := seqN(int(base), n)
+	return progressPrompt{local: local, seq: radix.SequenceHashes(nil, local), base: base}
+}
+
+// engineHash is block i's engine hash.
+func (p progressPrompt) engineHash(i int) uint64 { return 1<<40 + p.base<<16 + uint64(i) }
+
+// storedEvent is a BlockStored event as the index receives it.
+type storedEvent struct {
+	parent    uint64
+	hasParent bool
+	blocks    []radix.Block
+}
+
+// stored is the BlockStored event of blocks [from, to).
+func (p progressPrompt) stored(from, to int) storedEvent {
+	var e storedEvent
+	for i := from; i < to; i++ {
+		e.blocks = append(e.blocks, radix.Block{Hash: p.engineHash(i), Local: p.local[i]})
+	}
+	if from > 0 {
+		e.parent, e.hasParent = p.engineHash(from-1), true
+	}
+	return e
+}
+
+func credit(w *WorkerLoad, e storedEvent) { w.CreditStored(e.parent, e.hasParent, e.blocks) }
+
+// TestCreditStoredFollowsTheBooking: a booking of a 10-block prompt of
+// which 2 blocks are cached (8 blocks, 128 tokens booked) is credited
+// chunk by chunk as its engine stores its blocks: A_c grows by each
+// chunk's tokens and A_pairs shrinks by the attention work of the tokens
+// computed, both back to 0 at its first token.
+func TestCreditStoredFollowsTheBooking(t *testing.T) {
+	tr := newTracker(t, nil)
+	w := tr.AddWorker(wk(1, 0))
+	p := newPrompt(100, 10)
+	must(t, tr.Book(&tbook{RequestID: "a", Worker: w.Key(), SequenceHashes: p.seq, PrefillTokens: 128, AssumeKVReuse: true, BlockSize: 16}, t0))
+	wantLoads(t, w, Loads{PrefillTokens: 128, Blocks: 10, Requests: 1, PrefillPairs: attentionPairs(32, 128)})
+
+	credit(w, p.stored(2, 6)) // the first chunk: blocks 2-5
+	wantLoads(t, w, Loads{PrefillTokens: 128, Blocks: 10, Requests: 1, ComputedPrefillTokens: 64, PrefillPairs: attentionPairs(96, 64)})
+	checkInvariants(t, tr)
+
+	credit(w, p.stored(6, 10)) // the next chunk, found by its parent
+	wantLoads(t, w, Loads{PrefillTokens: 128, Blocks: 10, Requests: 1, ComputedPrefillTokens: 128})
+	if w.Loads().PrefillPairs != 0 {
+		t.Fatalf("pairs left %d once every block is computed", w.Loads().PrefillPairs)
+	}
+	// Output blocks chain from the prompt's last block; the booking has
+	// taken its whole prefill, so they credit nothing.
+	credit(w, storedEvent{p.engineHash(9), true, []radix.Block{{Hash: 7, Local: 7}}})
+	wantLoads(t, w, Loads{PrefillTokens: 128, Blocks: 10, Requests: 1, ComputedPrefillTokens: 128})
+
+	if !tr.PrefillComplete("a") {
+		t.Fatal("PrefillComplete(a) = false")
+	}
+	wantLoads(t, w, Loads{Blocks: 10, Requests: 1})
+	checkInvariants(t, tr)
+	tr.Free("a")
+	wantLoads(t, w, Loads{})
+	if w.credit.head != nil {
+		t.Fatal("credit queue not empty once every slot is released")
+	}
+}
+
+// TestCreditStoredMatchesByHash: blocks are credited to the booking they
+// belong to, not to the oldest; blocks of no pending booking (another
+// prompt, a chunk whose parent no booking stored, output blocks) credit
+// nothing.
+func TestCreditStoredMatchesByHash(t *testing.T) {
+	tr := newTracker(t, nil)
+	w := tr.AddWorker(wk(1, 0))
+	a, b, other := newPrompt(100, 8), newPrompt(200, 8), newPrompt(300, 8)
+	must(t, tr.Book(&tbook{RequestID: "a", Worker: w.Key(), SequenceHashes: a.seq, PrefillTokens: 128, AssumeKVReuse: true, BlockSize: 16}, t0))
+	must(t, tr.Book(&tbook{RequestID: "b", Worker: w.Key(), SequenceHashes: b.seq, PrefillTokens: 128, AssumeKVReuse: true, BlockSize: 16}, t0))
+
+	credit(w, b.stored(0, 3))
+	credit(w, other.stored(0, 8))
+	credit(w, storedEvent{other.engineHash(2), true, []radix.Block{{Hash: 9, Local: b.local[3]}}})
+	credit(w, storedEvent{12345, true, []radix.Block{{Hash: 10, Local: 10}}})
+	if got := w.Loads().ComputedPrefillTokens; got != 48 {
+		t.Fatalf("A_c = %d, want 48 (b's 3 blocks only)", got)
+	}
+	tr.reqs.Range(func(id string, s *Slot) bool {
+		if want := map[string]int64{"a": 0, "b": 48}[id]; s.credited.Load() != want {
+			t.Errorf("%s credited %d, want %d", id, s.credited.Load(), want)
+		}
+		return true
+	})
+	checkInvariants(t, tr)
+
+	// b's prefill completes: its credit leaves with it and its late
+	// chunk finds no booking.
+	tr.PrefillComplete("b")
+	credit(w, b.stored(3, 8))
+	wantLoads(t, w, Loads{PrefillTokens: 128, Blocks: 16, Requests: 2})
+	checkInvariants(t, tr)
+}
+
+// TestCreditStoredRecomputedPrefix: an engine that found less of the
+// prefix cached than the booking's overlap (it was evicted meanwhile)
+// stores blocks before the booking's first; only the booked ones count.
+func TestCreditStoredRecomputedPrefix(t *testing.T) {
+	tr := newTracker(t, nil)
+	w := tr.AddWorker(wk(1, 0))
+	p := newPrompt(100, 10)
+	// 4 blocks cached at booking and a partial block of 5 tokens: 6·16 + 5.
+	must(t, tr.Book(&tbook{RequestID: "a", Worker: w.Key(), SequenceHashes: p.seq, PrefillTokens: 101, AssumeKVReuse: true, BlockSize: 16}, t0))
+	credit(w, p.stored(1, 7)) // blocks 1-6: 4, 5 and 6 are the booking's
+	wantLoads(t, w, Loads{PrefillTokens: 101, Blocks: 10, Requests: 1, ComputedPrefillTokens: 48, PrefillPairs: attentionPairs(64+48, 101-48)})
+	credit(w, p.stored(7, 10))
+	// The partial block is never stored: 5 tokens stay ahead.
+	wantLoads(t, w, Loads{PrefillTokens: 101, Blocks: 10, Requests: 1, ComputedPrefillTokens: 96, PrefillPairs: attentionPairs(160, 5)})
+	checkInvariants(t, tr)
+}
+
+// TestCreditStoredWithoutHashes: a booking the events cannot be matched
+// to (no block size, or no sequence hashes kept: assume_kv_reuse off)
+// keeps its whole prefill ahead, as without KV events.
+func TestCreditStoredWithoutHashes(t *testing.T) {
+	tr := newTracker(t, nil)
+	w := tr.AddWorker(wk(1, 0))
+	p := newPrompt(100, 4)
+	must(t, tr.Book(&tbook{RequestID: "a", Worker: w.Key(), SequenceHashes: p.seq, PrefillTokens: 64, AssumeKVReuse: true}, t0))
+	must(t, tr.Book(&tbook{RequestID: "b", Worker: w.Key(), SequenceHashes: p.seq, PrefillTokens: 64, AssumeKVReuse: false, BlockSize: 16}, t0))
+	credit(w, p.stored(0, 4))
+	if got := w.Loads().ComputedPrefillTokens; got != 0 {
+		t.Fatalf("A_c = %d, want 0", got)
+	}
+	if w.credit.head != nil {
+		t.Fatal("a booking that cannot be matched joined the credit queue")
+	}
+}
+
+// TestCreditStoredScanBudget: a first chunk is looked for in at most
+// maxCreditScan hashes per event. Behind 100 unmatched 8-block bookings
+// the event is given up on (it credits nothing); a booking within the
+// budget is found.
+func TestCreditStoredScanBudget(t *testing.T) {
+	tr := newTracker(t, nil)
+	w := tr.AddWorker(wk(1, 0))
+	const blocks = 8
+	for i := range 100 {
+		p := newPrompt(uint64(1000+i*blocks), blocks)
+		must(t, tr.Book(&tbook{RequestID: string(rune('A' + i)), Worker: w.Key(), SequenceHashes: p.seq, PrefillTokens: blocks * 16, AssumeKVReuse: true, BlockSize: 16}, t0))
+	}
+	last := newPrompt(uint64(1000+99*blocks), blocks)
+	credit(w, last.stored(0, blocks))
+	if got := w.Loads().ComputedPrefillTokens; got != 0 {
+		t.Fatalf("A_c = %d past the scan budget, want 0", got)
+	}
+	near := newPrompt(uint64(1000+maxCreditScan/blocks/2*blocks), blocks)
+	credit(w, near.stored(0, blocks))
+	if got := w.Loads().ComputedPrefillTokens; got != blocks*16 {
+		t.Fatalf("A_c = %d within the scan budget, want %d", got, blocks*16)
+	}
+	checkInvariants(t, tr)
+}
+
+// TestCreditStoredRacesLifecycle: chunks credited while the same
+// bookings complete and are freed from other goroutines leave every
+// counter consistent, and all at 0 once every booking is gone (run under
+// -race in make test).
+func TestCreditStoredRacesLifecycle(t *testing.T) {
+	tr := newTracker(t, nil)
+	w := tr.AddWorker(wk(1, 0))
+	const n, blocks = 64, 16
+	prompts := make([]progressPrompt, n)
+	ids := make([]string, n)
+	for i := range prompts {
+		prompts[i] = newPrompt(uint64(1+i*blocks), blocks)
+		ids[i] = string(rune(0x100 + i))
+		must(t, tr.Book(&tbook{RequestID: ids[i], Worker: w.Key(), SequenceHashes: prompts[i].seq, PrefillTokens: blocks * 16, AssumeKVReuse: true, BlockSize: 16}, t0))
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for _, p := range prompts {
+			for from := 0; from < blocks; from += 4 {
+				credit(w, p.stored(from, from+4))
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for i := range prompts {
+			if i%2 == 0 {
+				tr.PrefillComplete(ids[i])
+			} else {
+				tr.Free(ids[i])
+			}
+		}
+	}()
+	wg.Wait()
+	checkInvariants(t, tr)
+	for _, id := range ids {
+		tr.Free(id)
+	}
+	wantLoads(t, w, Loads{})
+	if l := w.Loads(); l.PrefillPairs != 0 || w.c.computed.Load() != 0 || w.c.pairs.Load() != 0 {
+		t.Fatalf("counters left after every booking is gone: %+v, computed %d, pairs %d", l, w.c.computed.Load(), w.c.pairs.Load())
+	}
+}
+
+func TestCreditStoredAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts need a non-race run")
+	}
+	tr := newTracker(t, nil)
+	w := tr.AddWorker(wk(1, 0))
+	p := newPrompt(100, 1024)
+	must(t, tr.Book(&tbook{RequestID: "a", Worker: w.Key(), SequenceHashes: p.seq, PrefillTokens: 1024 * 16, AssumeKVReuse: true, BlockSize: 16}, t0))
+	other := newPrompt(5000, 64)
+	credit(w, p.stored(0, 8))
+	from := 8
+	events := make([]storedEvent, 0, 101)
+	for range 101 {
+		events = append(events, p.stored(from, from+8))
+		from += 8
+	}
+	noise := other.stored(0, 64)
+	k := 0
+	allocs := testing.AllocsPerRun(100, func() {
+		credit(w, events[k])
+		credit(w, noise)
+		k++
+	})
+	if allocs != 0 {
+		t.Fatalf("CreditStored allocates %.1f times per call", allocs)
+	}
+	if got := w.Loads().ComputedPrefillTokens; got != int64(from)*16 {
+		t.Fatalf("A_c = %d, want %d", got, from*16)
+	}
+}

@@ -202,10 +202,33 @@ func (p *partition) publishLocked() {
 }
 
 // partitionSink is the EventSink of one partition: KV events of its
-// workers land in its index.
+// workers land in its index, and the blocks a device-tier BlockStored
+// reports are credited as computed prefill to the rank's bookings
+// (sched.WorkerLoad.CreditStored: A_c).
 type partitionSink struct{ p *partition }
 
-func (ps *partitionSink) ApplyBatch(evs []radix.Event) { ps.p.index.ApplyBatch(evs) }
+func (ps *partitionSink) ApplyBatch(evs []radix.Event) {
+	ps.p.index.ApplyBatch(evs)
+	creditStored(ps.p.snap.Load(), evs)
+}
+
+// creditStored credits every device-tier Stored event of evs to the
+// booking on its rank it computes (sched.WorkerLoad.CreditStored). Ranks
+// outside the schedulable view (not registered, or not yet) get nothing.
+func creditStored(sn *snapshot, evs []radix.Event) {
+	if sn == nil {
+		return
+	}
+	for i := range evs {
+		ev := &evs[i]
+		if ev.Kind != radix.Stored || ev.Tier != radix.TierDevice || len(ev.Blocks) == 0 {
+			continue
+		}
+		if _, wl := sn.load(ev.Worker); wl != nil {
+			wl.CreditStored(ev.ParentHash, ev.HasParent, ev.Blocks)
+		}
+	}
+}
 
 func (ps *partitionSink) ClearRank(w radix.WorkerKey) {
 	p := ps.p

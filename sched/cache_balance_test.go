@@ -17,8 +17,10 @@ func TestCacheBalanceWorkedExample(t *testing.T) {
 	req := Request{ISLTokens: 1024, BlockSize: 16}
 	ctx := SelectionContext{Params: &p, Request: &req}
 	cands := []Candidate{
-		// A holds 48 blocks (768 tokens, eff 777) behind 4,096 booked tokens.
-		{Worker: radix.WorkerKey{WorkerID: 1}, DeviceBlocks: 48, HasLoad: true, ActivePrefillTokens: 4096, ActiveBlocks: 100, NewBlocks: 16, TotalKVBlocks: 1000},
+		// A holds 48 blocks (768 tokens, eff 777) behind 4,096 booked
+		// tokens of which its KV events showed 1,024 computed; the 3,072
+		// left attend to 4,718,592 (query, key) pairs.
+		{Worker: radix.WorkerKey{WorkerID: 1}, DeviceBlocks: 48, HasLoad: true, ActivePrefillTokens: 4096, ComputedPrefillTokens: 1024, PendingPrefillPairs: 4718592, ActiveBlocks: 100, NewBlocks: 16, TotalKVBlocks: 1000},
 		// B holds nothing and is idle.
 		{Worker: radix.WorkerKey{WorkerID: 2}, HasLoad: true, ActiveBlocks: 50, NewBlocks: 64, TotalKVBlocks: 1000},
 		// C is idle but its pool is 56% booked: beyond the band.
@@ -32,7 +34,7 @@ func TestCacheBalanceWorkedExample(t *testing.T) {
 	u := 1040.0 / 8192
 	minOcc := 0.114
 	want := []float64{
-		0.5*4096/8192 + 2*(1040.0-777)/8192,
+		1.25*(3072+4718592.0/32768)/8192 + 2*(1040.0-777)/8192,
 		2 * u,
 		2*u + 10*(0.564-minOcc-0.05),
 		2*u + 10*(1.05-minOcc-0.05) + 50*0.05,
@@ -45,11 +47,15 @@ func TestCacheBalanceWorkedExample(t *testing.T) {
 	if i := Pick(out, 0, RuntimeRand{}); i != 1 {
 		t.Fatalf("picked %d, want B: A's queue outweighs its cache", i+1)
 	}
-	// Without A's queue the cache wins: cache-first within the band.
-	cands[0].ActivePrefillTokens = 0
+	// Once A's KV events show its booked prefill computed, nothing is
+	// left ahead and the cache wins: cache-first within the band.
+	cands[0].ComputedPrefillTokens, cands[0].PendingPrefillPairs = 4096, 0
 	cb.Score(&ctx, cands, out)
+	if !near(out[0], 2*(1040.0-777)/8192) {
+		t.Fatalf("A's cost with its prefill computed: %v, want %v", out[0], 2*(1040.0-777)/8192)
+	}
 	if i := Pick(out, 0, RuntimeRand{}); i != 0 {
-		t.Fatalf("picked %d, want A (its cache, no queue)", i+1)
+		t.Fatalf("picked %d, want A (its cache, nothing left ahead)", i+1)
 	}
 	// A conversation's holder whose pool is far fuller than the others'
 	// loses the request; one just inside the band keeps it.

@@ -38,6 +38,11 @@ type partition struct {
 	// policy is the partition's selection policy (Config.policyFor).
 	policy *sched.SelectionPolicy
 
+	// credit counts creditStored's outcomes: tokens credited to bookings,
+	// device-tier Stored events that credited some, and those that
+	// credited none.
+	credit struct{ tokens, events, none atomic.Uint64 }
+
 	// snap is the immutable schedulable view the selection paths read
 	// without a lock; rebuilt by publishLocked on every catalog change.
 	snap atomic.Pointer[snapshot]
@@ -209,24 +214,51 @@ type partitionSink struct{ p *partition }
 
 func (ps *partitionSink) ApplyBatch(evs []radix.Event) {
 	ps.p.index.ApplyBatch(evs)
-	creditStored(ps.p.snap.Load(), evs)
+	ps.p.creditStored(evs)
+}
+
+// progressBlockSize is the Booking.BlockSize of a booking in sn: its block
+// size, or 0 under keyed tracking hashes, whose sequence hashes are not
+// the public chain KV events can be matched to (sched/progress.go).
+func (s *Service) progressBlockSize(sn *snapshot) int64 {
+	if s.cfg.Tracking.Keyed {
+		return 0
+	}
+	return int64(sn.blockSize)
 }
 
 // creditStored credits every device-tier Stored event of evs to the
-// booking on its rank it computes (sched.WorkerLoad.CreditStored). Ranks
-// outside the schedulable view (not registered, or not yet) get nothing.
-func creditStored(sn *snapshot, evs []radix.Event) {
+// booking on its rank it computes (sched.WorkerLoad.CreditStored) and
+// counts the outcome. Ranks outside the schedulable view (not registered,
+// or not yet) get nothing.
+func (p *partition) creditStored(evs []radix.Event) {
+	sn := p.snap.Load()
 	if sn == nil {
 		return
 	}
+	var tokens, credited, none uint64
 	for i := range evs {
 		ev := &evs[i]
 		if ev.Kind != radix.Stored || ev.Tier != radix.TierDevice || len(ev.Blocks) == 0 {
 			continue
 		}
+		var a int64
 		if _, wl := sn.load(ev.Worker); wl != nil {
-			wl.CreditStored(ev.ParentHash, ev.HasParent, ev.Blocks)
+			a = wl.CreditStored(ev.Blocks)
 		}
+		if a > 0 {
+			tokens += uint64(a)
+			credited++
+		} else {
+			none++
+		}
+	}
+	if credited > 0 {
+		p.credit.tokens.Add(tokens)
+		p.credit.events.Add(credited)
+	}
+	if none > 0 {
+		p.credit.none.Add(none)
 	}
 }
 

@@ -72,7 +72,16 @@ func TestKVEventsCreditBookedPrefill(t *testing.T) {
 		}
 		return ev
 	}
+	hostTier := chunk(0, 64)
+	hostTier.Tier = radix.TierHostPinned
+	sink.ApplyBatch([]radix.Event{hostTier}) // offloaded blocks are not computed prefill
+	if st := s.Stats(); st.PrefillCreditTokens != 0 || st.StoredEventsCredited+st.StoredEventsUncredited != 0 {
+		t.Fatalf("a host-tier event counted: %+v", st)
+	}
 	sink.ApplyBatch([]radix.Event{chunk(0, 16), {Worker: radix.WorkerKey{WorkerID: 1}, Kind: radix.Stored, Blocks: []radix.Block{{Hash: 1, Local: 77}}}})
+	if st := s.Stats(); st.PrefillCreditTokens != 256 {
+		t.Fatalf("credited %d tokens after the first chunk, want 256", st.PrefillCreditTokens)
+	}
 	if w := pick(sched.SelectionCacheBalance); w != 2 {
 		t.Fatalf("cache_balance with 768 of worker 1's tokens left picked %d, want 2", w)
 	}
@@ -82,5 +91,32 @@ func TestKVEventsCreditBookedPrefill(t *testing.T) {
 	}
 	if w := pick(sched.SelectionDefault); w != 2 {
 		t.Fatalf("the reference's policy picked %d, want 2 (it reads the booked prefill only)", w)
+	}
+	st := s.Stats()
+	if st.PrefillCreditTokens != 1024 || st.StoredEventsCredited != 2 || st.StoredEventsUncredited != 1 {
+		t.Fatalf("credit stats: %d tokens, %d events credited, %d not; want 1024, 2, 1", st.PrefillCreditTokens, st.StoredEventsCredited, st.StoredEventsUncredited)
+	}
+}
+
+// TestKeyedTrackingBooksWithoutCredit: under keyed tracking hashes the
+// bookings' sequence hashes are not the public chain the KV events can be
+// matched to, so nothing is credited (and nothing queued for it).
+func TestKeyedTrackingBooksWithoutCredit(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Tracking = TrackingHash{Keyed: true, Key: make([]byte, TrackingKeySize), KeyID: "k"}
+	s := oneWorkerService(t, cfg, Options{})
+	var sel Selection
+	req := SelectRequest{Prompt: Prompt{TokenIDs: iota32(16 * 8), HasTokenIDs: true}}
+	if err := s.SelectAndReserve(&req, &sel); err != nil {
+		t.Fatal(err)
+	}
+	local := radix.LocalHashes(nil, iota32(16*8), 16, radix.HashSeed("", ""))
+	ev := radix.Event{Worker: radix.WorkerKey{WorkerID: 1}, Kind: radix.Stored}
+	for i, h := range local {
+		ev.Blocks = append(ev.Blocks, radix.Block{Hash: uint64(500 + i), Local: h})
+	}
+	s.EventSink(DefaultPartition, DefaultPartition).ApplyBatch([]radix.Event{ev})
+	if st := s.Stats(); st.PrefillCreditTokens != 0 || st.StoredEventsUncredited != 1 {
+		t.Fatalf("keyed tracking: %d tokens credited, %d events uncredited; want 0, 1", st.PrefillCreditTokens, st.StoredEventsUncredited)
 	}
 }

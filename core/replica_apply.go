@@ -134,7 +134,7 @@ func (s *Service) applyAdd(p *partition, sn *snapshot, ev *ReplicaEvent, now int
 	if ev.TrackPrefillTokens {
 		prefill = max(0, ev.EffectivePrefillTokens)
 	}
-	if err := r.slot.Book(wl, &sched.Booking{SequenceHashes: ev.SequenceHashes, PrefillTokens: prefill, AssumeKVReuse: r.reuse, BlockSize: int64(sn.blockSize)}); err != nil {
+	if err := r.slot.Book(wl, &sched.Booking{SequenceHashes: ev.SequenceHashes, PrefillTokens: prefill, AssumeKVReuse: r.reuse, BlockSize: s.progressBlockSize(sn)}); err != nil {
 		s.ledger.remove(r)
 		return DropUnknownWorker, false
 	}

@@ -79,7 +79,7 @@ func (s *Service) book(b *booking) error {
 	if b.track {
 		prefill = b.effective
 	}
-	if err := r.slot.Book(b.load, &sched.Booking{SequenceHashes: b.seq, PrefillTokens: prefill, AssumeKVReuse: b.reuse, BlockSize: int64(b.p.snap.Load().blockSize)}); err != nil {
+	if err := r.slot.Book(b.load, &sched.Booking{SequenceHashes: b.seq, PrefillTokens: prefill, AssumeKVReuse: b.reuse, BlockSize: s.progressBlockSize(b.p.snap.Load())}); err != nil {
 		s.ledger.remove(r)
 		s.stats.bookFailed.Add(1)
 		return errorf(ErrNotFound, "Worker %s not found", b.worker)

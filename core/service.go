@@ -308,6 +308,14 @@ type Stats struct {
 	// HintsNoIndex bookings of a hint-capable partition that could not
 	// look for one (no local event-driven index).
 	Hints, HintsNoIndex uint64
+	// PrefillCreditTokens sums the booked prefill tokens the partitions'
+	// KV events showed computed (sched.WorkerLoad.CreditStored);
+	// StoredEventsCredited and StoredEventsUncredited count the
+	// device-tier BlockStored events that credited a booking and those
+	// that matched none (output blocks, requests booked elsewhere, or
+	// bookings whose hashes are not the tracking chain).
+	PrefillCreditTokens                          uint64
+	StoredEventsCredited, StoredEventsUncredited uint64
 }
 
 // Stats sums the partitions' index stats and the service's counters. It
@@ -372,6 +380,9 @@ func (s *Service) Stats() Stats {
 		}
 		addApprox(&st.Approx, p.approx)
 		addApprox(&st.Predicted, p.side)
+		st.PrefillCreditTokens += p.credit.tokens.Load()
+		st.StoredEventsCredited += p.credit.events.Load()
+		st.StoredEventsUncredited += p.credit.none.Load()
 	}
 	return st
 }

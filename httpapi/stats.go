@@ -15,6 +15,8 @@ var statsDescs = []perf.Desc{
 	{Name: "kvselect_lifecycle_calls_total", Kind: perf.Counter, Help: "prefill_complete, output_block and DELETE calls on reservations, by outcome: ok or not_found."},
 	{Name: "kvselect_reservations_released_total", Kind: perf.Counter, Help: "Reservations released, by cause: freed (DELETE), expired (the expiry guard), worker_removed, replica_freed (a peer's free), replica_replaced (a peer's admission of the id)."},
 	{Name: "kvselect_replica_events_applied_total", Kind: perf.Counter, Help: "Replica-mesh lifecycle events from peers applied to the local load accounting."},
+	{Name: "kvselect_prefill_credited_tokens_total", Kind: perf.Counter, Help: "Booked prefill tokens the workers' KV events showed computed (BlockStored blocks matched to their booking); cache_balance reads the prefill left."},
+	{Name: "kvselect_kv_stored_events_total", Kind: perf.Counter, Help: "Device-tier BlockStored events, by whether they credited a booking's prefill (credit=booking) or matched none (credit=none: output blocks, requests booked elsewhere)."},
 	{Name: "kvselect_replica_events_dropped_total", Kind: perf.Counter, Help: "Replica-mesh lifecycle events from peers not applied, by reason."},
 	{Name: "kvselect_recovered_partitions", Kind: perf.Gauge, Help: "Partitions restored from a peer's /dump at start-up."},
 	{Name: "kvselect_recovered_events", Kind: perf.Gauge, Help: "KV events restored from a peer's /dump at start-up."},
@@ -76,6 +78,9 @@ func (s *Server) writeStats(w io.Writer) {
 	perf.WriteCounter(w, `kvselect_reservations_released_total{cause="replica_freed"}`, st.ReplicaFreed)
 	perf.WriteCounter(w, `kvselect_reservations_released_total{cause="replica_replaced"}`, st.ReplicaReplaced)
 	perf.WriteCounter(w, `kvselect_replica_events_applied_total`, st.ReplicaApplied)
+	perf.WriteCounter(w, `kvselect_prefill_credited_tokens_total`, st.PrefillCreditTokens)
+	perf.WriteCounter(w, `kvselect_kv_stored_events_total{credit="booking"}`, st.StoredEventsCredited)
+	perf.WriteCounter(w, `kvselect_kv_stored_events_total{credit="none"}`, st.StoredEventsUncredited)
 	for d, n := range st.ReplicaDropped {
 		perf.WriteCounter(w, replicaDropNames[d], n)
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/kvselect/kvselect/radix"
 )
 
 // BenchmarkBookFree512 books and frees one 512-block request on a worker
@@ -146,10 +148,9 @@ func BenchmarkFillWhileBooking(b *testing.B) {
 // BenchmarkCreditStored is the cost KV-event progress adds per 32-block
 // BlockStored event (compare radix's BenchmarkApplyStored, the index's
 // cost of the same event): "chunk" continues a booking credited before
-// (the O(1) parent match), "unmatched" an event of no booking behind 8
-// pending ones, none credited yet (the sequence-hash scan of every
-// booking, 256 hashes: a booking's first chunk costs at most that plus a
-// chunk).
+// (one sequence hash), "unmatched" an event of no booking behind 8
+// pending ones (every booking's two next-block checks, then the scan for
+// a recomputed prefix: 264 hashes).
 func BenchmarkCreditStored(b *testing.B) {
 	const blocks = 32
 	setup := func(b *testing.B, pending int) (*testTracker, *WorkerLoad) {
@@ -164,7 +165,7 @@ func BenchmarkCreditStored(b *testing.B) {
 	b.Run("chunk", func(b *testing.B) {
 		_, w := setup(b, 1)
 		p := newPrompt(1_000_000, 100_000/blocks*blocks/2)
-		events := make([]storedEvent, 0, len(p.seq)/blocks)
+		events := make([][]radix.Block, 0, len(p.seq)/blocks)
 		for from := 0; from+blocks <= len(p.seq); from += blocks {
 			events = append(events, p.stored(from, from+blocks))
 		}

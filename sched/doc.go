@@ -57,8 +57,11 @@
 //  8. Passes every device-tier BlockStored event of a rank's KV events to
 //     its WorkerLoad.CreditStored, which credits the blocks to the booking
 //     they compute (A_c, progress.go): the prefill left on the rank, which
-//     CacheBalance reads and the reference's cost function does not. A
-//     host without KV events skips this step; A_c then stays 0.
+//     CacheBalance reads and the reference's cost function does not. Only
+//     bookings made with a BlockSize, whose sequence hashes are the public
+//     tracking chain and kept (TrackActiveBlocks and AssumeKVReuse), can
+//     be credited. A host without KV events skips this step; A_c then
+//     stays 0.
 //
 // # Concurrency
 //

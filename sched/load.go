@@ -78,8 +78,8 @@ type WorkerLoad struct {
 
 	// mu serializes the writers of the prompt trie and guards the
 	// worker-side state of the slots booked here (the Slot fields marked
-	// "under w.mu"): Slot.Book, Slot.OutputBlock, Slot.Release and Retire
-	// take it. No reader takes it: NewBlocks walks the trie lock-free, and
+	// "under w.mu") and the credit queue: Slot.Book, Slot.OutputBlock,
+	// Slot.Release, CreditStored and Retire take it. No reader takes it: NewBlocks walks the trie lock-free, and
 	// the counters above are atomics.
 	mu   sync.Mutex
 	trie promptTrie

@@ -12,18 +12,20 @@ import "github.com/kvselect/kvselect/radix"
 // the booking the blocks belong to and credits their tokens to it, and
 // A_p − A_c is the prefill really left ahead of a new request.
 //
-// A booking is recognised by its own sequence hashes: the event holds the
-// booking's next block (the one after its cached prefix, or after the
-// blocks already credited), whose local hash L satisfies seq[k] =
-// radix.SeqHash(seq[k-1], L); once one event matched, the next chunks are
-// recognised in O(1) by their parent, the engine hash of the last block
-// credited. Blocks of anything else (output blocks, requests booked on
-// another selector, sync or warm-up blocks) match no booking and credit
-// nothing. Invariants:
+// A booking is recognised by its own sequence hashes, which must be the
+// public tracking chain (seq[0] = local[0], seq[k] = radix.SeqHash(seq[k-1],
+// local[k])): an event continues a booking when its first block is the
+// booking's next one (the block after its cached prefix, or after the
+// blocks already credited), i.e. seq[k] = SeqHash(seq[k-1], Local). The
+// chain fixes the whole prefix, so two bookings match the same event only
+// if their prompts are the same up to there (the oldest then takes it).
+// Blocks of anything else (output blocks, requests booked elsewhere, sync
+// or warm-up blocks) match no booking and credit nothing. Invariants:
 //
-//   - 0 <= s.credited <= the prefill s booked; a slot gets no credit once
-//     its prefill is completed or released, and what it had leaves A_c
-//     with it (clearPrefill).
+//   - 0 <= s.credited <= the prefill s booked, and s.pairs >= 0, once no
+//     call is in flight; a slot gets no credit once its prefill is
+//     completed or released, and what it had leaves A_c with it
+//     (clearPrefill).
 //   - A_c == Σ credited over the slots of the worker rank, and A_pairs ==
 //     Σ pairs, once no call is in flight; the reader clamps A_c to A_p.
 //   - The credit queue holds the slots that may still take credit, in
@@ -34,10 +36,17 @@ import "github.com/kvselect/kvselect/radix"
 //     a burst of pending bookings cannot make the event path quadratic; an
 //     event it gives up on credits nothing (the prefill ahead then looks
 //     larger than it is, as without events).
+//
+// Crediting needs the booking's sequence hashes (kept when blocks are
+// tracked and KV reuse is assumed), a block size, and the public chain
+// (the host books with BlockSize 0 under keyed tracking hashes). A booking
+// whose next block the engine found cached (a prefix cached after the
+// booking's overlap was read) never matches; it stays queued, at the cost
+// of hashes within the budget, until it completes.
 
 // maxCreditScan bounds the radix.SeqHash calls of one CreditStored (about
-// 5 µs of hashing).
-const maxCreditScan = 512
+// 8 µs of hashing).
+const maxCreditScan = 2048
 
 // creditQueue is a worker rank's FIFO of slots that can take credit,
 // linked through Slot.next/prev. Under WorkerLoad.mu.
@@ -71,60 +80,68 @@ func (q *creditQueue) remove(s *Slot) {
 }
 
 // CreditStored credits the blocks of one device-tier BlockStored event of
-// this worker rank (parent: the engine hash of the block before the
-// first, when hasParent) to the pending booking they belong to, oldest
-// booking first; a booking gets at most its booked prefill. Blocks that
-// belong to no pending booking credit nothing. Allocation-free; takes
-// w.mu.
-func (w *WorkerLoad) CreditStored(parent uint64, hasParent bool, blocks []radix.Block) {
+// this worker rank to the pending booking they belong to, oldest booking
+// first; a booking gets at most its booked prefill. Blocks that belong to
+// no pending booking credit nothing. It returns the tokens credited.
+// Allocation-free; takes w.mu.
+func (w *WorkerLoad) CreditStored(blocks []radix.Block) int64 {
 	if len(blocks) == 0 {
-		return
+		return 0
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	// The next chunk of a prefill in progress: its parent is the last
-	// block credited to the slot.
-	if hasParent {
-		for s := w.credit.head; s != nil; s = s.next {
-			if s.resumed && s.lastStored == parent {
-				w.creditSlot(s, blocks)
-				return
-			}
-		}
-	}
-	// The first chunk of a booking: look for its next block in the
-	// event, within the scan budget.
 	budget := maxCreditScan
+	// The event starts at a booking's next block: the next chunk of a
+	// prefill, or its first. A first chunk may also start one block
+	// later: a prompt whose last full block is not hashed (eagle) makes
+	// the booking's cached prefix one block longer than Book derives.
 	for s := w.credit.head; s != nil && budget > 0; {
 		next := s.next
-		switch {
-		case s.prefill.Load() == 0:
+		if s.prefill.Load() == 0 {
 			// Completed or released: unlink (Release would too).
 			s.dropCredit()
 			w.credit.remove(s)
-		case !s.resumed:
-			for j := range blocks[:min(len(blocks), budget)] {
-				if s.isBlock(s.cursor, blocks[j].Local) {
-					w.creditSlot(s, blocks[j:])
-					return
-				}
-			}
-			budget -= len(blocks)
+			s = next
+			continue
+		}
+		budget -= 2
+		if s.isBlock(s.cursor, blocks[0].Local) {
+			return w.creditSlot(s, blocks)
+		}
+		if s.credited.Load() == 0 && s.cursor+1 < len(s.hashes) && s.isBlock(s.cursor+1, blocks[0].Local) {
+			s.cursor++
+			return w.creditSlot(s, blocks)
 		}
 		s = next
 	}
+	// The event starts before a booking's next block: its engine found
+	// less of the prefix cached than the booking's overlap (evicted
+	// meanwhile) and recomputes it; only the booked blocks count.
+	for s := w.credit.head; s != nil && budget > 0; s = s.next {
+		if s.prefill.Load() == 0 {
+			continue
+		}
+		for j := 1; j < len(blocks) && budget > 0; j++ {
+			budget--
+			if s.isBlock(s.cursor, blocks[j].Local) {
+				return w.creditSlot(s, blocks[j:])
+			}
+		}
+	}
+	return 0
 }
 
-// creditSlot credits blocks, s's next ones in order, and unlinks s once it
-// can take no more. Under w.mu.
-func (w *WorkerLoad) creditSlot(s *Slot, blocks []radix.Block) {
-	s.credit(blocks)
+// creditSlot credits blocks, s's next ones in order, unlinks s once it can
+// take no more, and returns the tokens credited. Under w.mu.
+func (w *WorkerLoad) creditSlot(s *Slot, blocks []radix.Block) int64 {
+	a := s.credit(blocks)
 	if s.prefill.Load() == 0 {
 		s.dropCredit()
 		w.credit.remove(s)
 	} else if s.cursor >= len(s.hashes) || s.credited.Load() >= s.prefill.Load() {
 		w.credit.remove(s)
 	}
+	return a
 }
 
 // isBlock reports whether local is the local hash of the slot's block k:
@@ -139,15 +156,14 @@ func (s *Slot) isBlock(k int, local uint64) bool {
 
 // credit takes blocks, the slot's next ones in order, as computed: A_c
 // grows by their tokens and A_pairs shrinks by their attention work, up to
-// the slot's booked prefill. Under w.mu.
-func (s *Slot) credit(blocks []radix.Block) {
+// the slot's booked prefill. It returns the tokens credited. Under w.mu.
+func (s *Slot) credit(blocks []radix.Block) int64 {
 	n := min(len(blocks), len(s.hashes)-s.cursor)
 	s.cursor += n
-	s.lastStored, s.resumed = blocks[n-1].Hash, true
 	k := s.credited.Load()
 	a := min(int64(n)*s.bs, s.prefill.Load()-k)
 	if a <= 0 {
-		return
+		return 0
 	}
 	s.credited.Add(a)
 	s.w.c.computed.Add(a)
@@ -160,6 +176,7 @@ func (s *Slot) credit(blocks []radix.Block) {
 	if s.prefill.Load() == 0 {
 		s.dropCredit()
 	}
+	return a
 }
 
 // dropCredit takes the slot's credit out of A_c and its pairs out of

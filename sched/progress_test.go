@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 
@@ -23,26 +24,16 @@ func newPrompt(base uint64, n int) progressPrompt {
 // engineHash is block i's engine hash.
 func (p progressPrompt) engineHash(i int) uint64 { return 1<<40 + p.base<<16 + uint64(i) }
 
-// storedEvent is a BlockStored event as the index receives it.
-type storedEvent struct {
-	parent    uint64
-	hasParent bool
-	blocks    []radix.Block
-}
-
-// stored is the BlockStored event of blocks [from, to).
-func (p progressPrompt) stored(from, to int) storedEvent {
-	var e storedEvent
+// stored is the blocks of the BlockStored event of blocks [from, to).
+func (p progressPrompt) stored(from, to int) []radix.Block {
+	var blocks []radix.Block
 	for i := from; i < to; i++ {
-		e.blocks = append(e.blocks, radix.Block{Hash: p.engineHash(i), Local: p.local[i]})
+		blocks = append(blocks, radix.Block{Hash: p.engineHash(i), Local: p.local[i]})
 	}
-	if from > 0 {
-		e.parent, e.hasParent = p.engineHash(from-1), true
-	}
-	return e
+	return blocks
 }
 
-func credit(w *WorkerLoad, e storedEvent) { w.CreditStored(e.parent, e.hasParent, e.blocks) }
+func credit(w *WorkerLoad, blocks []radix.Block) { w.CreditStored(blocks) }
 
 // TestCreditStoredFollowsTheBooking: a booking of a 10-block prompt of
 // which 2 blocks are cached (8 blocks, 128 tokens booked) is credited
@@ -56,7 +47,9 @@ func TestCreditStoredFollowsTheBooking(t *testing.T) {
 	must(t, tr.Book(&tbook{RequestID: "a", Worker: w.Key(), SequenceHashes: p.seq, PrefillTokens: 128, AssumeKVReuse: true, BlockSize: 16}, t0))
 	wantLoads(t, w, Loads{PrefillTokens: 128, Blocks: 10, Requests: 1, PrefillPairs: attentionPairs(32, 128)})
 
-	credit(w, p.stored(2, 6)) // the first chunk: blocks 2-5
+	if got := w.CreditStored(p.stored(2, 6)); got != 64 { // the first chunk: blocks 2-5
+		t.Fatalf("CreditStored of the first chunk = %d tokens, want 64", got)
+	}
 	wantLoads(t, w, Loads{PrefillTokens: 128, Blocks: 10, Requests: 1, ComputedPrefillTokens: 64, PrefillPairs: attentionPairs(96, 64)})
 	checkInvariants(t, tr)
 
@@ -67,7 +60,7 @@ func TestCreditStoredFollowsTheBooking(t *testing.T) {
 	}
 	// Output blocks chain from the prompt's last block; the booking has
 	// taken its whole prefill, so they credit nothing.
-	credit(w, storedEvent{p.engineHash(9), true, []radix.Block{{Hash: 7, Local: 7}}})
+	credit(w, []radix.Block{{Hash: 7, Local: 7}})
 	wantLoads(t, w, Loads{PrefillTokens: 128, Blocks: 10, Requests: 1, ComputedPrefillTokens: 128})
 
 	if !tr.PrefillComplete("a") {
@@ -95,8 +88,8 @@ func TestCreditStoredMatchesByHash(t *testing.T) {
 
 	credit(w, b.stored(0, 3))
 	credit(w, other.stored(0, 8))
-	credit(w, storedEvent{other.engineHash(2), true, []radix.Block{{Hash: 9, Local: b.local[3]}}})
-	credit(w, storedEvent{12345, true, []radix.Block{{Hash: 10, Local: 10}}})
+	credit(w, b.stored(4, 6)) // not b's next block (3)
+	credit(w, []radix.Block{{Hash: 10, Local: 10}})
 	if got := w.Loads().ComputedPrefillTokens; got != 48 {
 		t.Fatalf("A_c = %d, want 48 (b's 3 blocks only)", got)
 	}
@@ -116,6 +109,39 @@ func TestCreditStoredMatchesByHash(t *testing.T) {
 	checkInvariants(t, tr)
 }
 
+// TestCreditStoredUnlinks: a completed booking leaves the credit queue
+// at the next event, a released one at once, and neither takes credit
+// after.
+func TestCreditStoredUnlinks(t *testing.T) {
+	tr := newTracker(t, nil)
+	w := tr.AddWorker(wk(1, 0))
+	a, b := newPrompt(100, 8), newPrompt(200, 8)
+	must(t, tr.Book(&tbook{RequestID: "a", Worker: w.Key(), SequenceHashes: a.seq, PrefillTokens: 128, AssumeKVReuse: true, BlockSize: 16}, t0))
+	must(t, tr.Book(&tbook{RequestID: "b", Worker: w.Key(), SequenceHashes: b.seq, PrefillTokens: 128, AssumeKVReuse: true, BlockSize: 16}, t0))
+	queued := func() (n int) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for s := w.credit.head; s != nil; s = s.next {
+			n++
+		}
+		return n
+	}
+	tr.Free("b")
+	if n := queued(); n != 1 {
+		t.Fatalf("%d slots queued after b's release, want 1", n)
+	}
+	tr.PrefillComplete("a")
+	credit(w, a.stored(0, 4))
+	credit(w, b.stored(0, 4))
+	if n := queued(); n != 0 {
+		t.Fatalf("%d slots queued after a's completion and an event, want 0", n)
+	}
+	if got := w.c.computed.Load(); got != 0 {
+		t.Fatalf("A_c = %d, want 0: nothing pending", got)
+	}
+	checkInvariants(t, tr)
+}
+
 // TestCreditStoredRecomputedPrefix: an engine that found less of the
 // prefix cached than the booking's overlap (it was evicted meanwhile)
 // stores blocks before the booking's first; only the booked ones count.
@@ -130,6 +156,31 @@ func TestCreditStoredRecomputedPrefix(t *testing.T) {
 	credit(w, p.stored(7, 10))
 	// The partial block is never stored: 5 tokens stay ahead.
 	wantLoads(t, w, Loads{PrefillTokens: 101, Blocks: 10, Requests: 1, ComputedPrefillTokens: 96, PrefillPairs: attentionPairs(160, 5)})
+	checkInvariants(t, tr)
+}
+
+// TestCreditStoredFirstChunkOneBlockLater: an eagle prompt of 160 tokens
+// hashes 9 blocks (its last full block is not hashed); with 4 cached the
+// booking is 96 tokens, from which Book derives 3 cached blocks. The
+// engine's first chunk starts at block 4 and is still the booking's; a
+// later chunk that skips a block is not.
+func TestCreditStoredFirstChunkOneBlockLater(t *testing.T) {
+	tr := newTracker(t, nil)
+	w := tr.AddWorker(wk(1, 0))
+	p := newPrompt(100, 10)
+	must(t, tr.Book(&tbook{RequestID: "a", Worker: w.Key(), SequenceHashes: p.seq[:9], PrefillTokens: 96, AssumeKVReuse: true, BlockSize: 16}, t0))
+	credit(w, p.stored(4, 6))
+	if got := w.Loads().ComputedPrefillTokens; got != 32 {
+		t.Fatalf("A_c = %d after the first chunk, want 32", got)
+	}
+	credit(w, p.stored(7, 9)) // skips block 6
+	if got := w.Loads().ComputedPrefillTokens; got != 32 {
+		t.Fatalf("A_c = %d after a chunk that skips a block, want 32", got)
+	}
+	credit(w, p.stored(6, 9))
+	if got := w.Loads().ComputedPrefillTokens; got != 80 {
+		t.Fatalf("A_c = %d, want 80", got)
+	}
 	checkInvariants(t, tr)
 }
 
@@ -151,24 +202,24 @@ func TestCreditStoredWithoutHashes(t *testing.T) {
 	}
 }
 
-// TestCreditStoredScanBudget: a first chunk is looked for in at most
-// maxCreditScan hashes per event. Behind 100 unmatched 8-block bookings
-// the event is given up on (it credits nothing); a booking within the
-// budget is found.
+// TestCreditStoredScanBudget: an event is looked for in at most
+// maxCreditScan hashes, two per pending booking first. Behind 1,100
+// pending 8-block bookings the last one's chunk is given up on (it
+// credits nothing); one within the budget is found.
 func TestCreditStoredScanBudget(t *testing.T) {
 	tr := newTracker(t, nil)
 	w := tr.AddWorker(wk(1, 0))
-	const blocks = 8
-	for i := range 100 {
+	const blocks, n = 8, 1100
+	for i := range n {
 		p := newPrompt(uint64(1000+i*blocks), blocks)
-		must(t, tr.Book(&tbook{RequestID: string(rune('A' + i)), Worker: w.Key(), SequenceHashes: p.seq, PrefillTokens: blocks * 16, AssumeKVReuse: true, BlockSize: 16}, t0))
+		must(t, tr.Book(&tbook{RequestID: fmt.Sprint(i), Worker: w.Key(), SequenceHashes: p.seq, PrefillTokens: blocks * 16, AssumeKVReuse: true, BlockSize: 16}, t0))
 	}
-	last := newPrompt(uint64(1000+99*blocks), blocks)
+	last := newPrompt(uint64(1000+(n-1)*blocks), blocks)
 	credit(w, last.stored(0, blocks))
 	if got := w.Loads().ComputedPrefillTokens; got != 0 {
 		t.Fatalf("A_c = %d past the scan budget, want 0", got)
 	}
-	near := newPrompt(uint64(1000+maxCreditScan/blocks/2*blocks), blocks)
+	near := newPrompt(uint64(1000+(maxCreditScan/2-1)*blocks), blocks)
 	credit(w, near.stored(0, blocks))
 	if got := w.Loads().ComputedPrefillTokens; got != blocks*16 {
 		t.Fatalf("A_c = %d within the scan budget, want %d", got, blocks*16)
@@ -233,7 +284,7 @@ func TestCreditStoredAllocs(t *testing.T) {
 	other := newPrompt(5000, 64)
 	credit(w, p.stored(0, 8))
 	from := 8
-	events := make([]storedEvent, 0, 101)
+	events := make([][]radix.Block, 0, 101)
 	for range 101 {
 		events = append(events, p.stored(from, from+8))
 		from += 8

@@ -36,7 +36,8 @@ type Slot struct {
 	// saturated); swapped to 0 exactly once, by CompletePrefill or Release.
 	prefill atomic.Int64
 	// credited is the part of prefill the worker's KV events show
-	// computed (progress.go): in [0, prefill], counted in w's A_c.
+	// computed (progress.go): in [0, prefill] once no call is in flight,
+	// counted in w's A_c.
 	credited atomic.Int64
 	// pairs is the attention work of the prefill not yet credited
 	// (attentionPairs from start+credited), counted in w's A_pairs.
@@ -58,8 +59,6 @@ type Slot struct {
 	next, prev    *Slot    // w.credit's links (progress.go)
 	queued        bool     // in w.credit
 	cursor        int      // index in hashes of the next block to compute
-	lastStored    uint64   // engine hash of the last block credited (valid when resumed)
-	resumed       bool     // an event matched: lastStored is set
 }
 
 // Booking is the input of Slot.Book.
@@ -76,8 +75,10 @@ type Booking struct {
 	AssumeKVReuse bool
 	// BlockSize is the partition's block size in tokens: the booked
 	// prefill is taken to end at len(SequenceHashes)·BlockSize, which
-	// places it in the prompt for its attention work (A_pairs). 0 counts
-	// it from position 0.
+	// places it in the prompt for its attention work (A_pairs) and gives
+	// the block its KV events are expected from (progress.go). 0 counts it
+	// from position 0 and credits it nothing (the host passes 0 when the
+	// sequence hashes are not the public tracking chain).
 	BlockSize int64
 }
 
@@ -177,7 +178,7 @@ func (s *Slot) CompletePrefill() {
 }
 
 // clearPrefill takes the slot's prefill out of A_p, then its credit out
-// of A_c (in that order: see CreditStored). The slot may stay in the
+// of A_c (in that order: Slot.credit relies on it). The slot may stay in the
 // credit queue; CreditStored or Release unlinks it.
 func (s *Slot) clearPrefill() {
 	if p := s.prefill.Swap(0); p != 0 {

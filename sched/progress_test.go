@@ -35,16 +35,31 @@ func (p progressPrompt) stored(from, to int) []radix.Block {
 
 func credit(w *WorkerLoad, blocks []radix.Block) { w.CreditStored(blocks) }
 
+// bookPrompt books request "a", the first seqLen blocks of a 10-block
+// prompt with prefill tokens, block size 16, on a fresh worker.
+func bookPrompt(t testing.TB, seqLen int, prefill int64) (*testTracker, *WorkerLoad, progressPrompt) {
+	tr := newTracker(t, nil)
+	w := tr.AddWorker(wk(1, 0))
+	p := newPrompt(100, 10)
+	must(t, tr.Book(&tbook{RequestID: "a", Worker: w.Key(), SequenceHashes: p.seq[:seqLen], PrefillTokens: prefill, AssumeKVReuse: true, BlockSize: 16}, t0))
+	return tr, w, p
+}
+
+// wantComputed fails unless w's A_c is want.
+func wantComputed(t *testing.T, w *WorkerLoad, want int64, when string) {
+	t.Helper()
+	if got := w.Loads().ComputedPrefillTokens; got != want {
+		t.Fatalf("A_c = %d %s, want %d", got, when, want)
+	}
+}
+
 // TestCreditStoredFollowsTheBooking: a booking of a 10-block prompt of
 // which 2 blocks are cached (8 blocks, 128 tokens booked) is credited
 // chunk by chunk as its engine stores its blocks: A_c grows by each
 // chunk's tokens and A_pairs shrinks by the attention work of the tokens
 // computed, both back to 0 at its first token.
 func TestCreditStoredFollowsTheBooking(t *testing.T) {
-	tr := newTracker(t, nil)
-	w := tr.AddWorker(wk(1, 0))
-	p := newPrompt(100, 10)
-	must(t, tr.Book(&tbook{RequestID: "a", Worker: w.Key(), SequenceHashes: p.seq, PrefillTokens: 128, AssumeKVReuse: true, BlockSize: 16}, t0))
+	tr, w, p := bookPrompt(t, 10, 128)
 	wantLoads(t, w, Loads{PrefillTokens: 128, Blocks: 10, Requests: 1, PrefillPairs: attentionPairs(32, 128)})
 
 	if got := w.CreditStored(p.stored(2, 6)); got != 64 { // the first chunk: blocks 2-5
@@ -90,9 +105,7 @@ func TestCreditStoredMatchesByHash(t *testing.T) {
 	credit(w, other.stored(0, 8))
 	credit(w, b.stored(4, 6)) // not b's next block (3)
 	credit(w, []radix.Block{{Hash: 10, Local: 10}})
-	if got := w.Loads().ComputedPrefillTokens; got != 48 {
-		t.Fatalf("A_c = %d, want 48 (b's 3 blocks only)", got)
-	}
+	wantComputed(t, w, 48, "(b's 3 blocks only)")
 	tr.reqs.Range(func(id string, s *Slot) bool {
 		if want := map[string]int64{"a": 0, "b": 48}[id]; s.credited.Load() != want {
 			t.Errorf("%s credited %d, want %d", id, s.credited.Load(), want)
@@ -146,11 +159,8 @@ func TestCreditStoredUnlinks(t *testing.T) {
 // prefix cached than the booking's overlap (it was evicted meanwhile)
 // stores blocks before the booking's first; only the booked ones count.
 func TestCreditStoredRecomputedPrefix(t *testing.T) {
-	tr := newTracker(t, nil)
-	w := tr.AddWorker(wk(1, 0))
-	p := newPrompt(100, 10)
 	// 4 blocks cached at booking and a partial block of 5 tokens: 6·16 + 5.
-	must(t, tr.Book(&tbook{RequestID: "a", Worker: w.Key(), SequenceHashes: p.seq, PrefillTokens: 101, AssumeKVReuse: true, BlockSize: 16}, t0))
+	tr, w, p := bookPrompt(t, 10, 101)
 	credit(w, p.stored(1, 7)) // blocks 1-6: 4, 5 and 6 are the booking's
 	wantLoads(t, w, Loads{PrefillTokens: 101, Blocks: 10, Requests: 1, ComputedPrefillTokens: 48, PrefillPairs: attentionPairs(64+48, 101-48)})
 	credit(w, p.stored(7, 10))
@@ -165,22 +175,13 @@ func TestCreditStoredRecomputedPrefix(t *testing.T) {
 // engine's first chunk starts at block 4 and is still the booking's; a
 // later chunk that skips a block is not.
 func TestCreditStoredFirstChunkOneBlockLater(t *testing.T) {
-	tr := newTracker(t, nil)
-	w := tr.AddWorker(wk(1, 0))
-	p := newPrompt(100, 10)
-	must(t, tr.Book(&tbook{RequestID: "a", Worker: w.Key(), SequenceHashes: p.seq[:9], PrefillTokens: 96, AssumeKVReuse: true, BlockSize: 16}, t0))
+	tr, w, p := bookPrompt(t, 9, 96)
 	credit(w, p.stored(4, 6))
-	if got := w.Loads().ComputedPrefillTokens; got != 32 {
-		t.Fatalf("A_c = %d after the first chunk, want 32", got)
-	}
+	wantComputed(t, w, 32, "after the first chunk")
 	credit(w, p.stored(7, 9)) // skips block 6
-	if got := w.Loads().ComputedPrefillTokens; got != 32 {
-		t.Fatalf("A_c = %d after a chunk that skips a block, want 32", got)
-	}
+	wantComputed(t, w, 32, "after a chunk that skips a block")
 	credit(w, p.stored(6, 9))
-	if got := w.Loads().ComputedPrefillTokens; got != 80 {
-		t.Fatalf("A_c = %d, want 80", got)
-	}
+	wantComputed(t, w, 80, "after the rest")
 	checkInvariants(t, tr)
 }
 
@@ -194,9 +195,7 @@ func TestCreditStoredWithoutHashes(t *testing.T) {
 	must(t, tr.Book(&tbook{RequestID: "a", Worker: w.Key(), SequenceHashes: p.seq, PrefillTokens: 64, AssumeKVReuse: true}, t0))
 	must(t, tr.Book(&tbook{RequestID: "b", Worker: w.Key(), SequenceHashes: p.seq, PrefillTokens: 64, AssumeKVReuse: false, BlockSize: 16}, t0))
 	credit(w, p.stored(0, 4))
-	if got := w.Loads().ComputedPrefillTokens; got != 0 {
-		t.Fatalf("A_c = %d, want 0", got)
-	}
+	wantComputed(t, w, 0, "for bookings that cannot be matched")
 	if w.credit.head != nil {
 		t.Fatal("a booking that cannot be matched joined the credit queue")
 	}
@@ -216,14 +215,10 @@ func TestCreditStoredScanBudget(t *testing.T) {
 	}
 	last := newPrompt(uint64(1000+(n-1)*blocks), blocks)
 	credit(w, last.stored(0, blocks))
-	if got := w.Loads().ComputedPrefillTokens; got != 0 {
-		t.Fatalf("A_c = %d past the scan budget, want 0", got)
-	}
+	wantComputed(t, w, 0, "past the scan budget")
 	near := newPrompt(uint64(1000+(maxCreditScan/2-1)*blocks), blocks)
 	credit(w, near.stored(0, blocks))
-	if got := w.Loads().ComputedPrefillTokens; got != blocks*16 {
-		t.Fatalf("A_c = %d within the scan budget, want %d", got, blocks*16)
-	}
+	wantComputed(t, w, blocks*16, "within the scan budget")
 	checkInvariants(t, tr)
 }
 

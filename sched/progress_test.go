@@ -298,3 +298,28 @@ func TestCreditStoredAllocs(t *testing.T) {
 		t.Fatalf("A_c = %d, want %d", got, from*16)
 	}
 }
+
+// TestCreditStoredSaturatedPairs: a booking whose attention pairs
+// saturate at MaxPrefillPairs is credited without driving A_pairs
+// negative, and leaves every counter at 0.
+func TestCreditStoredSaturatedPairs(t *testing.T) {
+	tr := newTracker(t, nil)
+	w := tr.AddWorker(wk(1, 0))
+	p := newPrompt(100, 10)
+	const huge = 1 << 40 // (2^40)²/2 pairs: past MaxPrefillPairs
+	must(t, tr.Book(&tbook{RequestID: "a", Worker: w.Key(), SequenceHashes: p.seq, PrefillTokens: huge, AssumeKVReuse: true, BlockSize: 16}, t0))
+	if got := w.Loads().PrefillPairs; got != MaxPrefillPairs {
+		t.Fatalf("A_pairs = %d, want the saturation bound %d", got, int64(MaxPrefillPairs))
+	}
+	credit(w, p.stored(0, 10))
+	wantComputed(t, w, 160, "after every block")
+	if l := w.Loads(); l.PrefillPairs <= 0 || l.PrefillPairs > MaxPrefillPairs {
+		t.Fatalf("A_pairs = %d after credit, want in (0, %d]", l.PrefillPairs, int64(MaxPrefillPairs))
+	}
+	checkInvariants(t, tr)
+	tr.PrefillComplete("a")
+	wantLoads(t, w, Loads{Blocks: 10, Requests: 1})
+	if w.c.pairs.Load() != 0 || w.c.computed.Load() != 0 {
+		t.Fatalf("pairs %d, computed %d after completion", w.c.pairs.Load(), w.c.computed.Load())
+	}
+}

@@ -33,11 +33,29 @@ type env struct {
 	recon *reconState
 }
 
+// recLog is a recorder's log of lines, taken (and emptied) by a scenario
+// step.
+type recLog struct {
+	mu  sync.Mutex
+	log []string
+}
+
+// take returns the lines logged since the last take, "(none)" if none.
+func (r *recLog) take() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := strings.Join(r.log, "\n")
+	r.log = nil
+	if out == "" {
+		return "(none)"
+	}
+	return out
+}
+
 // recIngress records the Ingress calls and reports every synced rank as
 // live.
 type recIngress struct {
-	mu    sync.Mutex
-	log   []string
+	recLog
 	ranks map[uint64][]RankSource
 }
 
@@ -73,22 +91,8 @@ func (r *recIngress) Status(id uint64, dst []RankStatus) []RankStatus {
 
 func (r *recIngress) Close() error { return nil }
 
-func (r *recIngress) take() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := strings.Join(r.log, "\n")
-	r.log = nil
-	if out == "" {
-		return "(none)"
-	}
-	return out
-}
-
 // recReplica records the outbound replica events.
-type recReplica struct {
-	mu  sync.Mutex
-	log []string
-}
+type recReplica struct{ recLog }
 
 func (r *recReplica) Publish(ev *ReplicaEvent) {
 	r.mu.Lock()
@@ -101,17 +105,6 @@ func (r *recReplica) Publish(ev *ReplicaEvent) {
 		}
 	}
 	r.log = append(r.log, line)
-}
-
-func (r *recReplica) take() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := strings.Join(r.log, "\n")
-	r.log = nil
-	if out == "" {
-		return "(none)"
-	}
-	return out
 }
 
 func newEnv(t *testing.T, cfg Config) *env {

@@ -100,12 +100,14 @@ func (r resp) errText() string {
 	return s
 }
 
-// do sends method path with body (JSON content type unless ct is given).
-func (h *harness) do(method, path, body string, ct ...string) resp {
-	h.t.Helper()
-	req, err := http.NewRequest(method, h.base+path, strings.NewReader(body))
+// send sends method base+path with body, with a JSON content type unless
+// ct gives one ("" none), and returns the status, the response's content
+// type and its body.
+func send(t testing.TB, base, method, path, body string, ct ...string) (int, string, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
 	if err != nil {
-		h.t.Fatal(err)
+		t.Fatal(err)
 	}
 	if len(ct) > 0 {
 		if ct[0] != "" {
@@ -116,11 +118,18 @@ func (h *harness) do(method, path, body string, ct ...string) resp {
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		h.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
-	r := resp{status: res.StatusCode, raw: string(b)}
+	return res.StatusCode, res.Header.Get("Content-Type"), b
+}
+
+// do sends method path with body (JSON content type unless ct is given).
+func (h *harness) do(method, path, body string, ct ...string) resp {
+	h.t.Helper()
+	status, _, b := send(h.t, h.base, method, path, body, ct...)
+	r := resp{status: status, raw: string(b)}
 	if len(b) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.UseNumber()

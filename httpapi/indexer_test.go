@@ -1,8 +1,6 @@
 package httpapi_test
 
 import (
-	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,21 +42,8 @@ func startIndexer(t *testing.T, opts ...func(*core.IndexerConfig, *httpapi.Confi
 // status, content type and body.
 func (h *ixHarness) call(method, path, body string, ct ...string) (int, string, string) {
 	h.t.Helper()
-	req, _ := http.NewRequest(method, h.base+path, strings.NewReader(body))
-	if len(ct) > 0 {
-		if ct[0] != "" {
-			req.Header.Set("Content-Type", ct[0])
-		}
-	} else if method == "POST" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return res.StatusCode, res.Header.Get("Content-Type"), string(b)
+	status, ctype, b := send(h.t, h.base, method, path, body, ct...)
+	return status, ctype, string(b)
 }
 
 func (h *ixHarness) want(method, path, body string, status int, wantBody string, ct ...string) {

@@ -16,11 +16,14 @@ import "github.com/kvselect/kvselect/radix"
 // public tracking chain (seq[0] = local[0], seq[k] = radix.SeqHash(seq[k-1],
 // local[k])): an event continues a booking when its first block is the
 // booking's next one (the block after its cached prefix, or after the
-// blocks already credited), i.e. seq[k] = SeqHash(seq[k-1], Local). The
-// chain fixes the whole prefix, so two bookings match the same event only
-// if their prompts are the same up to there (the oldest then takes it).
-// Blocks of anything else (output blocks, requests booked elsewhere, sync
-// or warm-up blocks) match no booking and credit nothing. Invariants:
+// blocks already credited), i.e. seq[k] = SeqHash(seq[k-1], Local); the
+// oldest such booking takes it. The check is of the block's content
+// against the booking's own chain, not of the event's prefix: a chunk of
+// another prompt that starts with the same tokens as a booking's next
+// block would be credited to it (at most that chunk, and only until the
+// booking completes). Blocks of anything else (output blocks, requests
+// booked elsewhere, sync or warm-up blocks) match no booking and credit
+// nothing. Invariants:
 //
 //   - 0 <= s.credited <= the prefill s booked, and s.pairs >= 0, once no
 //     call is in flight; a slot gets no credit once its prefill is

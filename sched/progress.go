@@ -6,8 +6,11 @@ import "github.com/kvselect/kvselect/radix"
 // first token (prefill_complete), however far its prefill has gone. The
 // worker's own KV events say how far: an engine publishes BlockStored for
 // the blocks each step computes, chunk by chunk through a chunked prefill
-// (vLLM v1 caches a request's full blocks in the step that computes them:
-// vllm-project/vllm:vllm/v1/core/kv_cache_manager.py, allocate_slots).
+// (vLLM v1 caches a request's full blocks in the step that schedules them,
+// vllm-project/vllm:vllm/v1/core/kv_cache_manager.py allocate_slots, and
+// its block pool queues one BlockStored per newly cached run, with the
+// parent's hash and the blocks' tokens: vllm/v1/core/block_pool.py
+// cache_full_blocks).
 // The host passes each such event to WorkerLoad.CreditStored, which finds
 // the booking the blocks belong to and credits their tokens to it, and
 // A_p − A_c is the prefill really left ahead of a new request.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -138,6 +139,38 @@ func (c *Control) ActiveRequests() (int64, error) {
 		}
 	}
 	return n, nil
+}
+
+// Counter sums the samples of one metric family (every label set) in the
+// selector's GET /metrics; 0 when the family is absent.
+func (c *Control) Counter(family string) (float64, error) {
+	body, err := c.Call("GET", "/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	for _, line := range strings.Split(string(body), "\n") {
+		end := strings.IndexAny(line, "{ ")
+		if end < 0 || line[:end] != family {
+			continue
+		}
+		// The value follows the name or the label set (whose values may
+		// hold spaces).
+		rest := line[end:]
+		if rest[0] == '{' {
+			rest = rest[strings.LastIndexByte(rest, '}')+1:]
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return 0, fmt.Errorf("bench: %s: GET /metrics: %s: %w", c.t.name, family, err)
+		}
+		sum += v
+	}
+	return sum, nil
 }
 
 // DeviceBlocks returns the device blocks of a prompt (body: a selection

@@ -44,12 +44,16 @@ type PolicyResult struct {
 	// selections whose overlap (gpu tokens / block size) differed from
 	// the chosen engine's cached prefix at that instant, the wall time
 	// spent waiting for KV events to apply, and active requests left in
-	// GET /loads after the run (must be 0).
-	Errors             map[string]int64 `json:"errors,omitempty"`
-	SyncTimeouts       int64            `json:"sync_timeouts,omitempty"`
-	OverlapMismatches  int64            `json:"overlap_mismatches,omitempty"`
-	SyncWaitMs         float64          `json:"sync_wait_ms,omitempty"`
-	LeakedReservations int64            `json:"leaked_reservations,omitempty"`
+	// GET /loads after the run (must be 0). CreditedPrefillTokens is
+	// the booked prefill the selector's KV-event sink credited as
+	// computed (kvselect_prefill_credited_tokens_total): what
+	// cache_balance reads as the prefill left.
+	Errors                map[string]int64 `json:"errors,omitempty"`
+	CreditedPrefillTokens int64            `json:"credited_prefill_tokens,omitempty"`
+	SyncTimeouts          int64            `json:"sync_timeouts,omitempty"`
+	OverlapMismatches     int64            `json:"overlap_mismatches,omitempty"`
+	SyncWaitMs            float64          `json:"sync_wait_ms,omitempty"`
+	LeakedReservations    int64            `json:"leaked_reservations,omitempty"`
 
 	// Added with the engine model (bench/sim/vllm).
 	TTFTp90ms float64 `json:"ttft_p90_ms"`
@@ -181,8 +185,8 @@ func (rep *Report) WriteTable(out io.Writer) error {
 				fmt.Fprintf(&b, "%s (no KV events): predicted overlap differed from the engine's cache in %d of %d requests, leaked reservations %d",
 					name, k.OverlapMismatches, k.Requests, k.LeakedReservations)
 			} else {
-				fmt.Fprintf(&b, "%s: sync wait %.0f ms, sync timeouts %d, overlap mismatches %d, leaked reservations %d",
-					name, k.SyncWaitMs, k.SyncTimeouts, k.OverlapMismatches, k.LeakedReservations)
+				fmt.Fprintf(&b, "%s: sync wait %.0f ms, sync timeouts %d, overlap mismatches %d, leaked reservations %d, prefill credited from KV events %d tokens",
+					name, k.SyncWaitMs, k.SyncTimeouts, k.OverlapMismatches, k.LeakedReservations, k.CreditedPrefillTokens)
 			}
 			if len(k.Errors) > 0 {
 				fmt.Fprintf(&b, ", errors %s", formatCounts(k.Errors))

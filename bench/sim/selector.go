@@ -227,6 +227,13 @@ func (k *selectorRouter) close(res *PolicyResult) error {
 		k.lifecycle("delete_worker", "DELETE", "/workers/"+strconv.Itoa(i+1))
 	}
 	res.LeakedReservations = leaked
+	if !k.approx {
+		credited, err := k.c.Counter("kvselect_prefill_credited_tokens_total")
+		if err != nil {
+			return err
+		}
+		res.CreditedPrefillTokens = int64(credited)
+	}
 	res.SyncTimeouts = k.timeout
 	res.OverlapMismatches = k.mismat
 	res.SyncWaitMs = float64(k.wait) / float64(time.Millisecond)

@@ -297,7 +297,7 @@ func TestCacheBalanceBeatsDefault(t *testing.T) {
 // selector shared by every run, the default's second level saw the random
 // source cache_balance's first level had advanced.
 func TestSimulatePoliciesIndependent(t *testing.T) {
-	levels := func(policies string) []json.RawMessage {
+	levels := func(policies string) []map[string]json.RawMessage {
 		t.Helper()
 		path := filepath.Join(t.TempDir(), "sim.json")
 		var out, errw bytes.Buffer
@@ -318,9 +318,9 @@ func TestSimulatePoliciesIndependent(t *testing.T) {
 		if err := json.Unmarshal(raw, &rep); err != nil {
 			t.Fatal(err)
 		}
-		var out2 []json.RawMessage
+		var out2 []map[string]json.RawMessage
 		for _, lv := range rep.Levels {
-			out2 = append(out2, lv.Policies["kvselect"])
+			out2 = append(out2, lv.Policies)
 		}
 		return out2
 	}
@@ -329,9 +329,28 @@ func TestSimulatePoliciesIndependent(t *testing.T) {
 		t.Fatalf("levels: %d and %d", len(alone), len(mixed))
 	}
 	for i := range alone {
-		a, m := stripWallClock(t, alone[i]), stripWallClock(t, mixed[i])
+		a, m := stripWallClock(t, alone[i]["kvselect"]), stripWallClock(t, mixed[i]["kvselect"])
 		if a != m {
 			t.Fatalf("level %d: kvselect alone\n%s\nwith cache_balance\n%s", i, a, m)
+		}
+		// The engines' KV events reached the selector's bookings over
+		// ZMQ: some of the prefill was credited, never more than the
+		// engines computed.
+		for _, name := range []string{"kvselect", "cache_balance"} {
+			var r struct {
+				Credited int64   `json:"credited_prefill_tokens"`
+				Prefill  []int64 `json:"prefill_tokens_per_worker"`
+			}
+			if err := json.Unmarshal(mixed[i][name], &r); err != nil {
+				t.Fatal(err)
+			}
+			var computed int64
+			for _, p := range r.Prefill {
+				computed += p
+			}
+			if r.Credited <= 0 || r.Credited > computed {
+				t.Fatalf("level %d, %s: %d prefill tokens credited from KV events, engines computed %d", i, name, r.Credited, computed)
+			}
 		}
 	}
 }

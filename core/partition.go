@@ -212,9 +212,12 @@ func (p *partition) publishLocked() {
 // (sched.WorkerLoad.CreditStored: A_c).
 type partitionSink struct{ p *partition }
 
+// ApplyBatch credits the batch before the index applies it, so that a
+// caller that sees a batch's blocks in the index (the simulation's sync
+// block, a replica's overlap read) also sees their credit.
 func (ps *partitionSink) ApplyBatch(evs []radix.Event) {
-	ps.p.index.ApplyBatch(evs)
 	ps.p.creditStored(evs)
+	ps.p.index.ApplyBatch(evs)
 }
 
 // progressBlockSize is the Booking.BlockSize of a booking in sn: its block

@@ -79,8 +79,9 @@ type WorkerLoad struct {
 	// mu serializes the writers of the prompt trie and guards the
 	// worker-side state of the slots booked here (the Slot fields marked
 	// "under w.mu") and the credit queue: Slot.Book, Slot.OutputBlock,
-	// Slot.Release, CreditStored and Retire take it. No reader takes it: NewBlocks walks the trie lock-free, and
-	// the counters above are atomics.
+	// Slot.Release, CreditStored and Retire take it. No reader takes it:
+	// NewBlocks walks the trie lock-free, and the counters above are
+	// atomics.
 	mu   sync.Mutex
 	trie promptTrie
 	// credit is the FIFO of slots that can take prefill credit

@@ -141,10 +141,9 @@ func (w *WorkerLoad) CreditStored(blocks []radix.Block) int64 {
 // take no more, and returns the tokens credited. Under w.mu.
 func (w *WorkerLoad) creditSlot(s *Slot, blocks []radix.Block) int64 {
 	a := s.credit(blocks)
-	if s.prefill.Load() == 0 {
-		s.dropCredit()
-		w.credit.remove(s)
-	} else if s.cursor >= len(s.hashes) || s.credited.Load() >= s.prefill.Load() {
+	// Completed meanwhile (credit dropped what it added), fully computed
+	// or fully credited: no more credit.
+	if p := s.prefill.Load(); p == 0 || s.cursor >= len(s.hashes) || s.credited.Load() >= p {
 		w.credit.remove(s)
 	}
 	return a

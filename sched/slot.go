@@ -106,8 +106,8 @@ func (s *Slot) Book(w *WorkerLoad, b *Booking) error {
 	}
 	s.w = w
 	if b.PrefillTokens > 0 {
-		s.prefill.Store(w.c.addPrefill(b.PrefillTokens))
-		if p := s.prefill.Load(); p > 0 {
+		if p := w.c.addPrefill(b.PrefillTokens); p > 0 {
+			s.prefill.Store(p)
 			if bs := b.BlockSize; bs > 0 {
 				// The prompt has len(hashes) full blocks and a partial
 				// one of r < bs tokens; p = isl − cached, so the cached

@@ -54,8 +54,10 @@ type serveOptions struct {
 	// while set; "" is none (workers come from POST /workers).
 	workersFile string
 	// debugAddr is where /debug/pprof is served (--debug-addr), "" when
-	// --pprof=false.
-	debugAddr string
+	// --pprof=false; debugExplicit is whether --debug-addr was given (only
+	// then is an address that cannot be bound fatal: startDebug).
+	debugAddr     string
+	debugExplicit bool
 	// randSeed seeds the picker's random source (--rand-seed); 0 is the
 	// runtime's per-thread randomness.
 	randSeed uint64
@@ -276,6 +278,7 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	if o.workersFile != "" && o.demo > 0 {
 		return nil, errors.New("--demo registers its engines itself: it cannot run with --workers-file")
 	}
+	o.debugExplicit = set["debug-addr"]
 	if !*pprofOn {
 		o.debugAddr = ""
 	} else if _, _, err := net.SplitHostPort(o.debugAddr); err != nil {

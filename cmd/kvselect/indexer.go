@@ -36,8 +36,10 @@ type indexerOptions struct {
 	inactive      []string
 	hasBlockSize  bool
 	workersString string
-	// debugAddr is where /debug/pprof is served, "" with --pprof=false.
-	debugAddr string
+	// debugAddr is where /debug/pprof is served, "" with --pprof=false;
+	// debugExplicit is whether --debug-addr was given (startDebug).
+	debugAddr     string
+	debugExplicit bool
 }
 
 // indexerWorker is one --workers entry.
@@ -141,6 +143,7 @@ func parseIndexer(args []string, env func(string) (string, bool), stderr io.Writ
 			o.inactive = append(o.inactive, "DYN_KV_INDEXER_TEST_ENDPOINTS (/test/pause_listener and /test/resume_listener are not built)")
 		}
 	}
+	o.debugExplicit = set["debug-addr"]
 	if !*pprofOn {
 		o.debugAddr = ""
 	} else if _, _, err := net.SplitHostPort(o.debugAddr); err != nil {
@@ -263,7 +266,7 @@ func runIndexer(ctx context.Context, args []string, env func(string) (string, bo
 
 	var debug *debugListener
 	if opts.debugAddr != "" {
-		if debug, err = startDebug(opts.debugAddr, log); err != nil {
+		if debug, err = startDebug(opts.debugAddr, opts.debugExplicit, log); err != nil {
 			log.Error("indexer: --debug-addr (use --pprof=false to serve no profiles)", "err", err)
 			_ = zing.Close()
 			return 1

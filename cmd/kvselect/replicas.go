@@ -43,7 +43,7 @@ func inProcessReplicas(profile bool, args ...string) func(n int) ([]bench.Replic
 		}
 		if profile {
 			var err error
-			if debug, err = startDebug("127.0.0.1:0", quiet); err != nil {
+			if debug, err = startDebug("127.0.0.1:0", true, quiet); err != nil {
 				return nil, nil, err
 			}
 		}

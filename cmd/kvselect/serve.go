@@ -242,7 +242,7 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	// periodic sweep, the workers file.
 	var debug *debugListener
 	if opts.debugAddr != "" {
-		if debug, err = startDebug(opts.debugAddr, log); err != nil {
+		if debug, err = startDebug(opts.debugAddr, opts.debugExplicit, log); err != nil {
 			log.Error("serve: --debug-addr (use --pprof=false to serve no profiles)", "err", err)
 			if members != nil {
 				members.stop()
@@ -376,9 +376,23 @@ type debugListener struct {
 }
 
 // startDebug serves /debug/pprof on addr; a non-loopback address is
-// logged as a warning.
-func startDebug(addr string, log *slog.Logger) (*debugListener, error) {
+// logged as a warning. The listener is an extra, not the service: when
+// addr is the flag's default (explicit false) and cannot be bound, as when
+// a second kvselect runs on the host, it binds a free port on the same
+// host instead and says so in one warning naming the flag. Only an address
+// the user gave that cannot be bound is an error.
+func startDebug(addr string, explicit bool, log *slog.Logger) (*debugListener, error) {
 	ln, err := net.Listen("tcp", addr)
+	if err != nil && !explicit {
+		host, _, _ := net.SplitHostPort(addr)
+		var err2 error
+		if ln, err2 = net.Listen("tcp", net.JoinHostPort(host, "0")); err2 != nil {
+			return nil, err
+		}
+		log.Warn("the default debug address is taken (another process on this host?); serving /debug/pprof on a free port instead (--debug-addr chooses one, --pprof=false serves none)",
+			"default", addr, "addr", ln.Addr().String(), "err", err)
+		err = nil
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -60,9 +60,10 @@ func TestUndecodableBatchesCountedOnce(t *testing.T) {
 // TestMessageLimits: a publisher that breaks a message limit loses its
 // connection at the header of the offending frame, before its body is
 // sent (the peer never sends it, so a listener that waited for it would
-// keep the connection): an unterminated message (a 4th frame; a flood of
-// empty frames), a message whose frames together exceed MaxMessageSize, a
-// frame over MaxFrameSize. The drop is counted by reason, its reason is
+// keep the connection): an unterminated message (past the hard budget of
+// DefaultHardFrames frames; a flood of empty frames), a message whose
+// frames together exceed MaxMessageSize (frames past the third count,
+// though discarded), a frame over MaxFrameSize. The drop is counted by reason, its reason is
 // the rank's LastError, and the listener redials and goes on. (zmq4's
 // RecvMsg kept every frame of an unterminated message: forty 60 MiB frames
 // flagged MORE took the process from 137 MB to 2.4 GB, the listener still
@@ -77,8 +78,10 @@ func TestMessageLimits(t *testing.T) {
 		want   func(Stats) uint64
 		errSub string
 	}{
-		{"4th frame", cat(more([]byte("kv")), more(seq0), more([]byte{0x90}), rawFrameHeader(false, 32*kib)),
+		{"frame past the hard budget", cat(more([]byte("kv")), more(seq0), bytes.Repeat(more([]byte{0x90}), DefaultHardFrames-2), rawFrameHeader(false, 32*kib)),
 			func(s Stats) uint64 { return s.TooManyFrames }, "too many frames"},
+		{"discarded frames too large", cat(more([]byte("kv")), more(seq0), more([]byte{0x90}), more(make([]byte, 40*kib)), rawFrameHeader(true, 40*kib)),
+			func(s Stats) uint64 { return s.MessageTooLarge }, "message too large"},
 		{"empty frame flood", bytes.Repeat(rawFrameHeader(true, 0), 100000),
 			func(s Stats) uint64 { return s.TooManyFrames }, "too many frames"},
 		{"message too large", cat(more(make([]byte, 40*kib)), rawFrameHeader(true, 40*kib)),
@@ -124,8 +127,8 @@ func TestMessageLimits(t *testing.T) {
 func cat(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
 
 // TestReplayLimits: a replay ROUTER that answers with a message of more
-// frames than a replay reply has loses its connection at that frame: the
-// replay fails (counted, also by reason) and live processing goes on.
+// frames than a replay reply has fails the replay (counted, as an
+// extra-frames drop too) and live processing goes on.
 func TestReplayLimits(t *testing.T) {
 	checkNoLeak(t)
 	pub := newRawPeer(t)
@@ -146,15 +149,15 @@ func TestReplayLimits(t *testing.T) {
 		t.Fatalf("replay request %q %v", req, err)
 	}
 	seq1 := []byte{0, 0, 0, 0, 0, 0, 0, 1}
-	_ = r.send(cat(rawFrame(true, nil), rawFrame(true, []byte("kv")), rawFrame(true, seq1), rawFrame(true, []byte{0x90}), rawFrameHeader(false, 100)))
+	_ = r.send(cat(rawFrame(true, nil), rawFrame(true, []byte("kv")), rawFrame(true, seq1), rawFrame(true, []byte{0x90}), rawFrame(false, make([]byte, 100))))
 	r.awaitClosed(t)
 	w := radix.WorkerKey{WorkerID: 1}
 	waitFor(t, "the live batch after the failed replay", func() bool { return sink.Depth(w, toks) == 1 })
 	s := in.Stats()
-	if s.Replays != 1 || s.ReplayFailures != 1 || s.TooManyFrames != 1 || s.Gaps != 1 || s.MissedBatches != 1 || s.RecvErrors != 0 {
+	if s.Replays != 1 || s.ReplayFailures != 1 || s.ExtraFrames != 1 || s.TooManyFrames != 0 || s.Gaps != 1 || s.MissedBatches != 1 || s.RecvErrors != 0 {
 		t.Fatalf("stats %+v", s)
 	}
-	if st := status(in, 1)[0]; !strings.Contains(st.LastError, "too many frames") {
+	if st := status(in, 1)[0]; !strings.Contains(st.LastError, "extra frames") {
 		t.Fatalf("status %+v", st)
 	}
 }

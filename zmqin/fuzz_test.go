@@ -235,8 +235,8 @@ func FuzzScanFrames(f *testing.F) {
 // and agrees with a straightforward reading of the ZMTP framing: the same
 // messages, and the same verdict (limit broken, command with MORE, stream
 // ended) at the same point; commands, PINGs included, are consumed
-// wherever they come. Limits are small so that the fuzzer
-// reaches them.
+// wherever they come; a message of extra frames is skipped and the next
+// one read. Limits are small so that the fuzzer reaches them.
 func FuzzRecv(f *testing.F) {
 	f.Add(cat(rawMsg([]byte("kv"), make([]byte, 8), []byte{0x90}), rawMsg([]byte("x"))))
 	f.Add(cat(rawReady("PUB"), rawFrame(true, nil), rawFrame(true, nil), rawFrame(true, nil), rawFrame(false, nil)))
@@ -244,7 +244,8 @@ func FuzzRecv(f *testing.F) {
 	f.Add(rawFrameHeader(false, 1<<62))
 	f.Add(cat(rawFrame(true, []byte("a")), rawReady("SUB")))
 	f.Add(cat(rawFrame(true, []byte("a")), rawCommand("PING", []byte{0, 10, 'c'}), rawFrame(false, []byte("b"))))
-	lim := Limits{MaxFrames: 3, MaxFrameSize: 48, MaxMessageSize: 64}
+	f.Add(cat(rawFrame(true, []byte("a")), rawFrame(true, nil), rawFrame(true, nil), rawFrame(false, []byte("d")), rawMsg([]byte("e"))))
+	lim := Limits{MaxFrames: 3, MaxFrameSize: 48, MaxMessageSize: 64, HardFrames: 6}
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		c := &Conn{bc: &bufConn{r: bufio.NewReaderSize(bytes.NewReader(stream), 16), w: bufio.NewWriter(io.Discard)}, lim: lim}
 		ref := refFrames{b: stream, lim: lim}
@@ -258,6 +259,12 @@ func FuzzRecv(f *testing.F) {
 			}
 			if (err == nil) != (wantErr == nil) || (err != nil && !errors.Is(err, wantErr)) {
 				t.Fatalf("Recv error %v, reference %v", err, wantErr)
+			}
+			if errors.Is(err, ErrExtraFrames) {
+				if len(frames) != 0 {
+					t.Fatalf("a dropped message returned %d frames", len(frames))
+				}
+				continue
 			}
 			if err != nil {
 				return
@@ -288,7 +295,7 @@ var errEOF = errors.New("end of stream")
 
 func (r *refFrames) next() ([][]byte, error) {
 	var msg [][]byte
-	total := 0
+	total, n := 0, 0
 	for {
 		if len(r.b) < 2 {
 			return nil, errEOF
@@ -306,7 +313,7 @@ func (r *refFrames) next() ([][]byte, error) {
 			if flags&flagMore != 0 {
 				return nil, errProtocol
 			}
-		} else if len(msg) == r.lim.MaxFrames {
+		} else if n++; n > r.lim.HardFrames {
 			return nil, ErrTooManyFrames
 		}
 		if size > uint64(r.lim.MaxFrameSize) {
@@ -325,8 +332,13 @@ func (r *refFrames) next() ([][]byte, error) {
 		if flags&flagCommand != 0 {
 			continue
 		}
-		msg = append(msg, body)
+		if n <= r.lim.MaxFrames {
+			msg = append(msg, body)
+		}
 		if flags&flagMore == 0 {
+			if n > r.lim.MaxFrames {
+				return nil, ErrExtraFrames
+			}
 			return msg, nil
 		}
 	}

@@ -33,11 +33,13 @@ type Stats struct {
 	EventsApplied  uint64 // events passed to sinks
 
 	// Drops by reason. BadFrames: messages that are not [topic, seq(8),
-	// payload]. Overflow: messages dropped at a full rank queue. Stale:
+	// payload]. ExtraFrames: messages of more than 3 frames, read to their
+	// end and skipped with the connection kept (ErrExtraFrames). Overflow: messages dropped at a full rank queue. Stale:
 	// batches with seq <= the watermark. DecodeErrors: payloads rejected
 	// as malformed (the watermark does not move). Events counts the
 	// events skipped inside decoded batches, by DropReason.
 	BadFrames    uint64
+	ExtraFrames  uint64
 	Overflow     uint64
 	Stale        uint64
 	DecodeErrors uint64
@@ -57,7 +59,8 @@ type Stats struct {
 
 	// Connections (live or replay) dropped because the peer broke a limit
 	// (see Limits), by reason: a message of more frames than its protocol
-	// has, a message over MaxMessageSize, a frame over MaxFrameSize.
+	// has past Limits.HardFrames, a message over MaxMessageSize, a frame
+	// over MaxFrameSize.
 	TooManyFrames   uint64
 	MessageTooLarge uint64
 	FrameTooLarge   uint64
@@ -93,6 +96,7 @@ type stats struct {
 	restarts                                             atomic.Uint64
 	connects, dialErrors, recvErrors                     atomic.Uint64
 	tooManyFrames, messageTooLarge, frameTooLarge        atomic.Uint64
+	extraFrames                                          atomic.Uint64
 	logsSuppressed                                       atomic.Uint64
 
 	// Gauges. ranks and connected count listeners and live connections.
@@ -287,6 +291,7 @@ func (in *Ingress) Stats() Stats {
 		DialErrors:      s.dialErrors.Load(),
 		RecvErrors:      s.recvErrors.Load(),
 		TooManyFrames:   s.tooManyFrames.Load(),
+		ExtraFrames:     s.extraFrames.Load(),
 		MessageTooLarge: s.messageTooLarge.Load(),
 		FrameTooLarge:   s.frameTooLarge.Load(),
 		LogsSuppressed:  s.logsSuppressed.Load(),

@@ -108,3 +108,55 @@ func TestInteropLibzmq(t *testing.T) {
 	}
 	in.Detach(42)
 }
+
+// TestInteropExtraFrames: a libzmq publisher sends a KV-event message of
+// more frames than [topic, seq, payload], then valid ones. The odd
+// message is dropped and counted (too_many_frames) and the connection
+// stays up: the valid batches behind it are applied with no reconnect
+// (closing it lost them, as a PUB drops what it sends while its subscriber
+// is away). A message of 40 frames is dropped the same way.
+func TestInteropExtraFrames(t *testing.T) {
+	requireDebianPyzmq(t)
+	checkNoLeak(t)
+	stdin, stdout := pyScript(t, "testdata/frames_pub.py")
+	line, err := stdout.ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the script's port: %v", err)
+	}
+	var port int
+	if _, err := fmt.Sscanf(line, "port %d", &port); err != nil {
+		t.Fatalf("script said %q: %v", line, err)
+	}
+	in := newIngress(t, testConfig())
+	sink := newIndexSink(t)
+	in.Sync(7, testBlockSize, []core.RankSource{{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", port)}}, sink)
+	send := func(seq, frames int) {
+		t.Helper()
+		if _, err := fmt.Fprintf(stdin, "kv %d %d %d\n", seq, 1000+seq, frames); err != nil {
+			t.Fatal(err)
+		}
+		if ans, err := stdout.ReadString('\n'); err != nil || ans != "sent\n" {
+			t.Fatalf("script answered %q, %v", ans, err)
+		}
+	}
+	w := radix.WorkerKey{WorkerID: 7}
+	send(0, 3)
+	waitFor(t, "the first batch", func() bool { return sink.Depth(w, tokens(1, 1)) == 1 })
+	send(1, 4)
+	send(2, 3)
+	send(3, 40)
+	send(4, 3)
+	waitFor(t, "the batches behind the odd messages", func() bool {
+		return sink.Depth(w, tokens(9, 1)) == 1 && sink.Depth(w, tokens(17, 1)) == 1
+	})
+	if sink.Depth(w, tokens(5, 1)) != 0 || sink.Depth(w, tokens(13, 1)) != 0 {
+		t.Fatal("a message with extra frames was applied")
+	}
+	s := in.Stats()
+	if s.ExtraFrames != 2 || s.Connects != 1 || s.RecvErrors != 0 || s.TooManyFrames != 0 || s.BadFrames != 0 || s.BatchesApplied != 3 {
+		t.Fatalf("stats %+v", s)
+	}
+	if st := status(in, 7)[0]; st.State != "live" || !strings.Contains(st.LastError, "extra frames") {
+		t.Fatalf("status %+v", st)
+	}
+}

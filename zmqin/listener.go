@@ -2,6 +2,7 @@ package zmqin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
@@ -294,6 +295,12 @@ func (l *rankListener) receive(zc *Conn, q chan<- queued) (delivered bool, err e
 	var frames [][]byte
 	for {
 		frames, err = zc.Recv(frames)
+		if errors.Is(err, ErrExtraFrames) {
+			l.in.st.extraFrames.Add(1)
+			l.setErr(err)
+			l.lg.logAt(slog.LevelWarn, "kv message with extra frames; skipped, the connection stays up", "err", err)
+			continue
+		}
 		if err != nil {
 			return delivered, err
 		}

@@ -325,6 +325,9 @@ func (s *PubSocket) serve(c net.Conn) {
 		for {
 			var err error
 			frames, err = zc.Recv(frames)
+			if errors.Is(err, ErrExtraFrames) {
+				continue // not a subscription: skipped, as libzmq's XPUB does
+			}
 			if err != nil {
 				_ = zc.Close()
 				return

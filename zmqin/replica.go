@@ -196,10 +196,11 @@ const (
 	MeshDropLegacy                      // a tenant_id envelope
 	MeshDropOwn                         // this process's own event
 	MeshDropFull                        // the inbound queue was full
+	MeshDropExtraFrames                 // more than 2 frames: read to its end and skipped, the connection kept (ErrExtraFrames)
 	NumMeshDrops
 )
 
-var meshDropNames = [NumMeshDrops]string{"frame_count", "unknown_topic", "undecodable", "legacy_tenant_id", "own_process", "inbound_full"}
+var meshDropNames = [NumMeshDrops]string{"frame_count", "unknown_topic", "undecodable", "legacy_tenant_id", "own_process", "inbound_full", "too_many_frames"}
 
 // String is the drop's metric label.
 func (d MeshDrop) String() string { return meshDropNames[d] }
@@ -213,6 +214,9 @@ type meshStats struct {
 	received, batches                     atomic.Uint64
 	dropped                               [NumMeshDrops]atomic.Uint64
 	connects, disconnects, dialErrors     atomic.Uint64
+	// limitDrops counts peer connections dropped because a message broke
+	// the Limits, by limitReason.
+	limitDrops [numLimitReasons]atomic.Uint64
 	// outBytes and inBytes are the bytes in the outbound and inbound
 	// queues (at most MaxQueueBytes each): counted before queueing,
 	// uncounted once handed to the PUB socket or applied.
@@ -242,8 +246,12 @@ type MeshStats struct {
 	// Subscribers: peers subscribed to this process's PUB.
 	Peers, PeersLive, Subscribers     int
 	Connects, Disconnects, DialErrors uint64
-	OutboundDepth, InboundDepth       int
-	OutboundLimit, InboundLimit       int
+	// LimitDrops: peer connections dropped because a message broke the
+	// receive Limits: past the hard frame budget, over the message size,
+	// over the frame size (LimitReasonNames).
+	LimitDrops                  [3]uint64
+	OutboundDepth, InboundDepth int
+	OutboundLimit, InboundLimit int
 	// The bytes in the outbound and inbound queues and in the subscribed
 	// peers' queues (summed), and MaxQueueBytes, each one's bound.
 	OutboundBytes, InboundBytes, PeerQueueBytes int64
@@ -549,6 +557,7 @@ func (m *Mesh) Stats() MeshStats {
 		Subscribers:        m.pub.Subscribers(),
 		Connects:           m.st.connects.Load(),
 		Disconnects:        m.st.disconnects.Load(),
+		LimitDrops:         [3]uint64{m.st.limitDrops[0].Load(), m.st.limitDrops[1].Load(), m.st.limitDrops[2].Load()},
 		DialErrors:         m.st.dialErrors.Load(),
 		OutboundDepth:      len(m.out),
 		InboundDepth:       len(m.in),

@@ -15,8 +15,8 @@ import (
 // mesh exchange lifecycle events both ways: the peer checks the exact bytes
 // kvselect publishes for an admission, a completion and a free; kvselect
 // applies the peer's admission, completion and free, and drops the peer's
-// legacy tenant_id envelope and an envelope carrying kvselect's own process
-// id.
+// legacy tenant_id envelope, an envelope carrying kvselect's own process
+// id and a message of three frames, without losing the connection.
 func TestMeshInteropLibzmq(t *testing.T) {
 	requireDebianPyzmq(t)
 	checkNoLeak(t)
@@ -65,6 +65,27 @@ func TestMeshInteropLibzmq(t *testing.T) {
 	if ans := ask("expect go_free"); ans != "ok" {
 		t.Fatalf("free: %s", ans)
 	}
+	// A LoRA booking: its name is on the admission, the completion and the
+	// free (the free carried none).
+	if _, err := k.svc.Reserve(&core.ReservationRequest{SelectionID: "go-2", WorkerID: 2, HasWorkerID: true, DPRank: 1,
+		Prompt: core.Prompt{SequenceHashes: []uint64{33}, HasSequenceHashes: true, ISLTokens: 4, HasISLTokens: true, LoraName: "my-adapter"}}); err != nil {
+		t.Fatal(err)
+	}
+	if ans := ask("expect go_lora_add"); ans != "ok" {
+		t.Fatalf("LoRA admission: %s", ans)
+	}
+	if err := k.svc.PrefillComplete("go-2"); err != nil {
+		t.Fatal(err)
+	}
+	if ans := ask("expect go_lora_prefill"); ans != "ok" {
+		t.Fatalf("LoRA completion: %s", ans)
+	}
+	if err := k.svc.Free("go-2"); err != nil {
+		t.Fatal(err)
+	}
+	if ans := ask("expect go_lora_free"); ans != "ok" {
+		t.Fatalf("LoRA free: %s", ans)
+	}
 
 	// peer -> kvselect. A libzmq PUB drops what it sends before our
 	// subscription reaches it, so probe until an admission lands.
@@ -81,6 +102,8 @@ func TestMeshInteropLibzmq(t *testing.T) {
 	}
 	ask("send probe_free")
 	wantLoads(t, k, "the probe freed", 0, 0, 0)
+	connects := k.mesh.Stats().Connects
+	ask("sendx py_add")
 	for _, name := range []string{"legacy", "own", "py_add"} {
 		ask("send " + name)
 	}
@@ -90,8 +113,11 @@ func TestMeshInteropLibzmq(t *testing.T) {
 	ask("send py_free")
 	wantLoads(t, k, "the peer's free", 0, 0, 0)
 	st := k.mesh.Stats()
-	if st.Dropped[MeshDropLegacy] != 1 || st.Dropped[MeshDropOwn] != 1 || st.Dropped[MeshDropUndecodable] != 0 {
+	if st.Dropped[MeshDropLegacy] != 1 || st.Dropped[MeshDropOwn] != 1 || st.Dropped[MeshDropUndecodable] != 0 || st.Dropped[MeshDropExtraFrames] != 1 {
 		t.Fatalf("drops %v", st.Dropped)
+	}
+	if st.Connects != connects || st.Disconnects != 0 {
+		t.Fatalf("connects %d (was %d), disconnects %d", st.Connects, connects, st.Disconnects)
 	}
 }
 

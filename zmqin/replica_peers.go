@@ -181,7 +181,14 @@ func (m *Mesh) receive(ctx context.Context, ep string, p *meshPeer) {
 		backoff = m.cfg.BackoffMin
 		for {
 			frames, err = zc.Recv(frames)
+			if errors.Is(err, ErrExtraFrames) {
+				m.st.received.Add(1)
+				m.st.dropped[MeshDropExtraFrames].Add(1)
+				p.lg.logAt(slog.LevelWarn, "replica message with extra frames; skipped, the connection stays up", "err", err)
+				continue
+			}
 			if err != nil {
+				m.countLimit(err)
 				break
 			}
 			m.st.received.Add(1)
@@ -193,6 +200,16 @@ func (m *Mesh) receive(ctx context.Context, ep string, p *meshPeer) {
 		m.st.disconnects.Add(1)
 		if ctx.Err() == nil {
 			p.lg.logAt(slog.LevelWarn, "replica peer disconnected; redialing", "err", err)
+		}
+		if limitReason(err) >= 0 {
+			// A peer that broke a limit would break it again at once:
+			// redial after the backoff, not in a tight loop.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(jitter(backoff)):
+			}
+			backoff = min(2*backoff, m.cfg.BackoffMax)
 		}
 	}
 }
@@ -244,4 +261,11 @@ func (m *Mesh) handle(frames [][]byte, p *meshPeer) {
 		}
 	}
 	m.st.dropped[MeshDropFull].Add(1)
+}
+
+// countLimit counts a peer connection dropped for breaking the Limits.
+func (m *Mesh) countLimit(err error) {
+	if r := limitReason(err); r >= 0 {
+		m.st.limitDrops[r].Add(1)
+	}
 }

@@ -3,6 +3,7 @@ package zmqin
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
@@ -153,6 +154,9 @@ func (l *rankListener) replay(start uint64, verify bool) (restarted bool, err er
 	for {
 		zc.SetReadDeadline(time.Now().Add(timeout))
 		frames, err = zc.Recv(frames)
+		if errors.Is(err, ErrExtraFrames) {
+			l.in.st.extraFrames.Add(1) // a malformed reply: the replay fails
+		}
 		if err != nil {
 			l.in.countLimit(err)
 			return false, err

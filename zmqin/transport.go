@@ -69,12 +69,21 @@ var (
 	// ErrFrameTooLarge: a frame announced more than MaxFrameSize bytes
 	// (zmq4 itself allocates whatever size a peer announces).
 	ErrFrameTooLarge = errors.New("zmqin: ZMTP frame too large")
-	// ErrTooManyFrames: a message went on past MaxFrames frames (zmq4
-	// keeps every frame of an unterminated message).
+	// ErrTooManyFrames: a message went on past the hard frame budget
+	// (Limits.HardFrames; zmq4 keeps every frame of an unterminated
+	// message).
 	ErrTooManyFrames = errors.New("zmqin: ZMTP message has too many frames")
 	// ErrMessageTooLarge: a message's frames together exceeded
 	// MaxMessageSize bytes.
 	ErrMessageTooLarge = errors.New("zmqin: ZMTP message too large")
+	// ErrExtraFrames is the one error after which the connection stays in
+	// step: a message had more than MaxFrames frames (and at most
+	// HardFrames); Recv read it to its end, keeping nothing of it, and the
+	// next Recv reads the next message. A caller counts the drop and goes
+	// on: a PUB drops what it sends while its subscriber is away, so
+	// closing the connection for one bad message would lose the good ones
+	// behind it.
+	ErrExtraFrames = errors.New("zmqin: ZMTP message with extra frames dropped")
 	// errProtocol: a command frame inside a multipart message.
 	errProtocol = errors.New("zmqin: ZMTP protocol error")
 )
@@ -86,10 +95,31 @@ var (
 // checked at a frame's header. They are per connection because the
 // protocols differ: a live KV event message is at most 3 frames [topic,
 // seq, payload], a replay reply 4, a replica-sync envelope would be 2.
+//
+// A message of more than MaxFrames frames is not a protocol breach that
+// must cost the connection: its frames past MaxFrames are read and
+// discarded as they arrive (never buffered; the ones before are let go)
+// and Recv reports ErrExtraFrames at its end. Only a message past
+// HardFrames frames, a count no honest publisher reaches, or past
+// MaxMessageSize bytes (discarded frames count) drops the connection.
 type Limits struct {
-	MaxFrames      int // frames per message, at least 1
+	MaxFrames      int // frames per message kept, at least 1
 	MaxFrameSize   int // bytes per frame
 	MaxMessageSize int // bytes per message, all frames together
+	HardFrames     int // frames per message past which the connection is dropped; 0 is DefaultHardFrames
+}
+
+// DefaultHardFrames is Limits.HardFrames when 0: far beyond the 4 frames
+// of any message of the protocols read here, and small enough that a
+// stream of empty frames (which MaxMessageSize does not bound) ends
+// quickly.
+const DefaultHardFrames = 1024
+
+func (l Limits) hardFrames() int {
+	if l.HardFrames > 0 {
+		return max(l.HardFrames, l.MaxFrames)
+	}
+	return max(DefaultHardFrames, l.MaxFrames)
 }
 
 // handshakeMaxFrame bounds the greeting's commands (READY and its
@@ -287,13 +317,17 @@ func Dial(ctx context.Context, ep string, typ SocketType, lim Limits) (*Conn, er
 // Recv reads the next message into frames[:0] and returns it. Each frame
 // is a fresh allocation the caller may keep. Command frames, between or
 // inside messages, are consumed: a PING is answered with a PONG (see
-// Conn), any other command is skipped. A message that breaks c's Limits fails with
-// ErrTooManyFrames, ErrMessageTooLarge or ErrFrameTooLarge at the header
-// of the frame that breaks it; the caller must then drop the connection,
-// as the stream is left inside that frame.
+// Conn), any other command is skipped. A message of more than MaxFrames
+// frames is read to its end and discarded: Recv returns frames[:0] and an
+// error wrapping ErrExtraFrames, and the connection can go on. A message
+// that breaks c's other Limits fails with ErrTooManyFrames,
+// ErrMessageTooLarge or ErrFrameTooLarge at the header of the frame that
+// breaks it; the caller must then drop the connection, as the stream is
+// left inside that frame.
 func (c *Conn) Recv(frames [][]byte) ([][]byte, error) {
 	frames = frames[:0]
 	total := uint64(0)
+	n, hard := 0, c.lim.hardFrames() // data frames of this message so far
 	for {
 		flags, size, err := c.header()
 		if err != nil {
@@ -316,14 +350,29 @@ func (c *Conn) Recv(frames [][]byte) ([][]byte, error) {
 			}
 			continue
 		}
-		if len(frames) == c.lim.MaxFrames {
-			return nil, fmt.Errorf("%w: more than %d", ErrTooManyFrames, c.lim.MaxFrames)
+		if n++; n > hard {
+			return nil, fmt.Errorf("%w: more than %d", ErrTooManyFrames, hard)
 		}
 		if err := c.checkSize(size); err != nil {
 			return nil, err
 		}
 		if total += size; total > uint64(c.lim.MaxMessageSize) {
 			return nil, fmt.Errorf("%w: more than %d bytes", ErrMessageTooLarge, c.lim.MaxMessageSize)
+		}
+		if n > c.lim.MaxFrames {
+			// The message is dropped: let go of what it kept, skip this
+			// frame's body without buffering it.
+			if n == c.lim.MaxFrames+1 {
+				clear(frames)
+				frames = frames[:0]
+			}
+			if _, err := c.bc.r.Discard(int(size)); err != nil {
+				return nil, err
+			}
+			if flags&flagMore == 0 {
+				return frames, fmt.Errorf("%w: %d frames, at most %d", ErrExtraFrames, n, c.lim.MaxFrames)
+			}
+			continue
 		}
 		body, err := c.body(int(size))
 		if err != nil {
@@ -473,3 +522,28 @@ func (c *Conn) SetReadDeadline(t time.Time) { _ = c.raw.SetReadDeadline(t) }
 
 // Close closes the underlying connection; a blocked Recv returns an error.
 func (c *Conn) Close() error { return c.raw.Close() }
+
+// The reasons a connection is dropped for breaking its Limits, in the
+// order of LimitReasonNames (the metric labels).
+const (
+	limitTooManyFrames = iota
+	limitMessageTooLarge
+	limitFrameTooLarge
+	numLimitReasons
+)
+
+// LimitReasonNames are the labels of the connection-drop reasons.
+var LimitReasonNames = [numLimitReasons]string{"too_many_frames", "message_too_large", "frame_too_large"}
+
+// limitReason is err's reason, or -1 for an error that breaks no limit.
+func limitReason(err error) int {
+	switch {
+	case errors.Is(err, ErrTooManyFrames):
+		return limitTooManyFrames
+	case errors.Is(err, ErrMessageTooLarge):
+		return limitMessageTooLarge
+	case errors.Is(err, ErrFrameTooLarge):
+		return limitFrameTooLarge
+	}
+	return -1
+}

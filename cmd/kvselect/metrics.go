@@ -16,9 +16,9 @@ var ingressDescs = []perf.Desc{
 	{Name: "kvselect_kv_listeners_connected", Kind: perf.Gauge, Help: "KV-event listeners with a live SUB connection to their worker."},
 	{Name: "kvselect_kv_batches_delivered_total", Kind: perf.Counter, Help: "KV event batches (ZMQ messages) decoded and handed to the index."},
 	{Name: "kvselect_kv_events_delivered_total", Kind: perf.Counter, Help: "KV events decoded and handed to the index (what it did with them: kvselect_index_events_*)."},
-	{Name: "kvselect_kv_messages_dropped_total", Kind: perf.Counter, Help: "ZMQ messages not applied, by reason: bad_frame (not [topic, seq, payload]), queue_overflow (a full listener queue; shows as a gap), stale (seq at or below the watermark), decode_error (malformed payload)."},
+	{Name: "kvselect_kv_messages_dropped_total", Kind: perf.Counter, Help: "ZMQ messages not applied, by reason: bad_frame (not [topic, seq, payload]), too_many_frames (more than 3 frames: read to its end and skipped, the connection kept), queue_overflow (a full listener queue; shows as a gap), stale (seq at or below the watermark), decode_error (malformed payload)."},
 	{Name: "kvselect_kv_wire_events_dropped_total", Kind: perf.Counter, Help: "Events skipped inside decoded batches, by reason (unknown tag or medium, other block size, token count, non-attention KV group, non-local, malformed)."},
-	{Name: "kvselect_kv_connections_dropped_total", Kind: perf.Counter, Help: "Listener or replay connections dropped because the publisher broke a limit, by reason."},
+	{Name: "kvselect_kv_connections_dropped_total", Kind: perf.Counter, Help: "Listener or replay connections dropped because the publisher broke a limit, by reason: too_many_frames (a message past 1,024 frames), message_too_large, frame_too_large."},
 	{Name: "kvselect_kv_sequence_gaps_total", Kind: perf.Counter, Help: "Sequence gaps detected (a batch's seq above the watermark + 1)."},
 	{Name: "kvselect_kv_missed_batches_total", Kind: perf.Counter, Help: "Batches missing in the gaps, before replay."},
 	{Name: "kvselect_kv_replays_total", Kind: perf.Counter, Help: "Replay requests sent to workers' replay endpoints."},
@@ -51,6 +51,7 @@ func writeIngressMetrics(w io.Writer, st zmqin.Stats) {
 	perf.WriteCounter(w, "kvselect_kv_batches_delivered_total", st.BatchesApplied)
 	perf.WriteCounter(w, "kvselect_kv_events_delivered_total", st.EventsApplied)
 	perf.WriteCounter(w, `kvselect_kv_messages_dropped_total{reason="bad_frame"}`, st.BadFrames)
+	perf.WriteCounter(w, `kvselect_kv_messages_dropped_total{reason="too_many_frames"}`, st.ExtraFrames)
 	perf.WriteCounter(w, `kvselect_kv_messages_dropped_total{reason="queue_overflow"}`, st.Overflow)
 	perf.WriteCounter(w, `kvselect_kv_messages_dropped_total{reason="stale"}`, st.Stale)
 	perf.WriteCounter(w, `kvselect_kv_messages_dropped_total{reason="decode_error"}`, st.DecodeErrors)
@@ -98,6 +99,7 @@ var meshDescs = []perf.Desc{
 	{Name: "kvselect_replica_peer_connects_total", Kind: perf.Counter, Help: "Connections made to replica peers."},
 	{Name: "kvselect_replica_peer_disconnects_total", Kind: perf.Counter, Help: "Connections to replica peers lost."},
 	{Name: "kvselect_replica_peer_dial_errors_total", Kind: perf.Counter, Help: "Failed dials to replica peers."},
+	{Name: "kvselect_replica_connections_dropped_total", Kind: perf.Counter, Help: "Connections to replica peers dropped because a message broke a limit, by reason: too_many_frames (past 1,024 frames), message_too_large, frame_too_large."},
 	{Name: "kvselect_replica_affinity_events_published_total", Kind: perf.Counter, Help: "Session-binding events published on dynamo.session-affinity.v1."},
 	{Name: "kvselect_replica_affinity_events_not_sent_total", Kind: perf.Counter, Help: "Session-binding events not sent, by reason."},
 	{Name: "kvselect_replica_affinity_events_received_total", Kind: perf.Counter, Help: "Session-binding events received from peers."},
@@ -133,6 +135,9 @@ func writeMeshMetrics(w io.Writer, st zmqin.MeshStats) {
 	perf.WriteGauge(w, "kvselect_replica_subscribers", float64(st.Subscribers))
 	perf.WriteCounter(w, "kvselect_replica_peer_connects_total", st.Connects)
 	perf.WriteCounter(w, "kvselect_replica_peer_disconnects_total", st.Disconnects)
+	for r, n := range st.LimitDrops {
+		perf.WriteCounter(w, perf.Label("kvselect_replica_connections_dropped_total", "reason", zmqin.LimitReasonNames[r]), n)
+	}
 	perf.WriteCounter(w, "kvselect_replica_peer_dial_errors_total", st.DialErrors)
 	perf.WriteGauge(w, "kvselect_replica_outbound_queue_depth", float64(st.OutboundDepth))
 	perf.WriteGauge(w, "kvselect_replica_outbound_queue_limit", float64(st.OutboundLimit))

@@ -7,6 +7,8 @@ ai-dynamo/dynamo's ScopedReplicaEvent.
 argv: kvselect's PUB endpoint, kvselect's process id.
 stdin, one command per line:
   send NAME     publish envelope NAME on dynamo.slot-tracker.v1; answers "sent"
+  sendx NAME    the same with a third frame after the envelope (a message
+                kvselect must drop without losing the connection)
   expect NAME   receive one message from kvselect; answers "ok" when its
                 topic and bytes equal envelope NAME, else "mismatch <got> <want>"
 It prints "port N" first and exits when stdin closes.
@@ -53,6 +55,10 @@ envelopes = {
     "go_add": envelope("go-1", 1, 0, add([11, 22], True, 16, 8), kvselect_id),
     "go_prefill": envelope("go-1", 1, 0, "MarkPrefillCompleted", kvselect_id),
     "go_free": envelope("go-1", 1, 0, "Free", kvselect_id),
+    # ... and for go-2, booked with a LoRA: every event carries it.
+    "go_lora_add": envelope("go-2", 2, 1, add([33], True, None, 4), kvselect_id, lora="my-adapter"),
+    "go_lora_prefill": envelope("go-2", 2, 1, "MarkPrefillCompleted", kvselect_id, lora="my-adapter"),
+    "go_lora_free": envelope("go-2", 2, 1, "Free", kvselect_id, lora="my-adapter"),
     # What this peer publishes.
     "probe": envelope("probe", 1, 0, add([1], True, None, 4), PEER_ID),
     "probe_free": envelope("probe", 1, 0, "Free", PEER_ID),
@@ -76,6 +82,9 @@ for line in sys.stdin:
     cmd, name = line.split()
     if cmd == "send":
         pub.send_multipart([TOPIC, envelopes[name]])
+        print("sent", flush=True)
+    elif cmd == "sendx":
+        pub.send_multipart([TOPIC, envelopes[name], b"extra"])
         print("sent", flush=True)
     elif cmd == "expect":
         try:

@@ -56,6 +56,9 @@ func (p *Publisher) serveReplay(c net.Conn) {
 	var frames [][]byte
 	for {
 		frames, err = zc.Recv(frames)
+		if errors.Is(err, zmqin.ErrExtraFrames) {
+			continue // not a replay request
+		}
 		if err != nil {
 			return
 		}

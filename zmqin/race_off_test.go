@@ -1,0 +1,5 @@
+//go:build !race
+
+package zmqin
+
+const raceEnabled = false

@@ -44,6 +44,12 @@ type WorkerFields struct {
 	RouterHintWorkerType             *string           `json:"router_hint_worker_type,omitempty"`
 	RouterHintSourceControlEndpoints map[uint32]string `json:"router_hint_source_control_endpoints,omitempty"`
 	KVEventSourceMode                *string           `json:"kv_event_source_mode,omitempty"`
+	// LoraAdapters is a kvselect extension, not a field of the reference's
+	// WorkerRequest (a reference caller never sends it, and a record
+	// without it omits it): the LoRA adapters the worker serves, which
+	// narrow the candidates of a request naming one (lora.go). A set:
+	// sorted and deduplicated.
+	LoraAdapters []string `json:"lora_adapters,omitempty"`
 }
 
 // WorkerSpec is the body of POST /workers: a whole record.
@@ -105,6 +111,11 @@ func (f WorkerFields) clone() WorkerFields {
 	}
 	c.RouterHintSourceControlEndpoints = maps.Clone(f.RouterHintSourceControlEndpoints)
 	c.KVEventSourceMode = clonePtr(f.KVEventSourceMode)
+	if len(f.LoraAdapters) > 0 {
+		c.LoraAdapters = newAdapterSet(f.LoraAdapters)
+	} else {
+		c.LoraAdapters = nil
+	}
 	return c
 }
 
@@ -146,6 +157,9 @@ func (f WorkerFields) patch(p *WorkerPatch) WorkerFields {
 	}
 	if p.Taints != nil {
 		f.Taints = p.Taints
+	}
+	if p.LoraAdapters != nil {
+		f.LoraAdapters = p.LoraAdapters
 	}
 	if p.TopologyDomains != nil {
 		f.TopologyDomains = p.TopologyDomains
@@ -216,6 +230,10 @@ type catalogEntry struct {
 	// attached: the range of the record that attached them, which a
 	// replacing record inherits until it attaches its own.
 	rankStart, rankSize uint32
+	// engineAdapters are the adapters the worker's engine reported
+	// (SetEngineAdapters); with rec.LoraAdapters they make the snapshot's
+	// workerView.adapters.
+	engineAdapters adapterSet
 }
 
 // reconcileLocked computes the lifecycle of f in partition p: the reasons that

@@ -72,6 +72,9 @@ type snapshot struct {
 	// hintCapable: some worker advertises a router_hint_worker_type, so
 	// bookings look for a kv hint source.
 	hintCapable bool
+	// anyAdapters: some worker serves a LoRA adapter, so a request naming
+	// one is narrowed (lora.go).
+	anyAdapters bool
 }
 
 // workerView is the routing data of one schedulable worker.
@@ -89,6 +92,9 @@ type workerView struct {
 	hintType      string
 	hintEndpoints map[uint32]string
 	stateAgent    bool
+	// adapters are the LoRA adapters the worker serves: its record's
+	// lora_adapters and its engine's report.
+	adapters adapterSet
 }
 
 // find returns the index of worker id in the snapshot, or -1.
@@ -194,8 +200,10 @@ func (p *partition) publishLocked() {
 			hintType:      deref(e.rec.RouterHintWorkerType, ""),
 			hintEndpoints: e.rec.RouterHintSourceControlEndpoints,
 			stateAgent:    deref(e.rec.KVEventSourceMode, "") == StateAgentV2,
+			adapters:      newAdapterSet(e.rec.LoraAdapters, e.engineAdapters),
 		}
 		sn.hintCapable = sn.hintCapable || v.hintType != ""
+		sn.anyAdapters = sn.anyAdapters || len(v.adapters) > 0
 		for r := w.DPStart; r < w.DPStart+w.DPSize; r++ {
 			v.loads = append(v.loads, p.loads[radix.WorkerKey{WorkerID: id, DPRank: r}])
 		}

@@ -145,11 +145,15 @@ func (s *Service) publishAdd(r *reservation, w WorkerKey, seq []uint64, effectiv
 }
 
 // publish announces a lifecycle event of r (prefill completion, free).
+// The booking's LoRA travels on every event of it, as the reference writes
+// them (ai-dynamo/dynamo:lib/kv-router/src/sequences/multi_worker.rs reads
+// request_index.lora_for before publishing MarkPrefillCompleted and Free);
+// a receiver finds the booking by request id and need not read it.
 func (s *Service) publish(kind ReplicaEventKind, r *reservation) {
 	if !s.publishing {
 		return
 	}
-	s.replica.Publish(&ReplicaEvent{Kind: kind, ModelName: r.p.model, RoutingGroup: r.p.group, BlockSize: r.p.snap.Load().blockSize, RequestID: r.id, Worker: r.worker()})
+	s.replica.Publish(&ReplicaEvent{Kind: kind, ModelName: r.p.model, RoutingGroup: r.p.group, BlockSize: r.p.snap.Load().blockSize, RequestID: r.id, Worker: r.worker(), LoraName: r.lora})
 }
 
 // privateHashes appends n tracking hashes that belong to request id alone,

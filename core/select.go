@@ -30,6 +30,8 @@ type scratch struct {
 	ctx    sched.SelectionContext
 	params sched.Params
 	req    sched.Request
+	// lora holds a LoRA request's narrowed allow-set (lora.go).
+	lora []uint64
 }
 
 func (s *Service) getScratch() *scratch   { return s.scratch.Get().(*scratch) }
@@ -276,6 +278,13 @@ func (s *Service) selectWorker(ctx context.Context, req *SelectRequest, out *Sel
 	}
 	sc := s.getScratch()
 	defer s.putScratch(sc)
+	if req.Prompt.LoraName != "" {
+		var narrowed []uint64
+		var ok bool
+		if narrowed, ok, sc.lora = s.narrowLora(sn, req.Prompt.LoraName, cons.AllowedWorkerIDs, req.HasAllowedWorkerIDs, req.PinnedWorker, sc.lora); ok {
+			cons.AllowedWorkerIDs = narrowed
+		}
+	}
 	q, err := s.prepare(p, sn, &req.Prompt, req.Override, &cons, sc)
 	if err != nil {
 		return nil, err

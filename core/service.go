@@ -28,6 +28,10 @@ type Options struct {
 	WriterID uint64
 	// Logf receives the service's rare warnings (nil: discarded).
 	Logf func(format string, args ...any)
+	// LoraFilter, when set, is the host's source of the workers that serve
+	// a LoRA adapter (lora.go); nil narrows by the built-in sources, the
+	// records' lora_adapters and SetEngineAdapters.
+	LoraFilter LoraWorkerFilter
 	// Primary, when set, is the primary index of every partition, served
 	// by another process (a standalone indexer): the service then listens
 	// to no KV events (Ingress is not called; workers need no kv_events
@@ -53,6 +57,8 @@ type Service struct {
 	clock     func() time.Time
 	rng       sched.Rand
 	logf      func(format string, args ...any)
+	// loraFilter is Options.LoraFilter (nil: the built-in sources).
+	loraFilter LoraWorkerFilter
 
 	// affinitySink and writerID replicate session bindings (nil: no
 	// replication); affinityStats count every table's outcomes.
@@ -151,18 +157,19 @@ func New(cfg Config, opts Options) (*Service, error) {
 	}
 	cfg.Tracking.Key = slices.Clone(cfg.Tracking.Key) // the caller may reuse it
 	s := &Service{
-		cfg:       cfg,
-		ingress:   opts.Ingress,
-		replica:   opts.Replica,
-		clock:     opts.Clock,
-		rng:       opts.Rand,
-		remote:    opts.Primary,
-		listening: cfg.UseKVEvents && opts.Primary == nil,
-		catalog:   map[uint64]*catalogEntry{},
-		ledger:    newLedger(cfg.MaxReservations, cfg.MaxReservationBytes),
-		pending:   newPendingCache(cfg.SelectionCacheTTL, cfg.SelectionCacheMaxEntries, cfg.SelectionCacheMaxBytes),
-		plans:     newPlanRegistry(cfg.MaxReservations),
-		logf:      opts.Logf,
+		cfg:        cfg,
+		ingress:    opts.Ingress,
+		replica:    opts.Replica,
+		clock:      opts.Clock,
+		rng:        opts.Rand,
+		remote:     opts.Primary,
+		listening:  cfg.UseKVEvents && opts.Primary == nil,
+		catalog:    map[uint64]*catalogEntry{},
+		ledger:     newLedger(cfg.MaxReservations, cfg.MaxReservationBytes),
+		pending:    newPendingCache(cfg.SelectionCacheTTL, cfg.SelectionCacheMaxEntries, cfg.SelectionCacheMaxBytes),
+		plans:      newPlanRegistry(cfg.MaxReservations),
+		logf:       opts.Logf,
+		loraFilter: opts.LoraFilter,
 
 		affinitySink: opts.Affinity,
 		writerID:     opts.WriterID,

@@ -16,11 +16,12 @@ import (
 
 // workerFieldNames are the fields WorkerRequest and WorkerPatchRequest share
 // (ai-dynamo/dynamo:lib/kv-router/src/services/selection/types.rs), plus
-// kv_event_source_mode.
+// kv_event_source_mode and lora_adapters (kvselect's extension:
+// core.WorkerFields.LoraAdapters).
 var workerFieldNames = []string{"endpoint", "kv_events_endpoint", "kv_events_endpoints", "replay_endpoint", "block_size",
 	"data_parallel_start_rank", "data_parallel_size", "max_num_batched_tokens", "total_kv_blocks", "stable_routing_id",
 	"is_eagle", "taints", "topology_domains", "kv_transfer_domain", "kv_transfer_enforcement", "kv_transfer_preferred_weight",
-	"router_hint_worker_type", "router_hint_source_control_endpoints", "kv_event_source_mode"}
+	"router_hint_worker_type", "router_hint_source_control_endpoints", "kv_event_source_mode", "lora_adapters"}
 
 var (
 	workerFields      = newFieldSet(append([]string{"worker_id", "model_name", "routing_group"}, workerFieldNames...)...)
@@ -160,6 +161,17 @@ func decodeWorkerField(s *scanner, path string, key []byte, f *core.WorkerFields
 			f.Taints = nil
 			return s.typeErr(k, "invalid type: null, expected a sequence")
 		}
+	case "lora_adapters":
+		if s.peek() == 'n' { // unset (a PATCH leaves it as it is)
+			_, err = s.null()
+			return err
+		}
+		f.LoraAdapters = []string{} // [] clears it in a PATCH
+		_, err = s.array(k, "a sequence", func() error {
+			v, err := s.ownedStr(k)
+			f.LoraAdapters = append(f.LoraAdapters, v)
+			return err
+		})
 	case "topology_domains":
 		f.TopologyDomains, err = s.strMap(k, patch)
 	case "kv_events_endpoints":

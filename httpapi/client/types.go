@@ -161,18 +161,21 @@ type Reservation struct {
 // fields are unset in the record; in a WorkerPatch only the set ones
 // change.
 type WorkerFields struct {
-	Endpoint                         *string           `json:"endpoint,omitempty"`
-	KVEventsEndpoint                 *string           `json:"kv_events_endpoint,omitempty"`
-	KVEventsEndpoints                map[string]string `json:"kv_events_endpoints,omitempty"`
-	ReplayEndpoint                   *string           `json:"replay_endpoint,omitempty"`
-	BlockSize                        *uint32           `json:"block_size,omitempty"`
-	DataParallelStartRank            *uint32           `json:"data_parallel_start_rank,omitempty"`
-	DataParallelSize                 *uint32           `json:"data_parallel_size,omitempty"`
-	MaxNumBatchedTokens              *uint64           `json:"max_num_batched_tokens,omitempty"`
-	TotalKVBlocks                    *uint64           `json:"total_kv_blocks,omitempty"`
-	StableRoutingID                  *string           `json:"stable_routing_id,omitempty"`
-	IsEagle                          *bool             `json:"is_eagle,omitempty"`
-	Taints                           []string          `json:"taints,omitempty"`
+	Endpoint              *string           `json:"endpoint,omitempty"`
+	KVEventsEndpoint      *string           `json:"kv_events_endpoint,omitempty"`
+	KVEventsEndpoints     map[string]string `json:"kv_events_endpoints,omitempty"`
+	ReplayEndpoint        *string           `json:"replay_endpoint,omitempty"`
+	BlockSize             *uint32           `json:"block_size,omitempty"`
+	DataParallelStartRank *uint32           `json:"data_parallel_start_rank,omitempty"`
+	DataParallelSize      *uint32           `json:"data_parallel_size,omitempty"`
+	MaxNumBatchedTokens   *uint64           `json:"max_num_batched_tokens,omitempty"`
+	TotalKVBlocks         *uint64           `json:"total_kv_blocks,omitempty"`
+	StableRoutingID       *string           `json:"stable_routing_id,omitempty"`
+	IsEagle               *bool             `json:"is_eagle,omitempty"`
+	Taints                []string          `json:"taints,omitempty"`
+	// LoraAdapters is kvselect's extension: the LoRA adapters the worker
+	// serves, which narrow the candidates of a request naming one.
+	LoraAdapters                     []string          `json:"lora_adapters,omitempty"`
 	TopologyDomains                  map[string]string `json:"topology_domains,omitempty"`
 	KVTransferDomain                 *string           `json:"kv_transfer_domain,omitempty"`
 	KVTransferEnforcement            *string           `json:"kv_transfer_enforcement,omitempty"`

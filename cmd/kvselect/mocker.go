@@ -51,7 +51,7 @@ func mocker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	blockSize := fs.Int("block-size", 16, "KV block size in tokens")
 	capacity := fs.Int("capacity", 4096, "KV pool capacity per rank, in blocks")
 	host := fs.String("host", "127.0.0.1", "address to bind (\"*\" for every interface)")
-	basePort := fs.Int("base-port", 5557, "PUB port of engine 0 rank 0; engine e rank r uses base-port + e*ranks + r; 0 picks free ports")
+	basePort := fs.Int("base-port", 0, "PUB port of engine 0 rank 0; engine e rank r uses base-port + e*ranks + r; 0 (default) picks free ports, so mockers and real engines (vLLM publishes on 5557) run side by side; the printed descriptions name them")
 	replayPort := fs.Int("replay-base-port", 0, "replay ROUTER port, numbered like base-port; 0 disables replay (when base-port is 0, any non-zero value enables replay on free ports)")
 	encoding := fs.String("encoding", "map", "event encoding: map (vLLM after #42892) or array (vLLM <= 0.23, SGLang)")
 	hashes := fs.String("hashes", "unsigned", "block hash form: unsigned, signed or bytes")

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -105,4 +108,51 @@ func TestExplicitDebugAddrTaken(t *testing.T) {
 			t.Fatalf("%s: exit %d, want 1 naming --debug-addr:\n%s", name, code, logs.String())
 		}
 	}
+}
+
+// TestTwoMockersAndServeDefaults: two `kvselect mocker` processes with
+// default flags run side by side (the fixed base port 5557 made the second
+// one fail, and clashed with a vLLM engine's default), and a default
+// `serve` ingests both from the descriptions they print.
+func TestTwoMockersAndServeDefaults(t *testing.T) {
+	bin, err := buildOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bodies []map[string]any
+	for i := range 2 {
+		cmd := exec.Command(bin, "mocker")
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs := &syncBuf{}
+		cmd.Stderr = logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		var w map[string]any
+		if err := json.NewDecoder(out).Decode(&w); err != nil {
+			t.Fatalf("mocker %d printed no description: %v\n%s", i, err, logs.String())
+		}
+		go func() { _, _ = io.Copy(io.Discard, out) }()
+		w["worker_id"] = i + 1
+		bodies = append(bodies, w)
+	}
+	if fmt.Sprint(bodies[0]["kv_events_endpoints"]) == fmt.Sprint(bodies[1]["kv_events_endpoints"]) {
+		t.Fatalf("both mockers publish on %v", bodies[0]["kv_events_endpoints"])
+	}
+	s := &selector{t: t, http: freePort(t)}
+	s.base = fmt.Sprintf("http://127.0.0.1:%d", s.http)
+	s.args = []string{"serve", "--port", fmt.Sprint(s.http)}
+	s.start()
+	for _, b := range bodies {
+		body, _ := json.Marshal(b)
+		s.must("POST", "/workers", string(body), 201)
+	}
+	s.eventually("events from both mockers", func() bool {
+		m, _ := s.get("/metrics")
+		return strings.Contains(m, "kvselect_kv_listeners_connected 2")
+	})
 }

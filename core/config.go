@@ -2,7 +2,10 @@ package core
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/kvselect/kvselect/radix"
@@ -180,8 +183,14 @@ func (c *Config) Validate() error {
 	if err := (radix.ApproxConfig{TTL: c.ApproxTTL, MaxBlocks: c.ApproxMaxBlocks, Shards: c.IndexShards}).Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	if _, err := c.policyRegistry(); err != nil {
+	reg, err := c.policyRegistry()
+	if err != nil {
 		return err
+	}
+	for _, name := range []string{c.Disagg.PrefillPolicy, c.Disagg.DecodePolicy} {
+		if _, ok := reg[name]; name != "" && !ok {
+			return fmt.Errorf("%w: unknown selection policy %q for a disaggregated pool (known: %s)", ErrConfig, name, strings.Join(slices.Sorted(maps.Keys(reg)), ", "))
+		}
 	}
 	return c.Disagg.validate()
 }

@@ -112,6 +112,12 @@ type DisaggConfig struct {
 	// PrefillFailure is the decode-anchored compensation of a request
 	// that names none. Zero is FreeDecode.
 	PrefillFailure PrefillFailurePolicy
+	// PrefillPolicy and DecodePolicy name the selection policy of a
+	// plan's prefill and decode calls whose override names none, as the
+	// reference's per-pool prefill and decode policies choose its pools'
+	// (ai-dynamo/dynamo:lib/kv-router/src/scheduling/config.rs); "" is
+	// the pool partition's own. Config.Validate checks the names.
+	PrefillPolicy, DecodePolicy string
 }
 
 func (c DisaggConfig) validate() error {

@@ -105,6 +105,8 @@ func (s *Service) newPlan(req *DisaggRequest) (*plan, error) {
 	p.legIDs = [numPools]string{p.id + legSuffix[PrefillPool], p.id + legSuffix[DecodePool]}
 	p.req = cloneDisaggRequest(req)
 	r := &p.req
+	r.PrefillOverride = withPolicy(r.PrefillOverride, s.cfg.Disagg.PrefillPolicy)
+	r.DecodeOverride = withPolicy(r.DecodeOverride, s.cfg.Disagg.DecodePolicy)
 	r.SelectionID = p.id
 	r.ModelName = cmp.Or(r.ModelName, DefaultPartition)
 	r.PrefillRoutingGroup = cmp.Or(r.PrefillRoutingGroup, DefaultPrefillRoutingGroup)
@@ -353,5 +355,20 @@ func cloneOverride(o *Override) *Override {
 		OverlapScoreWeight: clonePtr(o.OverlapScoreWeight), RouterTemperature: clonePtr(o.RouterTemperature),
 		AssumeKVReuse: clonePtr(o.AssumeKVReuse), TrackPrefillTokens: clonePtr(o.TrackPrefillTokens),
 		SharedCacheMultiplier: clonePtr(o.SharedCacheMultiplier),
+		RoutingPolicy:         strings.Clone(o.RoutingPolicy),
 	}
+}
+
+// withPolicy is ov naming policy name when ov names none (a copy; ov
+// itself when name is "" or ov names one).
+func withPolicy(ov *Override, name string) *Override {
+	if name == "" || (ov != nil && ov.RoutingPolicy != "") {
+		return ov
+	}
+	var o Override
+	if ov != nil {
+		o = *ov
+	}
+	o.RoutingPolicy = name
+	return &o
 }

@@ -3,9 +3,13 @@ package core
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvselect/kvselect/sched"
 )
 
 func TestParseDisaggEnums(t *testing.T) {
@@ -165,5 +169,69 @@ func TestPlanOverridesValidatedFirst(t *testing.T) {
 		if st := s.Stats(); st.BookOK != before || st.Plans != 0 {
 			t.Fatalf("a rejected plan booked: %+v", st)
 		}
+	}
+}
+
+// TestDisaggPoolPolicies: Config.Disagg.PrefillPolicy and DecodePolicy
+// (DYN_ROUTER_PREFILL_POLICY, DYN_ROUTER_DECODE_POLICY) choose the policy
+// of a plan's calls in each pool unless the request's override names one;
+// an unknown name is a configuration error.
+func TestDisaggPoolPolicies(t *testing.T) {
+	last := &sched.SelectionPolicy{Name: "last", Scorers: []sched.Scorer{sched.DefaultScorer{}}, Picker: lastRow{}}
+	cfg := DefaultConfig()
+	cfg.UseKVEvents = false
+	cfg.SelectionPolicies = []*sched.SelectionPolicy{last}
+	bad := cfg
+	bad.Disagg.PrefillPolicy = "nope"
+	if _, err := New(bad, Options{}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), `"nope"`) {
+		t.Fatalf("unknown prefill policy: %v", err)
+	}
+	run := func(prefill, decode string, ov *Override) (uint64, uint64) {
+		t.Helper()
+		c := cfg
+		c.Disagg.PrefillPolicy, c.Disagg.DecodePolicy = prefill, decode
+		s, err := New(c, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for id := uint64(1); id <= 6; id++ {
+			ep, bs, group := "http://w", uint32(4), "prefill"
+			if id > 3 {
+				group = "decode"
+			}
+			if _, err := s.UpsertWorker(&WorkerSpec{WorkerID: id, ModelName: "model", RoutingGroup: group, WorkerFields: WorkerFields{Endpoint: &ep, BlockSize: &bs}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Worker 1 and 4 are the default's picks: they are loaded least.
+		for _, id := range []uint64{2, 3, 5, 6} {
+			group := "prefill"
+			if id > 3 {
+				group = "decode"
+			}
+			if _, err := s.Reserve(&ReservationRequest{ModelName: "model", RoutingGroup: group, SelectionID: fmt.Sprint("load-", id), WorkerID: id, HasWorkerID: true,
+				Prompt: Prompt{SequenceHashes: []uint64{id}, HasSequenceHashes: true, ISLTokens: 400, HasISLTokens: true}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		req := disaggReq("p", PrefillAnchored)
+		req.PrefillOverride = ov
+		v, err := s.PlanDisagg(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.Prefill.WorkerID, v.Decode.WorkerID
+	}
+	if p, d := run("", "", nil); p != 1 || d != 4 {
+		t.Fatalf("default policies: prefill %d, decode %d; want 1 and 4", p, d)
+	}
+	if p, d := run("last", "", nil); p != 3 || d != 4 {
+		t.Fatalf("prefill policy last: prefill %d, decode %d; want 3 and 4", p, d)
+	}
+	if p, d := run("", "last", nil); p != 1 || d != 6 {
+		t.Fatalf("decode policy last: prefill %d, decode %d; want 1 and 6", p, d)
+	}
+	if p, _ := run("last", "", &Override{RoutingPolicy: sched.SelectionDefault}); p != 1 {
+		t.Fatalf("the request's routing_policy wins: prefill %d, want 1", p)
 	}
 }

@@ -64,6 +64,14 @@ type serveOptions struct {
 	// policyConfig is the router policy config file
 	// (DYN_ROUTER_POLICY_CONFIG, --router-policy-config); "" is none.
 	policyConfig string
+	// writers is the KV-event writer count (--threads; 0: zmqin's default).
+	writers int
+	// envPolicy is DYN_ROUTER_WORKER_SELECTION_POLICY ("" unset), the
+	// selection policy unless --routing-policy is given.
+	envPolicy string
+	// replicaSyncEnv is DYN_ROUTER_REPLICA_SYNC=true, which needs
+	// --replica-sync-port.
+	replicaSyncEnv bool
 }
 
 // parseServe parses the flags of `kvselect serve` (the reference's names
@@ -77,7 +85,7 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	fs.SetOutput(stderr)
 	port := fs.Uint("port", 8092, "HTTP port")
 	fs.StringVar(&o.host, "host", "0.0.0.0", "HTTP bind address")
-	threads := fs.Int("threads", 4, "indexer threads: when given, the number of KV index shards per partition; by default one shard per partition (radix.DefaultShards), whatever GOMAXPROCS, because every match walks every shard")
+	threads := fs.Int("threads", 4, "KV indexer threads, as the reference's: when given, N goroutines apply KV events over N index shards per partition; not given, one shard per partition and one writer per two cores, which measured faster here because every match walks every shard (the start-up line shows index_shards and kv_writers)")
 	fs.IntVar(&o.core.IndexMaxBlocksPerRank, "index-max-blocks-per-rank", 0, "blocks one worker rank may hold in the KV index, all tiers together; a store past it clears the rank (0: 8 Mi)")
 	indexerPeers := fs.String("indexer-peers", "", "comma-separated HTTP base URLs of selectors/indexers to recover the KV index from at start-up (GET {url}/dump)")
 	replicaPort := fs.Int("replica-sync-port", 0, "ZMQ PUB port of the replica-sync mesh (must be > 0 when set)")
@@ -135,12 +143,14 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	if *threads < 1 || *threads > 1024 {
 		return nil, fmt.Errorf("--threads must be in [1, 1024], got %d", *threads)
 	}
-	// Dynamo's 4 indexer threads have no equivalent: KV events are applied
-	// by zmqin's writers and matches walk every shard, so more shards than
-	// radix.DefaultShards only slow matches down on a small machine. The
-	// flag is honoured only when given.
+	// --threads N is the reference's N KV indexer threads (a thread-pool
+	// indexer over a concurrent tree): N writer goroutines applying KV
+	// events over N index shards. Not given, kvselect sizes both itself
+	// (one shard, zmqin.DefaultWriters), because every match walks every
+	// shard: more shards than radix.DefaultShards only slow matches down
+	// on a small machine. The start-up line shows which applies.
 	if set["threads"] {
-		o.core.IndexShards = *threads
+		o.core.IndexShards, o.writers = *threads, *threads
 	}
 	if *authFile != "" {
 		tok, err := readAuthToken(*authFile)
@@ -182,11 +192,20 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 		}
 	}
 	o.core.SelectionCacheMaxBytes = *maxBytes
-	pol := sched.BuiltinSelectionPolicy(*routingPolicy)
+	// The aggregated pool's policy: --routing-policy, else the
+	// reference's DYN_ROUTER_WORKER_SELECTION_POLICY (applyEnv).
+	polName, polFrom := *routingPolicy, "--routing-policy"
+	if !set["routing-policy"] && o.envPolicy != "" {
+		polName, polFrom = o.envPolicy, "DYN_ROUTER_WORKER_SELECTION_POLICY"
+	}
+	pol := sched.BuiltinSelectionPolicy(polName)
 	if pol == nil {
-		return nil, fmt.Errorf("--routing-policy: %q is not %s or %s", *routingPolicy, sched.SelectionDefault, sched.SelectionCacheBalance)
+		return nil, fmt.Errorf("%s: %q is not %s or %s", polFrom, polName, sched.SelectionDefault, sched.SelectionCacheBalance)
 	}
 	o.core.SelectionPolicy = pol
+	if o.replicaSyncEnv && !set["replica-sync-port"] {
+		return nil, errors.New("DYN_ROUTER_REPLICA_SYNC is true but --replica-sync-port is not given: kvselect's replica sync (as the reference select service's) is the ZMQ mesh of --replica-sync-port and --replica-sync-peers")
+	}
 	ixf.envTTL, ixf.envPredicted, ixf.envPolicy = o.index.envTTL, o.index.envPredicted, o.index.envPolicy
 	warnings, err := ixf.resolve(o, set)
 	if err != nil {
@@ -341,11 +360,22 @@ func splitList(s string) []string {
 }
 
 // laterEnv are environment variables of features not built yet: reported as
-// not yet active when set. (The DYN_ROUTER_CONDITIONAL_DISAGG* names are
-// mapped by schedEnv and act on the /disagg routes.)
-var laterEnv = []string{
-	"DYN_ROUTER_REPLICA_SYNC",
-	"DYN_ROUTER_PREFILL_POLICY", "DYN_ROUTER_DECODE_POLICY",
+// not yet active when set. None is left; the list stays for the next.
+// (The DYN_ROUTER_CONDITIONAL_DISAGG* names are mapped by schedEnv and act
+// on the /disagg routes.)
+var laterEnv = []string{}
+
+// policyEnv reads a selection policy name from the environment variable
+// name: trimmed, "" when unset or blank (the reference ignores an empty
+// one); an unknown name is an error, as the reference's registry refuses
+// it at start-up (ai-dynamo/dynamo:lib/kv-router/src/scheduling/config.rs).
+func policyEnv(env func(string) (string, bool), name string) (string, error) {
+	s, _ := env(name)
+	s = strings.TrimSpace(s)
+	if s != "" && sched.BuiltinSelectionPolicy(s) == nil {
+		return "", fmt.Errorf("%s: %q is not %s or %s", name, s, sched.SelectionDefault, sched.SelectionCacheBalance)
+	}
+	return s, nil
 }
 
 // schedEnv maps Dynamo's environment variables onto sched.Config, the names
@@ -476,6 +506,25 @@ func applyEnv(o *serveOptions, env func(string) (string, bool)) error {
 		if _, ok := env(name); ok {
 			o.inactive = append(o.inactive, name)
 		}
+	}
+	var err error
+	if o.envPolicy, err = policyEnv(env, "DYN_ROUTER_WORKER_SELECTION_POLICY"); err != nil {
+		return err
+	}
+	if o.core.Disagg.PrefillPolicy, err = policyEnv(env, "DYN_ROUTER_PREFILL_POLICY"); err != nil {
+		return err
+	}
+	if o.core.Disagg.DecodePolicy, err = policyEnv(env, "DYN_ROUTER_DECODE_POLICY"); err != nil {
+		return err
+	}
+	if s, ok := env("DYN_ROUTER_REPLICA_SYNC"); ok && strings.TrimSpace(s) != "" {
+		b, err := parseBool(s)
+		if err != nil {
+			return fmt.Errorf("DYN_ROUTER_REPLICA_SYNC: %v", err)
+		}
+		// false is the reference's default and changes nothing: the
+		// mesh is on exactly when --replica-sync-port is given.
+		o.replicaSyncEnv = b
 	}
 	return nil
 }

@@ -94,15 +94,36 @@ func TestParseServeErrors(t *testing.T) {
 	}
 }
 
-func TestParseServeLaterFeaturesReported(t *testing.T) {
-	o, err := parseServe(nil, envOf(map[string]string{"DYN_ROUTER_PREFILL_POLICY": "x"}), io.Discard)
+// TestPolicyAndReplicaSyncEnv: the reference's policy and replica-sync
+// variables act or are refused at start-up, none is silently inert.
+func TestPolicyAndReplicaSyncEnv(t *testing.T) {
+	o, err := parseServe(nil, envOf(map[string]string{"DYN_ROUTER_PREFILL_POLICY": " cache_balance ", "DYN_ROUTER_DECODE_POLICY": "default",
+		"DYN_ROUTER_WORKER_SELECTION_POLICY": "cache_balance", "DYN_ROUTER_REPLICA_SYNC": "false"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := strings.Join(o.inactive, "\n")
-	for _, want := range []string{"DYN_ROUTER_PREFILL_POLICY"} {
-		if !strings.Contains(got, want) {
-			t.Errorf("%q not reported as inactive in\n%s", want, got)
+	if o.core.Disagg.PrefillPolicy != "cache_balance" || o.core.Disagg.DecodePolicy != "default" || o.core.SelectionPolicy.Name != "cache_balance" || len(o.inactive) != 0 {
+		t.Fatalf("disagg %+v, policy %s, inactive %v", o.core.Disagg, o.core.SelectionPolicy.Name, o.inactive)
+	}
+	// --routing-policy wins over DYN_ROUTER_WORKER_SELECTION_POLICY.
+	o, err = parseServe([]string{"--routing-policy", "default"}, envOf(map[string]string{"DYN_ROUTER_WORKER_SELECTION_POLICY": "cache_balance"}), io.Discard)
+	if err != nil || o.core.SelectionPolicy.Name != "default" {
+		t.Fatalf("flag over env: %v %v", o, err)
+	}
+	o, err = parseServe([]string{"--replica-sync-port", "9999"}, envOf(map[string]string{"DYN_ROUTER_REPLICA_SYNC": "true"}), io.Discard)
+	if err != nil || o.replicaPort != 9999 {
+		t.Fatalf("replica sync with a port: %v", err)
+	}
+	for env, want := range map[string]string{
+		"DYN_ROUTER_PREFILL_POLICY=x":          `DYN_ROUTER_PREFILL_POLICY: "x" is not default or cache_balance`,
+		"DYN_ROUTER_DECODE_POLICY=lru":         `DYN_ROUTER_DECODE_POLICY: "lru"`,
+		"DYN_ROUTER_WORKER_SELECTION_POLICY=y": `DYN_ROUTER_WORKER_SELECTION_POLICY: "y"`,
+		"DYN_ROUTER_REPLICA_SYNC=maybe":        `DYN_ROUTER_REPLICA_SYNC: "maybe" is not a boolean`,
+		"DYN_ROUTER_REPLICA_SYNC=1":            "DYN_ROUTER_REPLICA_SYNC is true but --replica-sync-port is not given",
+	} {
+		k, v, _ := strings.Cut(env, "=")
+		if _, err := parseServe(nil, envOf(map[string]string{k: v}), io.Discard); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", env, err, want)
 		}
 	}
 }

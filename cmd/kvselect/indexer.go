@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/httpapi"
+	"github.com/kvselect/kvselect/radix"
 	"github.com/kvselect/kvselect/zmqin"
 )
 
@@ -40,6 +42,8 @@ type indexerOptions struct {
 	// debugExplicit is whether --debug-addr was given (startDebug).
 	debugAddr     string
 	debugExplicit bool
+	// writers is the KV-event writer count (--threads; 0: zmqin's).
+	writers int
 }
 
 // indexerWorker is one --workers entry.
@@ -56,7 +60,7 @@ func parseIndexer(args []string, env func(string) (string, bool), stderr io.Writ
 	port := fs.Uint("port", 8090, "HTTP port")
 	fs.StringVar(&o.host, "host", "0.0.0.0", "HTTP bind address")
 	blockSize := fs.Uint("block-size", 0, "KV block size of the --workers (required with --workers)")
-	threads := fs.Int("threads", 4, "indexer threads: when given, the number of index shards per partition (one by default, see serve --threads)")
+	threads := fs.Int("threads", 4, "KV indexer threads: when given, N goroutines apply KV events over N index shards; not given, kvselect's own sizing (see serve --threads)")
 	fs.IntVar(&o.core.IndexMaxBlocksPerRank, "index-max-blocks-per-rank", 0, "blocks one worker rank may hold in the index, all tiers together; a store past it clears the rank (0: 8 Mi)")
 	fs.StringVar(&o.workersString, "workers", "", `initial workers: "id[:dp_rank]=zmq_endpoint,..."`)
 	fs.StringVar(&o.model, "model-name", "default", "model name of the --workers")
@@ -92,7 +96,7 @@ func parseIndexer(args []string, env func(string) (string, bool), stderr io.Writ
 		return nil, fmt.Errorf("--threads must be in [1, 1024], got %d", *threads)
 	}
 	if set["threads"] {
-		o.core.IndexShards = *threads
+		o.core.IndexShards, o.writers = *threads, *threads // as serve's --threads
 	}
 	if o.workersString != "" {
 		if !o.hasBlockSize {
@@ -209,10 +213,10 @@ func runIndexer(ctx context.Context, args []string, env func(string) (string, bo
 	build := readBuildInfo()
 	log.Info("starting the indexer", "version", build.version, "go_version", build.goVersion, "host", opts.host, "port", opts.port,
 		"debug_addr", opts.debugAddr, "block_size", opts.blockSize, "workers", len(opts.workers), "model_name", opts.model,
-		"routing_group", opts.group, "peers", opts.peers, "min_initial_workers", opts.minWorkers, "index_shards", opts.core.IndexShards,
+		"routing_group", opts.group, "peers", opts.peers, "min_initial_workers", opts.minWorkers, "index_shards", cmp.Or(opts.core.IndexShards, radix.DefaultShards()), "kv_writers", cmp.Or(opts.writers, zmqin.DefaultWriters()),
 		"max_kv_listeners", opts.core.MaxListeners, "max_peers", opts.core.MaxPeers, "max_connections", opts.http.MaxConnections)
 	warnStartup(log, lcfg, opts.inactive)
-	zing, err := zmqin.New(zmqin.Config{Logger: logs.logger("kvselect::zmqin")})
+	zing, err := zmqin.New(zmqin.Config{Logger: logs.logger("kvselect::zmqin"), Writers: opts.writers})
 	if err != nil {
 		log.Error("indexer: KV-event ingress", "err", err)
 		return 2

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/httpapi"
 	"github.com/kvselect/kvselect/perf"
+	"github.com/kvselect/kvselect/radix"
 	"github.com/kvselect/kvselect/zmqin"
 )
 
@@ -130,7 +132,7 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		defer remote.Close()
 		log.Info("primary index: the standalone indexer; no KV-event listeners", "url", opts.remote.URL, "timeout", opts.remote.Timeout.String(), "max_conns", opts.remote.MaxConns)
 	case opts.core.UseKVEvents:
-		zing, err = zmqin.New(zmqin.Config{Logger: logs.logger("kvselect::zmqin")})
+		zing, err = zmqin.New(zmqin.Config{Logger: logs.logger("kvselect::zmqin"), Writers: opts.writers})
 		if err != nil {
 			log.Error("serve: KV-event ingress", "err", err)
 			return 2
@@ -350,7 +352,7 @@ func startAttrs(o *serveOptions, b buildInfo) []any {
 		"version", b.version, "go_version", b.goVersion,
 		"host", o.host, "port", o.port, "tls", o.http.TLS != nil, "bearer_token_required", len(o.http.AuthToken) > 0,
 		"debug_addr", o.debugAddr, "max_connections", o.http.MaxConnections, "max_request_body_bytes", o.http.MaxRequestBodySize,
-		"kv_events", c.UseKVEvents, "index_shards", c.IndexShards, "max_kv_listeners", c.MaxListeners,
+		"kv_events", c.UseKVEvents, "index_shards", cmp.Or(c.IndexShards, radix.DefaultShards()), "kv_writers", cmp.Or(o.writers, zmqin.DefaultWriters()), "max_kv_listeners", c.MaxListeners,
 		"selection_cache_ttl", c.SelectionCacheTTL.String(), "selection_cache_max_entries", c.SelectionCacheMaxEntries,
 		"selection_cache_max_bytes", c.SelectionCacheMaxBytes,
 		"max_reservations", c.MaxReservations, "max_reservation_bytes", c.MaxReservationBytes,

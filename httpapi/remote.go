@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -30,6 +31,13 @@ type RemoteIndexConfig struct {
 // DefaultRemoteIndexTimeout is the reference's RemoteIndexerTransport
 // timeout (ai-dynamo/dynamo:lib/kv-router/src/services/indexer/backend.rs).
 const DefaultRemoteIndexTimeout = 5 * time.Second
+
+// RemoteIndexConnectTimeout bounds the TCP connect to the indexer within a
+// call's deadline: an indexer that does not accept is offline after 2 s
+// (the selection answers 503), as the reference's client connects
+// (ai-dynamo/dynamo 9493e06e2b: "an unreachable remote indexer maps to 503
+// not_ready, with a 2 s connect timeout"). A var for tests.
+var RemoteIndexConnectTimeout = 2 * time.Second
 
 // DefaultRemoteIndexConns bounds the connections to the indexer by default.
 const DefaultRemoteIndexConns = 256
@@ -88,6 +96,12 @@ func NewRemoteIndex(cfg RemoteIndexConfig) (*RemoteIndex, error) {
 			MaxIdleConnDuration:      time.Minute,
 			MaxResponseBodySize:      64 << 20,
 			DisablePathNormalizing:   true,
+			// The dial gets at most RemoteIndexConnectTimeout of the
+			// call's deadline (fasthttp passes DialTimeout the time the
+			// request has left).
+			DialTimeout: func(addr string, left time.Duration) (net.Conn, error) {
+				return fasthttp.DialTimeout(addr, min(left, RemoteIndexConnectTimeout))
+			},
 		},
 	}
 	if r.hc.IsTLS {

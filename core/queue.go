@@ -55,6 +55,9 @@ type routerQueue struct {
 	waiting atomic.Int64
 	// onEnqueue, when set (tests only), runs after a request enqueued.
 	onEnqueue func()
+	// rejected[c][k] counts class c's enqueues refused at limit kind k
+	// (the service-wide counts are st.rejected).
+	rejected [][sched.NumQueueLimitKinds]atomic.Uint64
 
 	mu struct {
 		sync.Mutex
@@ -97,7 +100,7 @@ func (c *queueCounters) observeWait(d time.Duration) {
 }
 
 func newRouterQueue(p *sched.PolicyProfile, now time.Time, st *queueCounters) *routerQueue {
-	q := &routerQueue{profile: p, epoch: now, st: st}
+	q := &routerQueue{profile: p, epoch: now, st: st, rejected: make([][sched.NumQueueLimitKinds]atomic.Uint64, len(p.Classes))}
 	q.mu.q = sched.NewPolicyQueue[*waiter](p)
 	return q
 }
@@ -165,6 +168,7 @@ func (q *routerQueue) wait(ctx context.Context, closing <-chan struct{}, now fun
 		var rej *sched.QueueRejection
 		if errors.As(err, &rej) {
 			q.st.rejected[rej.Kind].Add(1)
+			q.rejected[c][rej.Kind].Add(1)
 		}
 		return &Error{Class: ErrOverloaded, Msg: err.Error(), Cause: err}
 	}

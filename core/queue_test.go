@@ -222,7 +222,7 @@ func TestQueueRejection(t *testing.T) {
 		err.Error() != `router policy class "agents" queue requests limit reached (current=1, limit=1)` {
 		t.Fatalf("rejection: %v %+v", err, rej)
 	}
-	if st := e.s.QueueStats(); st.Rejected[sched.LimitRequests] != 1 || st.Classes[0].Limits[0] != 1 {
+	if st := e.s.QueueStats(); st.Rejected[sched.LimitRequests] != 1 || st.Classes[0].Limits[0] != 1 || st.Classes[0].Rejected[sched.LimitRequests] != 1 {
 		t.Fatalf("stats: %+v", st)
 	}
 	_ = e.s.Free("r1")

@@ -67,6 +67,8 @@ type QueueClassStats struct {
 	ModelName, RoutingGroup, Class       string
 	Requests, RawISLTokens, CachedTokens int64
 	Limits                               [sched.NumQueueLimitKinds]int64
+	// Rejected counts the class's enqueues refused at each limit kind.
+	Rejected [sched.NumQueueLimitKinds]uint64
 }
 
 // QueueStats reads the queues (each under its mutex, briefly).
@@ -99,6 +101,9 @@ func (s *Service) QueueStats() QueueStats {
 				if l != nil {
 					cs.Limits[k] = *l * workers
 				}
+			}
+			for k := range cs.Rejected {
+				cs.Rejected[k] = q.rejected[i][k].Load()
 			}
 			st.Classes = append(st.Classes, cs)
 		}

@@ -60,7 +60,7 @@ type routeTable struct {
 
 var selectorRoutes = routeTable{
 	names: routeNames[:], dispatch: (*Server).dispatch, draining: rDraining, unauthorized: rUnauthorized,
-	drainBody: errShuttingDown, stats: (*Server).writeStats, descs: slices.Concat(statsDescs, sessionDescs),
+	drainBody: errShuttingDown, stats: (*Server).writeStats, descs: slices.Concat(statsDescs, sessionDescs, dynamoDescs),
 }
 
 // New returns a server for svc. It registers its metrics on a registry of

@@ -86,6 +86,7 @@ func (s *Server) writeSessionStats(w io.Writer) {
 			}
 		}
 	}
+	s.writeDynamoStats(w, &q)
 }
 
 var affinityApplyNames = func() (out [core.NumAffinityApply]string) {

@@ -40,6 +40,10 @@ type Config struct {
 	// connection errors) and one line per catalog change made over HTTP
 	// (LogCatalogChange); nil discards them.
 	Logger *slog.Logger
+	// AccessLog, when set, receives one line per request (the standalone
+	// indexer's --access-log; the selector has none, as the reference's).
+	// The server does not close it.
+	AccessLog *AccessLog
 }
 
 // DefaultConfig returns the defaults: 8 MiB bodies, 60 s

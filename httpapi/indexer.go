@@ -135,8 +135,13 @@ func (s *Server) dispatchIndexer(ctx *fasthttp.RequestCtx) int {
 	case ixrHealth:
 		ctx.SetStatusCode(fasthttp.StatusOK)
 	case ixrReopenLogs:
-		// No access log to reopen (--access-log is not built): the
-		// reference answers ok without one.
+		// Without an access log the reference answers ok too.
+		if a := s.cfg.AccessLog; a != nil {
+			if err := a.Reopen(); err != nil {
+				s.writeErrMsg(ctx, fasthttp.StatusInternalServerError, err.Error())
+				return route
+			}
+		}
 		s.writeRaw(ctx, 200, statusOK)
 	case ixrMetrics:
 		ctx.Response.Header.SetContentType("text/plain; version=0.0.4; charset=utf-8")
@@ -203,6 +208,7 @@ func (s *Server) handleIxPost(ctx *fasthttp.RequestCtx, route int, body []byte) 
 			writeIxDecodeErr(ctx, err)
 			return
 		}
+		s.setModel(ctx, r.ModelName)
 		if err := s.ix.Register(&r); err != nil {
 			s.writeErr(ctx, err)
 			return
@@ -214,6 +220,7 @@ func (s *Server) handleIxPost(ctx *fasthttp.RequestCtx, route int, body []byte) 
 			writeIxDecodeErr(ctx, err)
 			return
 		}
+		s.setModel(ctx, r.model)
 		s.writeStatusOK(ctx, s.ix.Unregister(r.id, r.model, r.group, r.dpRank))
 	case ixrRegisterPeer, ixrDeregisterPeer:
 		url, err := decodeIxPeer(body)
@@ -247,6 +254,7 @@ func (s *Server) handleIxQuery(ctx *fasthttp.RequestCtx, route int, body []byte)
 		writeIxDecodeErr(ctx, err)
 		return
 	}
+	s.setModel(ctx, q.model)
 	var err error
 	if route == ixrQuery {
 		err = s.ix.Query(q.model, q.group, q.tokens, q.lora, q.salt, &q.match)

@@ -204,4 +204,7 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose()
 	}
 	s.routes[r].Observe(ctx.Response.StatusCode(), time.Since(start))
+	if s.cfg.AccessLog != nil {
+		s.logAccess(ctx, r, start)
+	}
 }

@@ -37,10 +37,12 @@
 // The router queue: DYN_ROUTER_QUEUE_THRESHOLD, DYN_ROUTER_QUEUE_POLICY,
 // DYN_ROUTER_POLICY_CONFIG and DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS, with
 // the frontend's --router-queue-threshold, --router-queue-policy and
-// --router-policy-config over them (flags_queue.go). Settings that belong
-// to features not built yet (the prefill and decode worker-selection
-// policies) are validated and logged as "accepted but not yet active",
-// never silently ignored.
+// --router-policy-config over them (flags_queue.go). The policies:
+// --routing-policy (else DYN_ROUTER_WORKER_SELECTION_POLICY) for every
+// partition, DYN_ROUTER_PREFILL_POLICY and DYN_ROUTER_DECODE_POLICY for a
+// /disagg plan's pools. No setting is silently inert: one that acts on
+// nothing in a given combination is logged as "accepted without effect",
+// one kvselect cannot honour is refused at start-up (README lists them).
 //
 // Logs (logging.go) are log/slog lines on stderr, readable text by
 // default and JSON lines with DYN_LOGGING_JSONL=1, filtered by DYN_LOG

@@ -29,8 +29,10 @@ type serveOptions struct {
 	port uint16
 	core core.Config
 	http httpapi.Config
-	// inactive lists accepted, validated settings whose feature is not built
-	// yet; serve logs each at start-up. warnings are logged likewise.
+	// inactive lists accepted, validated settings that act on nothing in
+	// this combination (e.g. --demo-block-size without --demo); serve logs
+	// each at start-up as "accepted without effect". warnings are logged
+	// likewise.
 	inactive, warnings []string
 	// index holds the index-shape settings read from the environment
 	// until the flags are resolved (indexflags.go).
@@ -222,7 +224,6 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 		o.core.Sched.AssumeKVReuse = !*noReuse
 	}
 
-	// Settings of later issues: validated now, reported as not yet active.
 	if *indexerPeers != "" {
 		for _, p := range splitList(*indexerPeers) {
 			if u, err := url.Parse(p); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -318,6 +319,22 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	if o.demo > 0 && !o.core.UseKVEvents {
 		return nil, errors.New("--demo needs KV events (DYN_USE_KV_EVENTS must not be false)")
 	}
+	// Flags that act on nothing in this combination: said at start-up.
+	for _, c := range []struct {
+		given, moot bool
+		what        string
+	}{
+		{set["pprof-mutex-fraction"] || set["pprof-block-rate"], o.debugAddr == "", "--pprof-mutex-fraction/--pprof-block-rate (--pprof=false: no profiles)"},
+		{set["debug-addr"], !*pprofOn, "--debug-addr (--pprof=false: no debug listener)"},
+		{set["demo-block-size"], o.demo == 0, "--demo-block-size (no --demo)"},
+		{set["no-replica-snapshot"], o.replicaPort == 0, "--no-replica-snapshot (no --replica-sync-port)"},
+		{set["session-affinity-mode"], !set["session-affinity-ttl-secs"], "--session-affinity-mode (no --session-affinity-ttl-secs: no session affinity)"},
+		{set["threads"] || set["index-max-blocks-per-rank"], o.remote.URL != "", "--threads/--index-max-blocks-per-rank (--remote-indexer-url: the standalone indexer holds the index)"},
+	} {
+		if c.given && c.moot {
+			o.inactive = append(o.inactive, c.what)
+		}
+	}
 	if err := o.core.Validate(); err != nil {
 		return nil, err
 	}
@@ -358,12 +375,6 @@ func splitList(s string) []string {
 	}
 	return out
 }
-
-// laterEnv are environment variables of features not built yet: reported as
-// not yet active when set. None is left; the list stays for the next.
-// (The DYN_ROUTER_CONDITIONAL_DISAGG* names are mapped by schedEnv and act
-// on the /disagg routes.)
-var laterEnv = []string{}
 
 // policyEnv reads a selection policy name from the environment variable
 // name: trimmed, "" when unset or blank (the reference ignores an empty
@@ -501,11 +512,6 @@ func applyEnv(o *serveOptions, env func(string) (string, bool)) error {
 	}
 	if err := readIndexEnv(o, env); err != nil {
 		return err
-	}
-	for _, name := range laterEnv {
-		if _, ok := env(name); ok {
-			o.inactive = append(o.inactive, name)
-		}
 	}
 	var err error
 	if o.envPolicy, err = policyEnv(env, "DYN_ROUTER_WORKER_SELECTION_POLICY"); err != nil {

@@ -44,6 +44,10 @@ type indexerOptions struct {
 	debugExplicit bool
 	// writers is the KV-event writer count (--threads; 0: zmqin's).
 	writers int
+	// accessLog is the --access-log path ("" none), traceHeader its
+	// trace-id header, accessLocal its local-time switch.
+	accessLog, traceHeader string
+	accessLocal            bool
 }
 
 // indexerWorker is one --workers entry.
@@ -67,9 +71,9 @@ func parseIndexer(args []string, env func(string) (string, bool), stderr io.Writ
 	fs.StringVar(&o.group, "routing-group", "default", "routing group of the --workers")
 	fs.String("tenant-id", "", "legacy, ignored")
 	peers := fs.String("peers", "", "comma-separated HTTP base URLs of indexers or selectors to recover the index from at start-up (GET {url}/dump); also the initial /peers")
-	accessLog := fs.String("access-log", "", "access log file (not built: accepted and reported)")
-	fs.String("trace-id-header", "x-trace-id", "trace id header of the access log (not built)")
-	fs.Bool("access-log-local-time", false, "access log in local time (not built)")
+	fs.StringVar(&o.accessLog, "access-log", "", "access log file: one JSON line per request (ts, trace_id, method, path, model, status, duration_ms), appended; POST /reopen_logs reopens it after a rotation")
+	fs.StringVar(&o.traceHeader, "trace-id-header", "x-trace-id", "header whose value is the access log's trace_id")
+	fs.BoolVar(&o.accessLocal, "access-log-local-time", false, "access log timestamps in local time (default UTC)")
 	pprofOn := fs.Bool("pprof", true, "serve /debug/pprof/* on --debug-addr (false: no debug listener)")
 	fs.StringVar(&o.debugAddr, "debug-addr", "127.0.0.1:6061", "host:port of the debug listener serving /debug/pprof/*, apart from the API's port (serve's default is 6060, so both fit on one host)")
 	fs.IntVar(&o.core.MaxListeners, "max-kv-listeners", o.core.MaxListeners, "registered ranks (one KV-event listener each) at most; past it /register answers 409")
@@ -132,8 +136,9 @@ func parseIndexer(args []string, env func(string) (string, bool), stderr io.Writ
 	default:
 		o.http.MaxConnections = *maxConns
 	}
-	if *accessLog != "" || set["trace-id-header"] || set["access-log-local-time"] {
-		o.inactive = append(o.inactive, "--access-log/--trace-id-header/--access-log-local-time (no access log)")
+	if o.accessLog == "" && (set["trace-id-header"] || set["access-log-local-time"]) {
+		// The reference ignores them too; said once at start-up.
+		o.inactive = append(o.inactive, "--trace-id-header/--access-log-local-time (no --access-log: there is no access log)")
 	}
 	if s, ok := env("DYN_ROUTER_MIN_INITIAL_WORKERS"); ok {
 		n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 31)
@@ -142,9 +147,16 @@ func parseIndexer(args []string, env func(string) (string, bool), stderr io.Writ
 		}
 		o.minWorkers = int(n)
 	}
-	if s, ok := env("DYN_KV_INDEXER_TEST_ENDPOINTS"); ok {
-		if b, err := parseBool(s); err == nil && b {
-			o.inactive = append(o.inactive, "DYN_KV_INDEXER_TEST_ENDPOINTS (/test/pause_listener and /test/resume_listener are not built)")
+	if s, ok := env("DYN_KV_INDEXER_TEST_ENDPOINTS"); ok && strings.TrimSpace(s) != "" {
+		b, err := parseBool(s)
+		if err != nil {
+			return nil, fmt.Errorf("DYN_KV_INDEXER_TEST_ENDPOINTS: %v", err)
+		}
+		if b {
+			// Refused rather than accepted without the routes: a test
+			// harness that needs them would otherwise fail later, at
+			// its first /test call.
+			return nil, errors.New("DYN_KV_INDEXER_TEST_ENDPOINTS: kvselect does not serve the listener-control test routes (/test/pause_listener, /test/resume_listener); unset it")
 		}
 	}
 	o.debugExplicit = set["debug-addr"]
@@ -228,6 +240,16 @@ func runIndexer(ctx context.Context, args []string, env func(string) (string, bo
 		return 2
 	}
 	opts.http.Logger = logs.logger("kvselect::httpapi")
+	if opts.accessLog != "" {
+		al, err := httpapi.NewAccessLog(opts.accessLog, opts.traceHeader, opts.accessLocal)
+		if err != nil {
+			log.Error("indexer: --access-log", "err", err)
+			_ = zing.Close()
+			return 2
+		}
+		defer al.Close() // after the drain: the last requests are logged
+		opts.http.AccessLog = al
+	}
 	srv, err := httpapi.NewIndexer(ix, opts.http)
 	if err != nil {
 		log.Error("indexer: invalid configuration", "err", err)

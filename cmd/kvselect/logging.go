@@ -140,7 +140,7 @@ func warnStartup(log *slog.Logger, cfg logConfig, inactive []string) {
 		log.Warn("DYN_LOG: invalid directive ignored", "directive", d)
 	}
 	for _, s := range inactive {
-		log.Warn("accepted but not yet active", "setting", s)
+		log.Warn("accepted without effect", "setting", s)
 	}
 }
 

@@ -7,9 +7,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -155,4 +158,31 @@ func TestTwoMockersAndServeDefaults(t *testing.T) {
 		m, _ := s.get("/metrics")
 		return strings.Contains(m, "kvselect_kv_listeners_connected 2")
 	})
+}
+
+// TestIndexerAccessLogProcess: `kvselect indexer --access-log FILE` writes
+// a line per request and flushes it when stopped by SIGTERM.
+func TestIndexerAccessLogProcess(t *testing.T) {
+	logPath := filepath.Join(t.TempDir(), "access.log")
+	ix := &selector{t: t, http: freePort(t)}
+	ix.base = fmt.Sprintf("http://127.0.0.1:%d", ix.http)
+	ix.args = []string{"indexer", "--port", fmt.Sprint(ix.http), "--access-log", logPath, "--trace-id-header", "x-request-id"}
+	ix.start()
+	req, _ := http.NewRequest("GET", ix.base+"/workers", nil)
+	req.Header.Set("X-Request-Id", "abc")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	_ = ix.cmd.Process.Signal(syscall.SIGTERM)
+	<-ix.exited
+	ix.cmd = nil
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"trace_id":"abc","method":"GET","path":"/workers","model":"-","status":200`) {
+		t.Fatalf("access log %q\nlogs:\n%s", b, ix.logs.String())
+	}
 }

@@ -247,7 +247,7 @@ func TestServeLifecycle(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve did not stop")
 	}
-	if strings.Contains(logs.String(), "accepted but not yet active") {
+	if strings.Contains(logs.String(), "accepted without effect") {
 		t.Fatalf("an active setting logged as inactive: %s", logs.String())
 	}
 	if _, err := http.Get("http://" + addr + "/health"); err == nil {
@@ -303,5 +303,24 @@ func TestServeFinishesInFlightProfile(t *testing.T) {
 	}
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d: %s", code, logs.String())
+	}
+}
+
+// TestMootFlagsReported: a flag that acts on nothing in its combination is
+// reported at start-up, never silently ignored.
+func TestMootFlagsReported(t *testing.T) {
+	o, err := parseServe([]string{"--pprof=false", "--pprof-block-rate", "5", "--demo-block-size", "8", "--no-replica-snapshot",
+		"--session-affinity-mode", "soft"}, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(o.inactive, "\n")
+	for _, want := range []string{"--pprof-block-rate", "--demo-block-size", "--no-replica-snapshot", "--session-affinity-mode"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%s not reported in %q", want, got)
+		}
+	}
+	if o, err = parseServe([]string{"--demo", "2", "--demo-block-size", "8"}, envOf(nil), io.Discard); err != nil || len(o.inactive) != 0 {
+		t.Fatalf("an effective flag reported: %v %v", o.inactive, err)
 	}
 }

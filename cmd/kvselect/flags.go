@@ -68,6 +68,10 @@ type serveOptions struct {
 	policyConfig string
 	// writers is the KV-event writer count (--threads; 0: zmqin's default).
 	writers int
+	// engineMetrics is --engine-metrics-interval: how often each worker's
+	// {endpoint}/metrics is scraped for the LoRA adapters it serves (0:
+	// never).
+	engineMetrics time.Duration
 	// envPolicy is DYN_ROUTER_WORKER_SELECTION_POLICY ("" unset), the
 	// selection policy unless --routing-policy is given.
 	envPolicy string
@@ -127,6 +131,7 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	fs.StringVar(&o.workersFile, "workers-file", "", "JSON file of the complete worker membership ({\"workers\": [POST /workers bodies]}), polled every second; it then owns the catalog (POST, PATCH and DELETE /workers answer 409)")
 	fs.Uint64Var(&o.randSeed, "rand-seed", 0, "seed of the picker's random source (tie-breaks, softmax sampling), for reproducible decisions in benchmarks and simulations; 0 (default) uses the runtime's per-thread randomness, which needs no lock")
 	routingPolicy := fs.String("routing-policy", sched.SelectionDefault, "selection policy of every partition: default (the reference's cost function and picker, Dynamo's decisions) or cache_balance (kvselect's own, see sched.CacheBalancePolicy); a request may choose either with router_config_override.routing_policy")
+	fs.DurationVar(&o.engineMetrics, "engine-metrics-interval", 0, "scrape each worker's engine metrics ({endpoint}/metrics, vLLM's or SGLang's) this often for the LoRA adapters it serves (vllm:lora_requests_info), which narrow requests naming one beside the records' lora_adapters; 0 (default) never scrapes")
 	fs.IntVar(&o.pprofMutexFraction, "pprof-mutex-fraction", 0, "runtime.SetMutexProfileFraction for the mutex profile (0 = off)")
 	fs.IntVar(&o.pprofBlockRate, "pprof-block-rate", 0, "runtime.SetBlockProfileRate in ns for the block profile (0 = off)")
 	if err := fs.Parse(args); err != nil {
@@ -303,6 +308,9 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 		o.debugAddr = ""
 	} else if _, _, err := net.SplitHostPort(o.debugAddr); err != nil {
 		return nil, fmt.Errorf("--debug-addr %q: want host:port (e.g. 127.0.0.1:6060): %v", o.debugAddr, err)
+	}
+	if o.engineMetrics < 0 {
+		return nil, fmt.Errorf("--engine-metrics-interval %s: want >= 0", o.engineMetrics)
 	}
 	if o.pprofMutexFraction < 0 || o.pprofBlockRate < 0 {
 		return nil, errors.New("--pprof-mutex-fraction and --pprof-block-rate must be >= 0")

@@ -222,6 +222,12 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		srv.Registry().Describe(membershipDescs...)
 		srv.Registry().OnScrape(func(w io.Writer) { writeMembershipMetrics(w, members.file.stats(), members.rec.Stats()) })
 	}
+	if opts.engineMetrics > 0 {
+		scrape := startEngineScrape(svc, opts.engineMetrics, logs.logger("kvselect::engines"))
+		defer scrape.stop() // on every return: it only reads the catalog and sets adapters
+		srv.Registry().Describe(engineScrapeDescs...)
+		srv.Registry().OnScrape(func(w io.Writer) { writeEngineScrapeMetrics(w, scrape.sc.Stats()) })
+	}
 	if mesh != nil {
 		srv.Registry().Describe(meshDescs...)
 		srv.Registry().OnScrape(func(w io.Writer) { writeMeshMetrics(w, mesh.Stats()) })

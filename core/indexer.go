@@ -2,6 +2,7 @@ package core
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -347,6 +348,8 @@ func listenerStatus(state string) string {
 		return "active"
 	case "stopped":
 		return "failed"
+	case "paused":
+		return "paused"
 	}
 	return "pending"
 }
@@ -415,4 +418,67 @@ func aggregateStatus(ls map[uint32]IndexerListener) string {
 		return "active"
 	}
 	return "paused"
+}
+
+// ListenerControl is an Ingress that can pause and resume one rank's
+// listener (zmqin.Ingress): the standalone indexer's listener-control test
+// routes use it. Pause of a listener not running, and Resume of one not
+// paused, fail with an error that has a ListenerState() string method
+// naming the state it was in.
+type ListenerControl interface {
+	Pause(workerID uint64, rank uint32) error
+	Resume(workerID uint64, rank uint32) error
+}
+
+// listenerState is implemented by the ingress's state errors.
+type listenerState interface{ ListenerState() string }
+
+// PauseListener pauses the listener of instance id's rank, as the
+// reference's test route does
+// (ai-dynamo/dynamo:lib/kv-router/src/services/indexer/registry.rs,
+// pause_listener): not found for an unknown instance or rank, a conflict
+// naming the status for a listener already paused. Its blocks stay; what
+// the worker publishes meanwhile is missed until ResumeListener.
+func (ix *Indexer) PauseListener(id uint64, rank uint32) error {
+	return ix.controlListener(id, rank, "paused", func(c ListenerControl) error { return c.Pause(id, rank) })
+}
+
+// ResumeListener resumes a paused listener (a conflict for one not
+// paused): it reconnects, and the gap left by the pause is replayed when
+// the rank has a replay endpoint.
+func (ix *Indexer) ResumeListener(id uint64, rank uint32) error {
+	return ix.controlListener(id, rank, "resumed", func(c ListenerControl) error { return c.Resume(id, rank) })
+}
+
+func (ix *Indexer) controlListener(id uint64, rank uint32, verb string, do func(ListenerControl) error) error {
+	ix.change.Lock()
+	defer ix.change.Unlock()
+	ix.mu.Lock()
+	w := ix.mu.workers[id]
+	var ok bool
+	if w != nil {
+		_, ok = w.ranks[rank]
+	}
+	ix.mu.Unlock()
+	if w == nil {
+		return errorf(ErrNotFound, "instance %d not found", id)
+	}
+	if !ok {
+		return errorf(ErrNotFound, "instance %d dp_rank %d not found", id, rank)
+	}
+	c, can := ix.ingress.(ListenerControl)
+	if !can {
+		return errorf(ErrNotReady, "the KV-event ingress cannot pause listeners")
+	}
+	err := do(c)
+	var st listenerState
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &st):
+		return errorf(ErrConflict, "instance %d dp_rank %d cannot be %s from status %s", id, rank, verb, listenerStatus(st.ListenerState()))
+	}
+	// The rank is registered, so the ingress knows it: it is still
+	// being started or was stopped by a concurrent change.
+	return errorf(ErrNotFound, "instance %d dp_rank %d not found", id, rank)
 }

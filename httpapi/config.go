@@ -40,6 +40,10 @@ type Config struct {
 	// connection errors) and one line per catalog change made over HTTP
 	// (LogCatalogChange); nil discards them.
 	Logger *slog.Logger
+	// IndexerTestEndpoints mounts the standalone indexer's listener-control
+	// test routes, POST /test/pause_listener and /test/resume_listener
+	// (DYN_KV_INDEXER_TEST_ENDPOINTS); never in production.
+	IndexerTestEndpoints bool
 	// AccessLog, when set, receives one line per request (the standalone
 	// indexer's --access-log; the selector has none, as the reference's).
 	// The server does not close it.

@@ -39,6 +39,8 @@ const (
 	ixrReopenLogs
 	ixrMetrics
 	ixrOpenAPI
+	ixrTestPause
+	ixrTestResume
 	ixrUnmatched
 	ixrDraining
 	ixrUnauthorized
@@ -52,7 +54,7 @@ var ixRouteNames = [numIxRoutes]string{
 	ixrQuery: "POST /query", ixrQueryByHash: "POST /query_by_hash", ixrQueryTiered: "POST /query_tiered_by_hash",
 	ixrDump: "GET /dump", ixrRegisterPeer: "POST /register_peer", ixrDeregisterPeer: "POST /deregister_peer",
 	ixrPeers: "GET /peers", ixrHealth: "GET /health", ixrReopenLogs: "POST /reopen_logs", ixrMetrics: "GET /metrics",
-	ixrOpenAPI: "GET /openapi.json", ixrUnmatched: "unmatched", ixrDraining: "shutting down", ixrUnauthorized: "unauthorized",
+	ixrOpenAPI: "GET /openapi.json", ixrTestPause: "POST /test/pause_listener", ixrTestResume: "POST /test/resume_listener", ixrUnmatched: "unmatched", ixrDraining: "shutting down", ixrUnauthorized: "unauthorized",
 }
 
 // Body limits: the query routes take 8 MiB (a million tokens as JSON), the
@@ -117,6 +119,14 @@ func (s *Server) dispatchIndexer(ctx *fasthttp.RequestCtx) int {
 		route, wantPost = ixrMetrics, false
 	case "/openapi.json":
 		route, wantPost = ixrOpenAPI, false
+	case "/test/pause_listener":
+		if s.cfg.IndexerTestEndpoints {
+			route = ixrTestPause
+		}
+	case "/test/resume_listener":
+		if s.cfg.IndexerTestEndpoints {
+			route = ixrTestResume
+		}
 	}
 	if route < 0 {
 		ctx.SetStatusCode(fasthttp.StatusNotFound)
@@ -237,6 +247,18 @@ func (s *Server) handleIxPost(ctx *fasthttp.RequestCtx, route int, body []byte) 
 			return
 		}
 		s.writeRaw(ctx, fasthttp.StatusCreated, statusOK)
+	case ixrTestPause, ixrTestResume:
+		id, rank, err := decodeIxListenerControl(body)
+		if err != nil {
+			writeIxDecodeErr(ctx, err)
+			return
+		}
+		if route == ixrTestPause {
+			err = s.ix.PauseListener(id, rank)
+		} else {
+			err = s.ix.ResumeListener(id, rank)
+		}
+		s.writeStatusOK(ctx, err)
 	default:
 		s.handleIxQuery(ctx, route, body)
 	}

@@ -18,6 +18,7 @@ var (
 	ixQueryFields      = newFieldSet("token_ids", "model_name", "routing_group", "tenant_id", "lora_name", "cache_salt")
 	ixByHashFields     = newFieldSet("block_hashes", "model_name", "routing_group", "tenant_id", "cache_salt")
 	ixPeerFields       = newFieldSet("url")
+	ixControlFields    = newFieldSet("instance_id", "dp_rank")
 )
 
 func decodeIxRegister(body []byte) (core.IndexerRegistration, error) {
@@ -223,4 +224,43 @@ func (s *scanner) reqStr(field string) (string, error) {
 // decodeIxPeer reads {"url": String}.
 func decodeIxPeer(body []byte) (string, error) {
 	return decodeOneString(body, "struct PeerRequest", ixPeerFields, "url")
+}
+
+// decodeIxListenerControl reads a ListenerControlRequest ({instance_id,
+// dp_rank?}) of the test routes; dp_rank defaults to 0.
+func decodeIxListenerControl(body []byte) (id uint64, rank uint32, err error) {
+	s := &scanner{b: body}
+	var seen uint64
+	hasID := false
+	err = s.object("struct ListenerControlRequest", func(key []byte) error {
+		if done, err := s.skipUnknown(s.field(ixControlFields, &seen, "", key)); done {
+			return err
+		}
+		var err error
+		switch string(key) {
+		case "instance_id":
+			id, err = s.uint("instance_id", 1<<64-1, "u64")
+			hasID = true
+		case "dp_rank":
+			if s.peek() == 'n' {
+				_, err = s.null()
+				return err
+			}
+			var v uint64
+			v, err = s.uint("dp_rank", 1<<32-1, "u32")
+			rank = uint32(v)
+		}
+		return err
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	objEnd := s.i
+	if err := s.end(); err != nil {
+		return 0, 0, err
+	}
+	if !hasID {
+		return 0, 0, missingField(body, objEnd, "instance_id")
+	}
+	return id, rank, nil
 }

@@ -3,6 +3,7 @@ package zmqin
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -336,4 +337,62 @@ func (in *Ingress) Close() error {
 	}
 	in.wg.Wait()
 	return nil
+}
+
+// ErrNoListener: Pause or Resume of a (worker, rank) that has no listener.
+var ErrNoListener = errors.New("zmqin: no listener for that worker rank")
+
+// ListenerStateError: Pause of a listener that is not running, or Resume of
+// one that is not paused; State is the state it was in (RankStatus.State).
+type ListenerStateError struct{ State string }
+
+func (e *ListenerStateError) Error() string { return "zmqin: listener is " + e.State }
+
+// ListenerState is the state the listener was in (for core's messages).
+func (e *ListenerStateError) ListenerState() string { return e.State }
+
+// Pause stops the listener of (workerID, rank) without forgetting it: its
+// connection is closed and it stays paused, its watermark kept, until
+// Resume; what the publisher sends meanwhile is missed, and resuming
+// finds the gap (and replays it, with a replay endpoint). It implements
+// core.ListenerControl, for the standalone indexer's test routes.
+func (in *Ingress) Pause(workerID uint64, rank uint32) error {
+	in.syncMu.Lock()
+	defer in.syncMu.Unlock()
+	l, err := in.rank(workerID, rank)
+	if err != nil {
+		return err
+	}
+	if st, ok := l.pause(); !ok {
+		return &ListenerStateError{State: st}
+	}
+	l.lg.logAt(slog.LevelInfo, "kv listener paused")
+	return nil
+}
+
+// Resume starts a paused listener again (see Pause).
+func (in *Ingress) Resume(workerID uint64, rank uint32) error {
+	in.syncMu.Lock()
+	defer in.syncMu.Unlock()
+	l, err := in.rank(workerID, rank)
+	if err != nil {
+		return err
+	}
+	if st, ok := l.resume(); !ok {
+		return &ListenerStateError{State: st}
+	}
+	l.lg.logAt(slog.LevelInfo, "kv listener resumed")
+	return nil
+}
+
+// rank returns the listener of (workerID, rank). The caller holds
+// syncMu, so no Sync or Detach stops it meanwhile.
+func (in *Ingress) rank(workerID uint64, rank uint32) (*rankListener, error) {
+	in.mu.RLock()
+	defer in.mu.RUnlock()
+	ws := in.mu.workers[workerID]
+	if ws == nil || ws.ranks[rank] == nil {
+		return nil, ErrNoListener
+	}
+	return ws.ranks[rank], nil
 }

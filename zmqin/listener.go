@@ -47,7 +47,11 @@ type rankListener struct {
 		connected bool  // a connection's reader is running
 		replaying bool  // run: a replay is in progress
 		stopped   bool
-		lastErr   string
+		// paused: run was ended by pause and not started again; the
+		// watermark and decoder state stay for resume. ctx, cancel and
+		// done are replaced by resume, under mu.
+		paused  bool
+		lastErr string
 	}
 
 	// The published watermark: written by run after each consumed batch,
@@ -116,9 +120,50 @@ func (l *rankListener) stop() {
 	if l.mu.conn != nil {
 		_ = l.mu.conn.Close()
 	}
+	done := l.done
 	l.mu.Unlock()
-	<-l.done
+	<-done
 	l.in.st.ranks.Add(-1)
+}
+
+// pause ends run (and its connection) but keeps the listener, its
+// watermark and decoder state, for resume; it returns when run has
+// exited. It reports the state it found and false when the listener was
+// not running (already paused or stopped).
+func (l *rankListener) pause() (string, bool) {
+	l.mu.Lock()
+	if l.mu.stopped || l.mu.paused {
+		defer l.mu.Unlock()
+		return l.stateLocked(), false
+	}
+	l.mu.paused = true
+	l.cancel()
+	if l.mu.conn != nil {
+		_ = l.mu.conn.Close()
+	}
+	done := l.done
+	l.mu.Unlock()
+	<-done
+	return "", true
+}
+
+// resume starts run again on a paused listener: it dials, and the kept
+// watermark turns what was published meanwhile into a gap (replayed when
+// the rank has a replay endpoint). It reports the state it found and
+// false when the listener was not paused.
+func (l *rankListener) resume() (string, bool) {
+	l.mu.Lock()
+	if l.mu.stopped || !l.mu.paused {
+		defer l.mu.Unlock()
+		return l.stateLocked(), false
+	}
+	l.mu.paused = false
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.done = make(chan struct{})
+	l.mu.lastErr = ""
+	go l.run()
+	l.mu.Unlock()
+	return "", true
 }
 
 // watermark returns the published watermark as a log value: the last seq
@@ -149,19 +194,25 @@ func (l *rankListener) status() core.RankStatus {
 		Restarts: l.restarts.Load(),
 	}
 	l.mu.Lock()
-	switch {
-	case l.mu.stopped:
-		st.State = "stopped"
-	case l.mu.replaying:
-		st.State = "replaying"
-	case l.mu.connected:
-		st.State = "live"
-	default:
-		st.State = "connecting"
-	}
+	st.State = l.stateLocked()
 	st.LastError = l.mu.lastErr
 	l.mu.Unlock()
 	return st
+}
+
+// stateLocked is the listener's state (RankStatus.State). Under l.mu.
+func (l *rankListener) stateLocked() string {
+	switch {
+	case l.mu.stopped:
+		return "stopped"
+	case l.mu.paused:
+		return "paused"
+	case l.mu.replaying:
+		return "replaying"
+	case l.mu.connected:
+		return "live"
+	}
+	return "connecting"
 }
 
 // run is the rank's goroutine: dial, serve the connection, repeat until

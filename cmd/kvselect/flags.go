@@ -75,8 +75,8 @@ type serveOptions struct {
 	// envPolicy is DYN_ROUTER_WORKER_SELECTION_POLICY ("" unset), the
 	// selection policy unless --routing-policy is given.
 	envPolicy string
-	// replicaSyncEnv is DYN_ROUTER_REPLICA_SYNC=true, which needs
-	// --replica-sync-port.
+	// replicaSyncEnv is DYN_ROUTER_REPLICA_SYNC=true, which does nothing
+	// without --replica-sync-port (reported).
 	replicaSyncEnv bool
 }
 
@@ -211,7 +211,9 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	}
 	o.core.SelectionPolicy = pol
 	if o.replicaSyncEnv && !set["replica-sync-port"] {
-		return nil, errors.New("DYN_ROUTER_REPLICA_SYNC is true but --replica-sync-port is not given: kvselect's replica sync (as the reference select service's) is the ZMQ mesh of --replica-sync-port and --replica-sync-peers")
+		// The reference select service ignores it too (its mesh is the
+		// flag's); said at start-up rather than silently.
+		o.inactive = append(o.inactive, "DYN_ROUTER_REPLICA_SYNC=true (no --replica-sync-port: replica sync is the mesh of --replica-sync-port and --replica-sync-peers)")
 	}
 	ixf.envTTL, ixf.envPredicted, ixf.envPolicy = o.index.envTTL, o.index.envPredicted, o.index.envPolicy
 	warnings, err := ixf.resolve(o, set)

@@ -152,12 +152,7 @@ func parseIndexer(args []string, env func(string) (string, bool), stderr io.Writ
 		if err != nil {
 			return nil, fmt.Errorf("DYN_KV_INDEXER_TEST_ENDPOINTS: %v", err)
 		}
-		if b {
-			// Refused rather than accepted without the routes: a test
-			// harness that needs them would otherwise fail later, at
-			// its first /test call.
-			return nil, errors.New("DYN_KV_INDEXER_TEST_ENDPOINTS: kvselect does not serve the listener-control test routes (/test/pause_listener, /test/resume_listener); unset it")
-		}
+		o.http.IndexerTestEndpoints = b
 	}
 	o.debugExplicit = set["debug-addr"]
 	if !*pprofOn {
@@ -249,6 +244,9 @@ func runIndexer(ctx context.Context, args []string, env func(string) (string, bo
 		}
 		defer al.Close() // after the drain: the last requests are logged
 		opts.http.AccessLog = al
+	}
+	if opts.http.IndexerTestEndpoints {
+		log.Warn("Mounting listener-control test endpoints (/test/pause_listener, /test/resume_listener). These manipulate worker listener state and must never be enabled in production.")
 	}
 	srv, err := httpapi.NewIndexer(ix, opts.http)
 	if err != nil {

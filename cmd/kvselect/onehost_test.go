@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/kvselect/kvselect/zmqin/zmqpub"
 )
 
 // pprofURL is the URL a process logged for its debug listener.
@@ -184,5 +186,61 @@ func TestIndexerAccessLogProcess(t *testing.T) {
 	}
 	if !strings.Contains(string(b), `"trace_id":"abc","method":"GET","path":"/workers","model":"-","status":200`) {
 		t.Fatalf("access log %q\nlogs:\n%s", b, ix.logs.String())
+	}
+}
+
+// TestIndexerTestEndpoints: with DYN_KV_INDEXER_TEST_ENDPOINTS=true the
+// indexer serves the reference's listener-control test routes with its
+// statuses and texts; without it they are unknown routes.
+func TestIndexerTestEndpoints(t *testing.T) {
+	pub, err := zmqpub.New(zmqpub.Config{Endpoint: "tcp://127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	off := &selector{t: t, http: freePort(t)}
+	off.base = fmt.Sprintf("http://127.0.0.1:%d", off.http)
+	off.args = []string{"indexer", "--port", fmt.Sprint(off.http)}
+	off.start()
+	if body, code := off.do("POST", "/test/pause_listener", `{"instance_id":1}`); code != 404 || body != "" {
+		t.Fatalf("without the variable: %d %q", code, body)
+	}
+
+	ix := &selector{t: t, http: freePort(t), env: []string{"DYN_KV_INDEXER_TEST_ENDPOINTS=true"}}
+	ix.base = fmt.Sprintf("http://127.0.0.1:%d", ix.http)
+	ix.args = []string{"indexer", "--port", fmt.Sprint(ix.http)}
+	ix.start()
+	if !strings.Contains(ix.logs.String(), "must never be enabled in production") {
+		t.Fatalf("no warning:\n%s", ix.logs.String())
+	}
+	ix.must("POST", "/register", fmt.Sprintf(`{"instance_id":1,"endpoint":%q,"model_name":"m","block_size":4}`, pub.Endpoint()), 201)
+	ix.eventually("the listener connected", func() bool { return pub.Stats().Subscribers == 1 })
+	for _, c := range []struct {
+		path, body string
+		code       int
+		want       string
+	}{
+		{"/test/pause_listener", `{"instance_id":1}`, 200, `{"status":"ok"}`},
+		{"/test/pause_listener", `{"instance_id":1,"dp_rank":0}`, 409, `{"error":"instance 1 dp_rank 0 cannot be paused from status paused"}`},
+		{"/test/pause_listener", `{"instance_id":9}`, 404, `{"error":"instance 9 not found"}`},
+		{"/test/resume_listener", `{"instance_id":1,"dp_rank":3}`, 404, `{"error":"instance 1 dp_rank 3 not found"}`},
+		{"/test/resume_listener", `{"instance_id":1}`, 200, `{"status":"ok"}`},
+	} {
+		if body, code := ix.do("POST", c.path, c.body); code != c.code || body != c.want {
+			t.Fatalf("%s %s: %d %s, want %d %s", c.path, c.body, code, body, c.code, c.want)
+		}
+		if c.path == "/test/pause_listener" && c.code == 200 {
+			if w := ix.must("GET", "/workers", "", 200); !strings.Contains(w, `"status":"paused"`) {
+				t.Fatalf("workers while paused: %s", w)
+			}
+		}
+	}
+	ix.eventually("the listener reconnected", func() bool { return pub.Stats().Subscribers == 1 })
+	ix.eventually("active again", func() bool {
+		w, _ := ix.get("/workers")
+		return strings.Contains(w, `"status":"active"`)
+	})
+	if body, code := ix.do("POST", "/test/resume_listener", `{"instance_id":1}`); code != 409 || body != `{"error":"instance 1 dp_rank 0 cannot be resumed from status active"}` {
+		t.Fatalf("resume of an active listener: %d %s", code, body)
 	}
 }

@@ -111,15 +111,19 @@ func TestPolicyAndReplicaSyncEnv(t *testing.T) {
 		t.Fatalf("flag over env: %v %v", o, err)
 	}
 	o, err = parseServe([]string{"--replica-sync-port", "9999"}, envOf(map[string]string{"DYN_ROUTER_REPLICA_SYNC": "true"}), io.Discard)
-	if err != nil || o.replicaPort != 9999 {
-		t.Fatalf("replica sync with a port: %v", err)
+	if err != nil || o.replicaPort != 9999 || len(o.inactive) != 0 {
+		t.Fatalf("replica sync with a port: %v %v", o.inactive, err)
+	}
+	// Without the port the reference ignores it too: reported, not fatal.
+	o, err = parseServe(nil, envOf(map[string]string{"DYN_ROUTER_REPLICA_SYNC": "1"}), io.Discard)
+	if err != nil || o.replicaPort != 0 || len(o.inactive) != 1 || !strings.Contains(o.inactive[0], "DYN_ROUTER_REPLICA_SYNC") {
+		t.Fatalf("replica sync without a port: %v %v", o.inactive, err)
 	}
 	for env, want := range map[string]string{
 		"DYN_ROUTER_PREFILL_POLICY=x":          `DYN_ROUTER_PREFILL_POLICY: "x" is not default or cache_balance`,
 		"DYN_ROUTER_DECODE_POLICY=lru":         `DYN_ROUTER_DECODE_POLICY: "lru"`,
 		"DYN_ROUTER_WORKER_SELECTION_POLICY=y": `DYN_ROUTER_WORKER_SELECTION_POLICY: "y"`,
 		"DYN_ROUTER_REPLICA_SYNC=maybe":        `DYN_ROUTER_REPLICA_SYNC: "maybe" is not a boolean`,
-		"DYN_ROUTER_REPLICA_SYNC=1":            "DYN_ROUTER_REPLICA_SYNC is true but --replica-sync-port is not given",
 	} {
 		k, v, _ := strings.Cut(env, "=")
 		if _, err := parseServe(nil, envOf(map[string]string{k: v}), io.Discard); err == nil || !strings.Contains(err.Error(), want) {

@@ -116,14 +116,20 @@ func (in *Ingress) startRank(workerID uint64, blockSize int, src core.RankSource
 func (l *rankListener) stop() {
 	l.mu.Lock()
 	l.mu.stopped = true
+	done := l.haltLocked()
+	l.mu.Unlock()
+	<-done
+	l.in.st.ranks.Add(-1)
+}
+
+// haltLocked cancels run and closes its connection; it returns the channel
+// closed once run has exited. Under l.mu.
+func (l *rankListener) haltLocked() <-chan struct{} {
 	l.cancel()
 	if l.mu.conn != nil {
 		_ = l.mu.conn.Close()
 	}
-	done := l.done
-	l.mu.Unlock()
-	<-done
-	l.in.st.ranks.Add(-1)
+	return l.done
 }
 
 // pause ends run (and its connection) but keeps the listener, its
@@ -137,11 +143,7 @@ func (l *rankListener) pause() (string, bool) {
 		return l.stateLocked(), false
 	}
 	l.mu.paused = true
-	l.cancel()
-	if l.mu.conn != nil {
-		_ = l.mu.conn.Close()
-	}
-	done := l.done
+	done := l.haltLocked()
 	l.mu.Unlock()
 	<-done
 	return "", true

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,20 +53,11 @@ type Sample struct {
 func (s *Sample) Adapters() []string {
 	out := append([]string(nil), s.LoraRunning...)
 	for _, a := range s.LoraWaiting {
-		if !contains(out, a) {
+		if !slices.Contains(out, a) {
 			out = append(out, a)
 		}
 	}
 	return out
-}
-
-func contains(l []string, s string) bool {
-	for _, v := range l {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // ErrMalformed wraps a line the parser cannot read.

@@ -102,3 +102,33 @@ type Event struct {
 	// Removed only: external block hashes.
 	Hashes []uint64
 }
+
+// DropReason says why an event, or part of one, was not applied.
+type DropReason uint8
+
+const (
+	// DropParentNotFound: a Stored event whose parent hash is not held by
+	// that worker rank (or a root-less store with a start position > 0). The
+	// whole event is dropped.
+	DropParentNotFound DropReason = iota
+	// DropInvalidSequence: a Stored event that repeats one of its own hashes
+	// or its parent's. The whole event is a no-op.
+	DropInvalidSequence
+	// DropHashConflict: a Stored block whose external hash the worker
+	// already holds at another position. The store stops before it.
+	DropHashConflict
+	// DropUnknownBlock: a Removed hash the worker does not hold (counted per
+	// hash; the rest of the event is applied).
+	DropUnknownBlock
+	// DropUnknownKind: an event of no known kind or tier.
+	DropUnknownKind
+	// DropRankOverCapacity: a Stored event took its worker rank past
+	// Config.MaxBlocksPerRank; the rank was cleared (counted per clear).
+	DropRankOverCapacity
+	numDropReasons
+)
+
+var dropNames = [numDropReasons]string{"parent_not_found", "invalid_block_sequence", "hash_conflict", "block_not_found", "unknown_event", "rank_over_capacity"}
+
+// String returns the reason's metric label.
+func (r DropReason) String() string { return dropNames[r] }

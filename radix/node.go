@@ -70,6 +70,25 @@ func (st *nodeState) cov(w WorkerKey) int {
 	return 0
 }
 
+// withOwner returns a copy of st with w's ext set (inserted if absent, removed if nil).
+func (st *nodeState) withOwner(w WorkerKey, ext []uint64) *nodeState {
+	ns := &nodeState{edge: st.edge, children: st.children}
+	i, found := st.find(w)
+	switch {
+	case ext == nil && found:
+		ns.owners = slices.Concat(st.owners[:i], st.owners[i+1:])
+	case ext == nil:
+		ns.owners = st.owners
+	case found:
+		ns.owners = slices.Clone(st.owners)
+		ns.owners[i].ext = ext
+	default:
+		ns.owners = make([]owner, 0, len(st.owners)+1)
+		ns.owners = append(append(append(ns.owners, st.owners[:i]...), owner{w, ext}), st.owners[i:]...)
+	}
+	return ns
+}
+
 func cmpKey(a, b WorkerKey) int {
 	if c := cmp.Compare(a.WorkerID, b.WorkerID); c != 0 {
 		return c

@@ -1,9 +1,13 @@
 package radix
 
-import (
-	"math"
-	"slices"
-)
+import "math"
+
+// The device tree's writer side, in three parts: the Tree and the
+// bookkeeping that stores and removals share (node ids; each worker's
+// lookup from external hash to block, through splits); Stored events
+// (Store and the edge operations it uses); Removed and Cleared events
+// (cut, and publish and unlink, which keep the tree trim). The reader side
+// (match, PrefixHashes, dump) is in match.go.
 
 // ref locates one block a worker covers: offset off of node n. Entries made
 // before a split may point past the end of n's edge; follow walks
@@ -170,35 +174,7 @@ func (t *Tree) unindex(wb *workerBlocks, e uint64, r ref) {
 	panic("BUG: radix: a covered block has no lookup entry")
 }
 
-// DropReason says why an event, or part of one, was not applied.
-type DropReason uint8
-
-const (
-	// DropParentNotFound: a Stored event whose parent hash is not held by
-	// that worker rank (or a root-less store with a start position > 0). The
-	// whole event is dropped.
-	DropParentNotFound DropReason = iota
-	// DropInvalidSequence: a Stored event that repeats one of its own hashes
-	// or its parent's. The whole event is a no-op.
-	DropInvalidSequence
-	// DropHashConflict: a Stored block whose external hash the worker
-	// already holds at another position. The store stops before it.
-	DropHashConflict
-	// DropUnknownBlock: a Removed hash the worker does not hold (counted per
-	// hash; the rest of the event is applied).
-	DropUnknownBlock
-	// DropUnknownKind: an event of no known kind or tier.
-	DropUnknownKind
-	// DropRankOverCapacity: a Stored event took its worker rank past
-	// Config.MaxBlocksPerRank; the rank was cleared (counted per clear).
-	DropRankOverCapacity
-	numDropReasons
-)
-
-var dropNames = [numDropReasons]string{"parent_not_found", "invalid_block_sequence", "hash_conflict", "block_not_found", "unknown_event", "rank_over_capacity"}
-
-// String returns the reason's metric label.
-func (r DropReason) String() string { return dropNames[r] }
+// Stored events.
 
 // hasDuplicates reports whether a store names one external hash twice, or
 // names its own parent. It uses t.dup, a scratch open-addressing set reused
@@ -369,29 +345,10 @@ func (t *Tree) cover(wb *workerBlocks, w WorkerKey, n *node, st *nodeState, o in
 	return placed, conflict
 }
 
-// withOwner returns a copy of st with w's ext set (inserted if absent, removed if nil).
-func (st *nodeState) withOwner(w WorkerKey, ext []uint64) *nodeState {
-	ns := &nodeState{edge: st.edge, children: st.children}
-	i, found := st.find(w)
-	switch {
-	case ext == nil && found:
-		ns.owners = slices.Concat(st.owners[:i], st.owners[i+1:])
-	case ext == nil:
-		ns.owners = st.owners
-	case found:
-		ns.owners = slices.Clone(st.owners)
-		ns.owners[i].ext = ext
-	default:
-		ns.owners = make([]owner, 0, len(st.owners)+1)
-		ns.owners = append(append(append(ns.owners, st.owners[:i]...), owner{w, ext}), st.owners[i:]...)
-	}
-	return ns
-}
-
 // split cuts n's edge at offset k (0 < k < len(edge)): n keeps edge[:k] and a
 // new child takes edge[k:], its owners' coverage beyond k and n's children.
 // Lookup entries pointing at offsets >= k of n are repaired lazily through
-// n.moved (see resolve); the child is fully built before n's new state is
+// n.moved (see follow); the child is fully built before n's new state is
 // published, so a reader sees either the old or the new shape.
 func (t *Tree) split(n *node, k int) {
 	st := n.state.Load()
@@ -458,4 +415,141 @@ func (t *Tree) addChild(wb *workerBlocks, w WorkerKey, n *node, st *nodeState, b
 		n.state.Store(&nodeState{edge: st.edge, owners: st.owners, children: ch})
 	}
 	return placed, placed < len(blocks)
+}
+
+// Removed and Cleared events, and the publication and unlinking of the
+// nodes they change.
+
+// RemoveMany removes each hash in order, with every block w holds below it,
+// and returns how many w did not hold at their turn. Runs of hashes on one node
+// at decreasing offsets (an engine evicting a chain leaf first) are cut
+// once, at the lowest offset, instead of republishing the node per block.
+func (t *Tree) RemoveMany(w WorkerKey, hashes []uint64) (unknown int) {
+	wb := t.workers[w]
+	if wb == nil {
+		return len(hashes)
+	}
+	for i := 0; i < len(hashes); {
+		r, ok := t.locate(wb, w, hashes[i])
+		if !ok {
+			unknown++
+			i++
+			continue
+		}
+		j := i + 1
+		for ; j < len(hashes); j++ {
+			r2, ok := t.locate(wb, w, hashes[j])
+			if !ok {
+				break
+			}
+			if r2.n != r.n || r2.off >= r.off {
+				break // removed by the cut so far, or elsewhere: not part of the run
+			}
+			r.off = r2.off
+		}
+		t.cut(wb, w, r.n, int(r.off))
+		i = j
+	}
+	if wb.lookup.Len() == 0 {
+		delete(t.workers, w)
+	}
+	return unknown
+}
+
+// Clear drops every block of w.
+func (t *Tree) Clear(w WorkerKey) {
+	wb := t.workers[w]
+	if wb == nil {
+		return
+	}
+	nodes := make([]*node, 0, 16)
+	seen := make(map[*node]struct{})
+	wb.lookup.each(func(s *extSlot) {
+		res := follow(t.placeOf(s))
+		if _, dup := seen[res.n]; !dup {
+			seen[res.n] = struct{}{}
+			nodes = append(nodes, res.n)
+		}
+	})
+	for _, n := range nodes {
+		t.cut(wb, w, n, 0) // a no-op for nodes already cut below an ancestor
+	}
+	if wb.lookup.Len() != 0 {
+		panic("BUG: radix: Clear left lookup entries behind")
+	}
+	delete(t.workers, w)
+}
+
+// cut makes w cover only edge[:k] of n (nothing when k == 0) and drops w
+// from n's subtree.
+func (t *Tree) cut(wb *workerBlocks, w WorkerKey, n *node, k int) {
+	st := n.state.Load()
+	i, found := st.find(w)
+	if !found {
+		return
+	}
+	ext := st.owners[i].ext
+	if k >= len(ext) {
+		return
+	}
+	if len(ext) == len(st.edge) {
+		// Only a full owner can own children.
+		st.children.each(func(_ uint64, c *node) { t.cut(wb, w, c, 0) })
+		st = n.state.Load() // children may have been unlinked
+	}
+	for i, e := range ext[k:] {
+		t.unindex(wb, e, ref{n, uint32(k + i)})
+	}
+	var kept []uint64
+	if k > 0 {
+		kept = ext[:k:k]
+	}
+	t.publish(n, st.withOwner(w, kept))
+}
+
+// publish stores ns as n's state after an owner left or shrank, keeping the
+// tree trim: a node nobody covers is unlinked, and an edge tail nobody
+// covers is cut off (a node nobody covers fully has no owned children, so
+// its children go too).
+func (t *Tree) publish(n *node, ns *nodeState) {
+	if n == &t.root {
+		n.state.Store(ns)
+		return
+	}
+	if len(ns.owners) == 0 {
+		t.unlink(n)
+		n.state.Store(ns)
+		t.release(n)
+		return
+	}
+	maxCov := 0
+	for _, o := range ns.owners {
+		maxCov = max(maxCov, len(o.ext))
+	}
+	if maxCov < len(ns.edge) {
+		ns.edge = ns.edge[:maxCov:maxCov]
+		ns.children = children{}
+		n.moved = nil
+	}
+	n.state.Store(ns)
+}
+
+// unlink removes n from its parent's children.
+func (t *Tree) unlink(n *node) {
+	p := n.parent
+	if p == nil {
+		return
+	}
+	key := n.state.Load().edge[0]
+	pst := p.state.Load()
+	if pst.children.get(key) != n {
+		return // already replaced (the parent's tail was cut)
+	}
+	ch := pst.children.without(key)
+	if ch.big == nil {
+		p.state.Store(&nodeState{edge: pst.edge, owners: pst.owners, children: ch})
+	}
+	if p.moved == n {
+		p.moved = nil
+	}
 }

@@ -4,20 +4,26 @@
 // --version.
 //
 // Only this package reads flags and the environment; every other package
-// takes a Config with defaults and a Validate method. main reads top to
-// bottom: parse, build configs, construct, start, wait for a signal, stop in
-// reverse order (serve.go).
+// takes a Config with defaults and a Validate method. Every subcommand that
+// runs until a signal (serve, indexer, and bench's in-process replicas)
+// is a composition of one node (node.go): it parses, then adds the parts
+// in their start order, each pushing its stop onto the node's stack;
+// node.wait blocks until the signal or a part failing on its own, and
+// node.stop undoes the parts in reverse order, also when start-up stops
+// half-way (nothing leaks: TestServeFailsHalfwayLeaksNothing).
 //
 // # kvselect serve
 //
 // Flags keep the names and defaults of `python -m dynamo.select_service`
-// (--port 8092, --threads 4 (index shards, only when given), --indexer-peers, --replica-sync-port,
+// (--port 8092, --threads 4 (when given: KV-event writers and index
+// shards), --indexer-peers, --replica-sync-port,
 // --replica-sync-peers, --selection-cache-ttl-secs 120,
 // --selection-cache-max-entries 4096, --selection-cache-max-bytes 268435456,
 // --session-affinity-ttl-secs, --router-assume-kv-reuse /
 // --no-router-assume-kv-reuse) plus --host (0.0.0.0), --debug-addr
 // (127.0.0.1:6060: /debug/pprof on a listener of its own, never on the
-// API's port; --pprof=false serves none),
+// API's port; a free port when the default is taken; --pprof=false
+// serves none),
 // --max-connections (default (soft RLIMIT_NOFILE - 128) * 3/4, see
 // defaultMaxConnections), --auth-token-file (bearer token on every route
 // but /health, /ready and /metrics) and --tls-cert/--tls-key (HTTPS),
@@ -54,16 +60,20 @@
 // a bearer token is required); every catalog change is one line, from
 // HTTP (httpapi), the workers file (its reconciler's observer) or --demo.
 //
-// SIGINT or SIGTERM: the HTTP server drains (httpapi.Server.Shutdown): it
+// SIGINT or SIGTERM: serve's stop stack runs. The demo engines close, the
+// workers file's poll, the affinity reaper and the sweep stop (the
+// catalog stays as it is); waiting requests end as shutting down; then
+// the HTTP server drains (httpapi.Server.Shutdown): it
 // stops accepting, requests already in the handler finish against the live
 // service, requests that start later get 503 "selection service is
 // shutting down", every response carries Connection: close, and idle
 // connections are closed once nothing is waiting in them; after 30 s the
 // rest are cut (exit 1). Requests waiting in a router queue or on another
 // booking's session end first, as shutting down (core.Service.CancelWaits),
-// so that they do not hold the drain. Then the service turns not-ready,
-// the sweep and the affinity reaper stop, the ingress closes, the debug
-// listener stops, exit 0.
+// so that they do not hold the drain. Then the debug listener stops (up
+// to 5 s for a profile in flight), the engine scrape and the workers
+// file's reconciler stop, the service turns not-ready, the mesh and the
+// ingress close, exit 0.
 //
 // # Goroutine inventory (serve)
 //
@@ -84,7 +94,7 @@
 //     reservations and of the pending cache's entries) and, with an
 //     approximate or predicted-TTL index, a 100 ms ticker calling
 //     core.Service.ExpireIndex; owns nothing; stopped by cancelling its
-//     context after the HTTP drain.
+//     context just before the HTTP drain.
 //   - affinity reaper (one, with --session-affinity-ttl-secs): a ticker of
 //     min(TTL, 30 s) calling core.Service.ReapAffinity (idle bindings past
 //     their TTL); owns nothing; stopped with the sweep.
@@ -98,16 +108,16 @@
 //     sender on the source's channel (one snapshot slot, a newer snapshot
 //     replacing one not yet taken); the reconciler (core.CatalogReconciler.Run)
 //     receives the snapshots and applies them to the catalog, retrying a
-//     failed pass 5 s later. Both stop when serve cancels their context
-//     after the HTTP drain, keeping the catalog; if the poll loop stops on
+//     failed pass 5 s later. The poll's ticker stops before the HTTP
+//     drain, the loops after it, keeping the catalog; if the poll loop stops on
 //     its own it sends an empty membership and closes the channel, and the
 //     reconciler deletes the file's workers and returns.
 //   - debug listener (one, with --debug-addr unless --pprof=false):
 //     fasthttp's accept loop serving only /debug/pprof (perf.DebugServer),
 //     and a goroutine per open connection; a CPU profile or trace runs
 //     net/http/pprof through fasthttp's adaptor on its own goroutine for
-//     the profile's duration. Stopped last, after up to 5 s for a profile
-//     in flight.
+//     the profile's duration. Stopped right after the HTTP drain, after up
+//     to 5 s for a profile in flight.
 //   - KV-event ingress (zmqin.Ingress, unless DYN_USE_KV_EVENTS=false): per
 //     worker rank one goroutine (dial with backoff; decode, sequence
 //     checks, replay) and, while connected, a reader (frames into a
@@ -120,9 +130,12 @@
 //     accept loop and, per subscribed peer, a reader and a writer; one
 //     publisher draining the outbound queue; one drainer applying peers'
 //     events to the service; one dial-and-receive loop per peer. Closed
-//     after the HTTP drain and the sweep, before the ingress.
+//     after the HTTP drain and the service, before the ingress.
+//   - engine metrics (with --engine-metrics-interval): one loop scraping
+//     the workers' {endpoint}/metrics, at most 16 requests in flight
+//     (httpapi/engines); stopped after the HTTP drain.
 //   - --demo engines: each simulated engine's publisher runs an accept loop
-//     and one goroutine per subscriber (zmqpub.Publisher); closed last.
+//     and one goroutine per subscriber (zmqpub.Publisher); closed first.
 //
 // With --remote-indexer-url the primary index is a standalone indexer
 // (httpapi.RemoteIndex, --remote-indexer-timeout, --remote-indexer-max-conns):

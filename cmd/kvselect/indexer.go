@@ -223,26 +223,27 @@ func runIndexer(ctx context.Context, args []string, env func(string) (string, bo
 		"routing_group", opts.group, "peers", opts.peers, "min_initial_workers", opts.minWorkers, "index_shards", cmp.Or(opts.core.IndexShards, radix.DefaultShards()), "kv_writers", cmp.Or(opts.writers, zmqin.DefaultWriters()),
 		"max_kv_listeners", opts.core.MaxListeners, "max_peers", opts.core.MaxPeers, "max_connections", opts.http.MaxConnections)
 	warnStartup(log, lcfg, opts.inactive)
+	n := newNode("indexer", log)
+	fail := func(code int, what string, err error) int {
+		log.Error("indexer: "+what, "err", err)
+		return n.stop(code)
+	}
 	zing, err := zmqin.New(zmqin.Config{Logger: logs.logger("kvselect::zmqin"), Writers: opts.writers})
 	if err != nil {
-		log.Error("indexer: KV-event ingress", "err", err)
-		return 2
+		return fail(2, "KV-event ingress", err)
 	}
+	n.onStop("KV-event ingress", zing.Close)
 	ix, err := core.NewIndexer(opts.core, zing)
 	if err != nil {
-		log.Error("indexer: invalid configuration", "err", err)
-		_ = zing.Close()
-		return 2
+		return fail(2, "invalid configuration", err)
 	}
 	opts.http.Logger = logs.logger("kvselect::httpapi")
 	if opts.accessLog != "" {
 		al, err := httpapi.NewAccessLog(opts.accessLog, opts.traceHeader, opts.accessLocal)
 		if err != nil {
-			log.Error("indexer: --access-log", "err", err)
-			_ = zing.Close()
-			return 2
+			return fail(2, "--access-log", err)
 		}
-		defer al.Close() // after the drain: the last requests are logged
+		n.onStop("access log", al.Close) // after the drain: the last requests are logged
 		opts.http.AccessLog = al
 	}
 	if opts.http.IndexerTestEndpoints {
@@ -250,20 +251,18 @@ func runIndexer(ctx context.Context, args []string, env func(string) (string, bo
 	}
 	srv, err := httpapi.NewIndexer(ix, opts.http)
 	if err != nil {
-		log.Error("indexer: invalid configuration", "err", err)
-		_ = zing.Close()
-		return 2
+		return fail(2, "invalid configuration", err)
 	}
-	srv.Registry().Describe(buildDesc)
-	srv.Registry().OnScrape(func(w io.Writer) { writeBuildInfo(w, build) })
-	srv.Registry().Describe(ingressDescs...)
-	srv.Registry().OnScrape(func(w io.Writer) { writeIngressMetrics(w, zing.Stats()) })
+	reg := srv.Registry()
+	reg.Describe(buildDesc)
+	reg.OnScrape(func(w io.Writer) { writeBuildInfo(w, build) })
+	reg.Describe(ingressDescs...)
+	reg.OnScrape(func(w io.Writer) { writeIngressMetrics(w, zing.Stats()) })
 
 	// Recovery before the first listener, so that live events follow the
 	// recovered state (the reference gates its listeners on recovery).
 	if len(opts.peers) > 0 && !recoverIndexer(ctx, ix, opts.peers, logs.logger("kvselect::recovery")) {
-		_ = zing.Close()
-		return 1
+		return n.stop(1)
 	}
 	for _, p := range opts.peers {
 		if err := ix.RegisterPeer(p); err != nil {
@@ -273,47 +272,31 @@ func runIndexer(ctx context.Context, args []string, env func(string) (string, bo
 	for _, w := range opts.workers {
 		log.Info("registering an initial worker", "worker_id", w.id, "dp_rank", w.rank, "endpoint", w.endpoint)
 		if err := ix.Register(&core.IndexerRegistration{InstanceID: w.id, DPRank: w.rank, Endpoint: w.endpoint, ModelName: opts.model, RoutingGroup: opts.group, BlockSize: opts.blockSize}); err != nil {
-			log.Error("--workers", "err", err)
-			_ = zing.Close()
-			return 2
+			return fail(2, "--workers", err)
 		}
 	}
-	if n := opts.minWorkers; n > 0 && ix.Stats().Workers < n {
+	if want := opts.minWorkers; want > 0 && ix.Stats().Workers < want {
 		// Only --workers register before HTTP is bound: the reference
 		// waits here until shut down.
-		log.Warn("waiting for indexer workers (DYN_ROUTER_MIN_INITIAL_WORKERS); only --workers can satisfy it", "want", n)
+		log.Warn("waiting for indexer workers (DYN_ROUTER_MIN_INITIAL_WORKERS); only --workers can satisfy it", "want", want)
 		<-ctx.Done()
-		log.Error("shutdown triggered before enough indexer workers appeared", "want", n)
-		_ = zing.Close()
-		return 1
+		log.Error("shutdown triggered before enough indexer workers appeared", "want", want)
+		return n.stop(1)
 	}
 
-	var debug *debugListener
-	if opts.debugAddr != "" {
-		if debug, err = startDebug(opts.debugAddr, opts.debugExplicit, log); err != nil {
-			log.Error("indexer: --debug-addr (use --pprof=false to serve no profiles)", "err", err)
-			_ = zing.Close()
-			return 1
-		}
-	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(opts.host, strconv.Itoa(int(opts.port))))
+	debug, err := n.serveDebug(opts.debugAddr, opts.debugExplicit)
 	if err != nil {
-		log.Error("indexer: listen", "err", err)
-		debug.stop(log)
-		_ = zing.Close()
-		return 1
+		return fail(1, "--debug-addr (use --pprof=false to serve no profiles)", err)
 	}
-	log.Info("listening", "url", "http://"+ln.Addr().String(), "workers", ix.Stats().Workers, "peers", len(opts.peers))
-	life := serveHTTP(srv, ln, log, "indexer")
+	addr, err := n.serveHTTP(srv, opts.host, opts.port)
+	if err != nil {
+		return fail(1, "listen", err)
+	}
+	log.Info("listening", "url", "http://"+addr.String(), "workers", ix.Stats().Workers, "peers", len(opts.peers))
 	if ready != nil {
-		ready <- bound{http: ln.Addr().String(), debug: debug.addr()}
+		ready <- bound{http: addr.String(), debug: debug.addr()}
 	}
-	code := life.drain(life.wait(ctx), nil)
-	if err := zing.Close(); err != nil {
-		log.Error("shutdown: KV-event ingress", "err", err)
-		code = 1
-	}
-	debug.stop(log)
+	code := n.stop(n.wait(ctx))
 	log.Info("stopped", "exit_code", code)
 	return code
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"strings"
 	"time"
@@ -111,54 +110,51 @@ func awaitMesh(reps []*replica, wait time.Duration) error {
 	}
 }
 
-// replica is one in-process replica: the parts of `kvselect serve` a load
-// run uses (no workers file, index recovery or demo engines).
+// replica is one in-process replica: a node with the parts of `kvselect
+// serve` a load run uses (no workers file, index recovery or demo
+// engines), composed as serve composes them.
 type replica struct {
+	n       *node
 	url     string
 	svc     *core.Service
-	ingress core.Ingress
 	mesh    *zmqin.Mesh // nil alone
 	applier *stampedApplier
-	srv     *httpapi.Server
-	served  chan error
-	stopSwp context.CancelFunc
-	swept   chan struct{}
 }
 
 // startReplica builds and starts one replica, with a mesh (not yet
-// started) when meshed. Construction follows serve; stop undoes it in
-// reverse order.
+// started) when meshed; stop undoes it.
 func startReplica(args []string, meshed, profile bool) (*replica, error) {
 	opts, err := parseServe(args, os.LookupEnv, io.Discard)
 	if err != nil {
 		return nil, err
 	}
-	r := &replica{ingress: core.NopIngress{}}
+	r := &replica{n: newNode("replica", slog.New(slog.DiscardHandler))}
 	fail := func(err error) (*replica, error) {
-		if r.mesh != nil {
-			_ = r.mesh.Close()
-		}
-		_ = r.ingress.Close()
+		r.n.stop(0)
 		return nil, err
 	}
+	var ingress core.Ingress = core.NopIngress{}
 	if opts.core.UseKVEvents {
-		zing, err := zmqin.New(zmqin.Config{})
+		zing, err := zmqin.New(zmqin.Config{Writers: opts.writers})
 		if err != nil {
 			return nil, err
 		}
-		r.ingress = zing
+		ingress = zing
+		r.n.onStop("KV-event ingress", zing.Close)
 	}
 	var sink core.ReplicaSink = core.NopReplicaSink{}
 	if meshed {
 		if r.mesh, err = zmqin.NewMesh(zmqin.MeshConfig{Bind: "tcp://127.0.0.1:0"}); err != nil {
 			return fail(err)
 		}
+		r.n.onStop("replica mesh", r.mesh.Close)
 		sink = r.mesh
 		opts.http.Peers = r.mesh
 	}
-	if r.svc, err = core.New(opts.core, core.Options{Ingress: r.ingress, Replica: sink}); err != nil {
+	if r.svc, err = core.New(opts.core, core.Options{Ingress: ingress, Replica: sink}); err != nil {
 		return fail(err)
 	}
+	r.n.onStopDo("service", r.svc.Close)
 	r.applier = &stampedApplier{svc: r.svc, mesh: r.mesh}
 	opts.http.Logger = slog.New(slog.DiscardHandler)
 	if profile {
@@ -166,41 +162,21 @@ func startReplica(args []string, meshed, profile bool) (*replica, error) {
 		// inProcessReplicas'.
 		perf.SetContentionProfiling(opts.pprofMutexFraction, opts.pprofBlockRate)
 	}
-	if r.srv, err = httpapi.New(r.svc, opts.http); err != nil {
-		return fail(err)
-	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(opts.host, "0"))
+	srv, err := httpapi.New(r.svc, opts.http)
 	if err != nil {
 		return fail(err)
 	}
-	r.url = "http://" + ln.Addr().String()
-	r.served = make(chan error, 1)
-	go func() { r.served <- r.srv.Serve(ln) }()
-	var ctx context.Context
-	ctx, r.stopSwp = context.WithCancel(context.Background())
-	r.swept = make(chan struct{})
-	go func() {
-		defer close(r.swept)
-		sweep(ctx, r.svc, core.DefaultSweepInterval)
-	}()
+	addr, err := r.n.serveHTTP(srv, opts.host, 0)
+	if err != nil {
+		return fail(err)
+	}
+	r.url = "http://" + addr.String()
+	r.n.loop("sweep", func(ctx context.Context) { sweep(ctx, r.svc, core.DefaultSweepInterval) })
 	return r, nil
 }
 
-// stop shuts the replica down as serve does: drain HTTP, close the
-// service, stop the sweep, the mesh, the ingress.
-func (r *replica) stop() {
-	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-	defer cancel()
-	_ = r.srv.Shutdown(ctx)
-	r.svc.Close()
-	<-r.served
-	r.stopSwp()
-	<-r.swept
-	if r.mesh != nil {
-		_ = r.mesh.Close()
-	}
-	_ = r.ingress.Close()
-}
+// stop shuts the replica down as serve does.
+func (r *replica) stop() { r.n.stop(0) }
 
 // stampedApplier is what a replica's mesh applies peers' events through:
 // the service, plus the propagation probe's stamps (bench.ReplicaProbe).

@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -19,67 +18,10 @@ import (
 	"github.com/kvselect/kvselect/zmqin"
 )
 
-// shutdownGrace bounds how long in-flight requests may take after a signal.
-const shutdownGrace = 30 * time.Second
-
 // bound is where a serve listens, sent on its ready channel: the API's
 // address and the debug listener's ("" without one).
 type bound struct {
 	http, debug string
-}
-
-// httpLife is a host's HTTP server from Serve to the end of its drain.
-type httpLife struct {
-	srv    interface{ Shutdown(context.Context) error }
-	served chan error // Serve's result
-	log    *slog.Logger
-	what   string // the host's name in log messages
-}
-
-// serveHTTP starts srv.Serve(ln) in a goroutine.
-func serveHTTP(srv interface {
-	Serve(net.Listener) error
-	Shutdown(context.Context) error
-}, ln net.Listener, log *slog.Logger, what string) *httpLife {
-	h := &httpLife{srv: srv, served: make(chan error, 1), log: log, what: what}
-	go func() { h.served <- srv.Serve(ln) }()
-	return h
-}
-
-// wait blocks until ctx ends (exit code 0) or the server stops on its own
-// (1, logged).
-func (h *httpLife) wait(ctx context.Context) int {
-	select {
-	case <-ctx.Done():
-		h.log.Info("shutting down")
-		return 0
-	case err := <-h.served:
-		h.log.Error(h.what+": the HTTP server stopped", "err", err)
-		return 1
-	}
-}
-
-// drain shuts the server down within shutdownGrace (requests already in
-// a handler finish, new ones get 503), runs then (nil: nothing) once the
-// drain is over, and, when code is still 0, reads Serve's own result. It
-// returns code, or 1 when the drain or Serve failed.
-func (h *httpLife) drain(code int, then func()) int {
-	shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-	defer cancel()
-	if err := h.srv.Shutdown(shCtx); err != nil {
-		h.log.Error("shutdown: the HTTP drain did not finish", "err", err)
-		code = 1
-	}
-	if then != nil {
-		then()
-	}
-	if code == 0 {
-		if err := <-h.served; err != nil {
-			h.log.Error(h.what+": the HTTP server stopped", "err", err)
-			code = 1
-		}
-	}
-	return code
 }
 
 // host is the life of a long-running subcommand (serve, indexer): it runs
@@ -95,12 +37,13 @@ func untilSignal(h host, args []string) int {
 	return h(ctx, args, os.LookupEnv, os.Stderr, nil)
 }
 
-// serve is the whole life of the service: parse, build configs, construct,
-// start, wait for ctx, stop in reverse order. It returns the exit code.
-// Logs go to stderr (logging.go). ready, when non-nil, receives the bound
-// addresses once serving.
+// serve is the whole life of the selection service: parse, then add the
+// node's parts in their start order (each undone, in reverse, by the
+// node's stop), serve until ctx ends, stop. It returns the exit code (2:
+// a configuration that cannot work; 1: a part that could not start or
+// failed). Logs go to stderr (logging.go).
 func serve(ctx context.Context, args []string, env func(string) (string, bool), stderr io.Writer, ready chan<- bound) int {
-	// 1. Logging, flags and environment.
+	// Logging, flags and environment.
 	lcfg := parseLogEnv(env)
 	logs := newLogs(stderr, lcfg)
 	log := logs.logger("kvselect")
@@ -115,36 +58,35 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	for _, s := range opts.warnings {
 		log.Warn(s)
 	}
-	opts.http.Logger = logs.logger("kvselect::httpapi")
-	// 2. Construct: the KV-event ingress, the service, the HTTP front end.
+	n := newNode("serve", log)
+	fail := func(code int, what string, err error) int {
+		log.Error("serve: "+what, "err", err)
+		return n.stop(code)
+	}
+
+	// The primary index's source: the workers' KV events (the ingress),
+	// a standalone indexer, or nothing (approximate).
 	var ingress core.Ingress = core.NopIngress{}
 	var zing *zmqin.Ingress
 	var remote *httpapi.RemoteIndex
 	switch {
 	case opts.remote.URL != "":
-		// The standalone indexer listens to the workers; this process
-		// listens to nothing.
-		remote, err = httpapi.NewRemoteIndex(opts.remote)
-		if err != nil {
-			log.Error("serve: --remote-indexer-url", "err", err)
-			return 2
+		if remote, err = httpapi.NewRemoteIndex(opts.remote); err != nil {
+			return fail(2, "--remote-indexer-url", err)
 		}
-		defer remote.Close()
+		n.onStopDo("remote indexer client", remote.Close)
 		log.Info("primary index: the standalone indexer; no KV-event listeners", "url", opts.remote.URL, "timeout", opts.remote.Timeout.String(), "max_conns", opts.remote.MaxConns)
 	case opts.core.UseKVEvents:
-		zing, err = zmqin.New(zmqin.Config{Logger: logs.logger("kvselect::zmqin"), Writers: opts.writers})
-		if err != nil {
-			log.Error("serve: KV-event ingress", "err", err)
-			return 2
+		if zing, err = zmqin.New(zmqin.Config{Logger: logs.logger("kvselect::zmqin"), Writers: opts.writers}); err != nil {
+			return fail(2, "KV-event ingress", err)
 		}
 		ingress = zing
+		n.onStop("KV-event ingress", zing.Close)
 	default:
 		log.Info("KV events off: approximate index (bookings predict each worker's cache); workers need no kv_events endpoint", "ttl", opts.core.ApproxTTL.String())
 	}
-	var primary core.PrimaryIndex
-	if remote != nil {
-		primary = remote
-	}
+
+	// The replica mesh (constructed; started once the catalog is in).
 	var mesh *zmqin.Mesh
 	var replica core.ReplicaSink = core.NopReplicaSink{}
 	if opts.replicaPort > 0 {
@@ -153,18 +95,17 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 			Logger: logs.logger("kvselect::mesh"),
 		})
 		if err != nil {
-			log.Error("serve: replica sync", "err", err)
-			_ = ingress.Close()
-			return 1
+			return fail(1, "replica sync", err)
 		}
 		replica = mesh
+		n.onStop("replica mesh", mesh.Close)
 	}
-	closeMesh := func() {
-		if mesh != nil {
-			_ = mesh.Close()
-		}
+
+	// The service and its HTTP front end.
+	copts := core.Options{Ingress: ingress, Replica: replica, Logf: printf(logs.logger("kvselect::core"), slog.LevelWarn)}
+	if remote != nil {
+		copts.Primary = remote
 	}
-	copts := core.Options{Ingress: ingress, Replica: replica, Primary: primary, Logf: printf(logs.logger("kvselect::core"), slog.LevelWarn)}
 	if opts.randSeed != 0 {
 		copts.Rand = newLockedRand(opts.randSeed)
 	}
@@ -175,176 +116,111 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	}
 	svc, err := core.New(opts.core, copts)
 	if err != nil {
-		log.Error("serve: invalid configuration", "err", err)
-		closeMesh()
-		_ = ingress.Close()
-		return 2
+		return fail(2, "invalid configuration", err)
 	}
+	// Closed after the HTTP drain (pushed before it): requests already in
+	// a handler finish against a live service.
+	n.onStopDo("service", svc.Close)
+	opts.http.Logger = logs.logger("kvselect::httpapi")
 	if mesh != nil {
 		opts.http.Peers = mesh
 	}
 	srv, err := httpapi.New(svc, opts.http)
 	if err != nil {
-		log.Error("serve: invalid configuration", "err", err)
-		closeMesh()
-		_ = ingress.Close()
-		return 2
+		return fail(2, "invalid configuration", err)
 	}
-	srv.Registry().Describe(buildDesc)
-	srv.Registry().OnScrape(func(w io.Writer) { writeBuildInfo(w, build) })
+	reg := srv.Registry()
+	reg.Describe(buildDesc)
+	reg.OnScrape(func(w io.Writer) { writeBuildInfo(w, build) })
 	if zing != nil {
-		srv.Registry().Describe(ingressDescs...)
-		srv.Registry().OnScrape(func(w io.Writer) { writeIngressMetrics(w, zing.Stats()) })
+		reg.Describe(ingressDescs...)
+		reg.OnScrape(func(w io.Writer) { writeIngressMetrics(w, zing.Stats()) })
 	}
 	if remote != nil {
-		srv.Registry().Describe(remoteIndexDescs...)
-		srv.Registry().OnScrape(func(w io.Writer) { writeRemoteIndexMetrics(w, remote.Stats()) })
+		reg.Describe(remoteIndexDescs...)
+		reg.OnScrape(func(w io.Writer) { writeRemoteIndexMetrics(w, remote.Stats()) })
 	}
-	if len(opts.indexerPeers) > 0 {
-		if !recoverIndex(ctx, svc, opts.indexerPeers, logs.logger("kvselect::recovery")) {
-			closeMesh()
-			_ = ingress.Close()
-			return 1
-		}
+
+	// Recovery of the index from peers, before any worker registers.
+	if len(opts.indexerPeers) > 0 && !recoverIndex(ctx, svc, opts.indexerPeers, logs.logger("kvselect::recovery")) {
+		return n.stop(1)
 	}
 	// The workers file, when given, owns the catalog; its first version
 	// is applied before serving (and before the mesh applies peers'
 	// events, which need the workers).
 	var members *membership
 	if opts.workersFile != "" {
-		members, err = openMembership(svc, opts.workersFile, logs.logger("kvselect::workers_file"))
-		if err != nil {
-			log.Error("serve: --workers-file", "err", err)
-			closeMesh()
-			_ = ingress.Close()
-			return 2
+		if members, err = openMembership(svc, opts.workersFile, logs.logger("kvselect::workers_file")); err != nil {
+			return fail(2, "--workers-file", err)
 		}
-		srv.Registry().Describe(membershipDescs...)
-		srv.Registry().OnScrape(func(w io.Writer) { writeMembershipMetrics(w, members.file.stats(), members.rec.Stats()) })
+		n.onStopDo("workers file", members.stop)
+		reg.Describe(membershipDescs...)
+		reg.OnScrape(func(w io.Writer) { writeMembershipMetrics(w, members.file.stats(), members.rec.Stats()) })
 	}
 	if opts.engineMetrics > 0 {
 		scrape := startEngineScrape(svc, opts.engineMetrics, logs.logger("kvselect::engines"))
-		defer scrape.stop() // on every return: it only reads the catalog and sets adapters
-		srv.Registry().Describe(engineScrapeDescs...)
-		srv.Registry().OnScrape(func(w io.Writer) { writeEngineScrapeMetrics(w, scrape.sc.Stats()) })
+		n.onStopDo("engine metrics", scrape.stop)
+		reg.Describe(engineScrapeDescs...)
+		reg.OnScrape(func(w io.Writer) { writeEngineScrapeMetrics(w, scrape.sc.Stats()) })
 	}
 	if mesh != nil {
-		srv.Registry().Describe(meshDescs...)
-		srv.Registry().OnScrape(func(w io.Writer) { writeMeshMetrics(w, mesh.Stats()) })
+		reg.Describe(meshDescs...)
+		reg.OnScrape(func(w io.Writer) { writeMeshMetrics(w, mesh.Stats()) })
 		if copts.Affinity != nil {
 			mesh.HandleAffinity(svc)
 		}
 		if err := mesh.Start(svc); err != nil {
-			log.Error("serve: replica sync", "err", err)
-			if members != nil {
-				members.stop()
-			}
-			closeMesh()
-			_ = ingress.Close()
-			return 1
+			return fail(1, "replica sync", err)
 		}
 		log.Info("replica sync publishing", "endpoint", mesh.Endpoint(), "process_id", mesh.ProcessID(), "peers", opts.replicaPeers)
 	}
 
-	// 3. Start: the debug listener, the API listener and server, the
-	// periodic sweep, the workers file.
-	var debug *debugListener
-	if opts.debugAddr != "" {
-		if debug, err = startDebug(opts.debugAddr, opts.debugExplicit, log); err != nil {
-			log.Error("serve: --debug-addr (use --pprof=false to serve no profiles)", "err", err)
-			if members != nil {
-				members.stop()
-			}
-			closeMesh()
-			_ = ingress.Close()
-			return 1
-		}
+	// Listeners: profiles, then the API.
+	debug, err := n.serveDebug(opts.debugAddr, opts.debugExplicit)
+	if err != nil {
+		return fail(1, "--debug-addr (use --pprof=false to serve no profiles)", err)
+	}
+	if debug != nil {
 		perf.SetContentionProfiling(opts.pprofMutexFraction, opts.pprofBlockRate)
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(opts.host, strconv.Itoa(int(opts.port))))
+	addr, err := n.serveHTTP(srv, opts.host, opts.port)
 	if err != nil {
-		log.Error("serve: listen", "err", err)
-		debug.stop(log)
-		if members != nil {
-			members.stop()
-		}
-		closeMesh()
-		_ = ingress.Close()
-		return 1
+		return fail(1, "listen", err)
 	}
 	scheme := "http"
 	if opts.http.TLS != nil {
 		scheme = "https"
 	}
-	log.Info("listening", "url", scheme+"://"+ln.Addr().String(), "max_connections", opts.http.MaxConnections, "rlimit_nofile", openFileLimit())
-	life := serveHTTP(srv, ln, log, "serve")
-	sweepDone := make(chan struct{})
-	sweepCtx, stopSweep := context.WithCancel(context.Background())
-	go func() {
-		defer close(sweepDone)
-		sweep(sweepCtx, svc, core.DefaultSweepInterval)
-	}()
-	reapDone := make(chan struct{})
-	go func() {
-		defer close(reapDone)
-		if d := opts.core.SessionAffinity.ReapInterval(); d > 0 {
-			reapAffinity(sweepCtx, svc, d)
-		}
-	}()
-	var poll *time.Ticker
+	log.Info("listening", "url", scheme+"://"+addr.String(), "max_connections", opts.http.MaxConnections, "rlimit_nofile", openFileLimit())
+	// Popped just before the drain: requests waiting in a router queue
+	// (or on a session another booking initializes) end now, as
+	// shutting down, rather than hold it.
+	n.onStopDo("router queue waits", svc.CancelWaits)
+
+	// Background work: the periodic sweep, affinity reaping, the workers
+	// file's polling, the demo engines.
+	n.loop("sweep", func(ctx context.Context) { sweep(ctx, svc, core.DefaultSweepInterval) })
+	if d := opts.core.SessionAffinity.ReapInterval(); d > 0 {
+		n.every("affinity reaping", d, func(now time.Time) { svc.ReapAffinity(now) })
+	}
 	if members != nil {
-		poll = time.NewTicker(workersFilePoll)
+		poll := time.NewTicker(workersFilePoll)
+		n.onStopDo("workers file poll", poll.Stop)
 		members.start(poll.C)
 	}
-	var demo *demoEngines
 	if opts.demo > 0 {
-		demo, err = startDemo(svc, opts.demo, opts.demoBlockSize, logs.logger("kvselect::demo"))
+		demo, err := startDemo(svc, opts.demo, opts.demoBlockSize, logs.logger("kvselect::demo"))
 		if err != nil {
-			log.Error("serve: --demo", "err", err)
-			svc.Close()
-			_ = srv.Shutdown(context.Background())
-			debug.stop(log)
-			stopSweep()
-			<-sweepDone
-			closeMesh()
-			_ = ingress.Close()
-			return 1
+			return fail(1, "--demo", err)
 		}
+		n.onStopDo("demo engines", demo.Close)
 		log.Info("demo: simulated engines registered as workers 1..N; try: curl -s localhost:"+strconv.Itoa(int(opts.port))+"/ready", "engines", opts.demo)
 	}
 	if ready != nil {
-		ready <- bound{http: ln.Addr().String(), debug: debug.addr()}
+		ready <- bound{http: addr.String(), debug: debug.addr()}
 	}
 
-	// 4. Wait for a signal (or the server failing).
-	code := life.wait(ctx)
-
-	// 5. Stop in reverse order: drain HTTP (requests already in the
-	// handler finish against a live service, new ones get 503), refuse
-	// work that does not come over HTTP, stop the workers file (the
-	// catalog stays as it is) and the sweep, close the listeners of the
-	// ingress, then the demo engines and the debug listener.
-	//
-	// Requests waiting in a router queue (or on a session another booking
-	// initializes) end now, as shutting down, rather than hold the drain.
-	svc.CancelWaits()
-	code = life.drain(code, svc.Close)
-	if members != nil {
-		poll.Stop()
-		members.stop()
-	}
-	stopSweep()
-	<-sweepDone
-	<-reapDone
-	closeMesh()
-	if err := ingress.Close(); err != nil {
-		log.Error("shutdown: KV-event ingress", "err", err)
-		code = 1
-	}
-	if demo != nil {
-		demo.Close()
-	}
-	debug.stop(log)
+	code := n.stop(n.wait(ctx))
 	log.Info("stopped", "exit_code", code)
 	return code
 }
@@ -376,65 +252,6 @@ func startAttrs(o *serveOptions, b buildInfo) []any {
 	return attrs
 }
 
-// debugListener is the --debug-addr listener and its server.
-type debugListener struct {
-	ln   net.Listener
-	srv  *perf.DebugServer
-	done chan error
-}
-
-// startDebug serves /debug/pprof on addr; a non-loopback address is
-// logged as a warning. The listener is an extra, not the service: when
-// addr is the flag's default (explicit false) and cannot be bound, as when
-// a second kvselect runs on the host, it binds a free port on the same
-// host instead and says so in one warning naming the flag. Only an address
-// the user gave that cannot be bound is an error.
-func startDebug(addr string, explicit bool, log *slog.Logger) (*debugListener, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil && !explicit {
-		host, _, _ := net.SplitHostPort(addr)
-		var err2 error
-		if ln, err2 = net.Listen("tcp", net.JoinHostPort(host, "0")); err2 != nil {
-			return nil, err
-		}
-		log.Warn("the default debug address is taken (another process on this host?); serving /debug/pprof on a free port instead (--debug-addr chooses one, --pprof=false serves none)",
-			"default", addr, "addr", ln.Addr().String(), "err", err)
-		err = nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	d := &debugListener{ln: ln, srv: perf.NewDebugServer(printf(log, slog.LevelWarn)), done: make(chan error, 1)}
-	go func() { d.done <- d.srv.Serve(ln) }()
-	if ip := ln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
-		log.Warn("the debug listener is not on loopback: whoever reaches it can profile this process", "addr", ln.Addr().String())
-	}
-	log.Info("serving /debug/pprof", "url", "http://"+ln.Addr().String()+perf.PprofPrefix)
-	return d, nil
-}
-
-// addr is the bound address, "" for none.
-func (d *debugListener) addr() string {
-	if d == nil {
-		return ""
-	}
-	return d.ln.Addr().String()
-}
-
-// stop shuts the debug server down, waiting a few seconds at most for a
-// profile in progress.
-func (d *debugListener) stop(log *slog.Logger) {
-	if d == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := d.srv.Shutdown(ctx); err != nil {
-		log.Warn("shutdown: debug listener", "err", err)
-	}
-	<-d.done
-}
-
 // recoveryDelay is the reference's slow-joiner bias: a selector started with
 // its peers gives them a second to come up before it asks for their dumps.
 var recoveryDelay = time.Second
@@ -460,20 +277,6 @@ func recoverIndex(ctx context.Context, svc *core.Service, peers []string, log *s
 	}
 	log.Info("recovery: index restored", "partitions", rec.Partitions, "events", rec.Events, "peer", rec.Peer)
 	return true
-}
-
-// reapAffinity calls svc.ReapAffinity every interval until ctx ends.
-func reapAffinity(ctx context.Context, svc *core.Service, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			svc.ReapAffinity(now)
-		}
-	}
 }
 
 // sweep calls svc.Sweep every interval, and svc.ExpireIndex every

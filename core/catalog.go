@@ -223,13 +223,6 @@ func (f *WorkerFields) rankSources() []RankSource {
 type catalogEntry struct {
 	rec  WorkerRecord
 	part *partition // the partition the record names
-	// attached: the worker is schedulable in part (in its snapshot, with a
-	// load per rank, and its listeners synced or about to be).
-	attached bool
-	// rankStart and rankSize are the ranks that hold loads in part while
-	// attached: the range of the record that attached them, which a
-	// replacing record inherits until it attaches its own.
-	rankStart, rankSize uint32
 	// engineAdapters are the adapters the worker's engine reported
 	// (SetEngineAdapters); with rec.LoraAdapters they make the snapshot's
 	// workerView.adapters.
@@ -277,17 +270,8 @@ func (s *Service) reconcileLocked(id uint64, f *WorkerFields, p *partition, movi
 		return reasons
 	}
 	// Reconciliation proper: partition compatibility and endpoints.
-	bs := *f.BlockSize
-	if p.blockSize != 0 && p.blockSize != bs {
-		return []string{fmt.Sprintf("reconciliation failed: block_size mismatch for model=%s routing_group=%s: existing=%d requested=%d", p.model, p.group, p.blockSize, bs)}
-	}
-	eagle := deref(f.IsEagle, false)
-	others := p.schedulable
-	if _, ok := p.workers[id]; ok && !movingIn {
-		others--
-	}
-	if others > 0 && p.isEagle != eagle {
-		return []string{fmt.Sprintf("reconciliation failed: is_eagle mismatch for model=%s routing_group=%s: existing=%t requested=%t", p.model, p.group, p.isEagle, eagle)}
+	if r := p.conflict(id, f, movingIn); r != "" {
+		return []string{r}
 	}
 	if s.listening {
 		for _, rs := range f.rankSources() {

@@ -7,6 +7,29 @@
 // method of Service mirrors one route of Dynamo's standalone selection
 // service (ai-dynamo/dynamo:lib/kv-router/src/services/selection/).
 //
+// # State and its owners
+//
+// Each piece of state has one owner; anything else is derived from it.
+//
+//	state                                   owner (file)                          guarded by
+//	catalog records, engine-reported LoRA   Service.catalog (catalog.go)          Service.mu
+//	partitions                              Service.parts (partition.go)          copy-on-write map, written under Service.mu
+//	a partition's members, their rank
+//	  ranges, rank loads, block size, eagle partition.m (members.go)              members.mu (taken under Service.mu)
+//	a partition's schedulable view          partition.snap (partition.go)         atomic pointer; built only by partition.publish
+//	schedulable and listener counts         derived: snapshots, members           (none kept)
+//	a partition's KV index                  partition.index / approx / side       radix's own locks (index.go)
+//	live requests and their loads           Service.ledger (ledger.go)            concurrent map (xsync); a record's state by CAS; its slot's counters in sched
+//	pending selections                      Service.pending (pending.go)          its shards' mutexes
+//	disaggregated plans                     Service.plans (disagg_plans.go)       concurrent map (xsync); legs are ledger records
+//	session bindings                        partition.affinity (affinity.go)      its shards' mutexes
+//	router queue                            partition.queue (queue.go)            its mutex
+//	per-worker catalog changes in flight    Service.workerLocks (workers.go)      its mutex
+//
+// A partition (partition.go) is one (model_name, routing_group): its KV
+// index, its members and their loads, its snapshot, its session table and
+// router queue. Partitions are created on first use and never removed.
+//
 // # The host's contract
 //
 //  1. Build a Config (DefaultConfig, then change fields) and call
@@ -130,10 +153,10 @@
 //
 // # Concurrency
 //
-// Catalog changes are in-memory under one mutex (Service.mu, held briefly)
-// and publish an immutable per-partition snapshot; the ingress calls they
-// imply run after the mutex is released, serialized per worker
-// (workers.go). Selections read the snapshot, the index and the load
+// Catalog changes are in-memory under Service.mu (held briefly; a
+// partition's membership under its own lock inside it) and publish an
+// immutable per-partition snapshot; the ingress calls they imply run
+// after the mutex is released, serialized per worker (workers.go). Selections read the snapshot, the index and the load
 // counters without a lock. Selections are not serialized per partition
 // (Dynamo runs one actor per partition): two concurrent selections may score
 // the same stale load for the microseconds between scoring and booking.
@@ -195,11 +218,13 @@
 // dump format as Service, without catalog, loads or reservations. Its
 // host contract is on the type.
 //
-// # Seams for later issues
+// # Replication and LoRA
 //
 // ReplicaSink receives admission, prefill-completion and free events
-// (never output blocks) for the replica mesh; Origin and Lease on the
-// record are for mirrored bookings, session affinity and plan legs.
-// session_context is carried whole on the scoring request
-// (sched.Request.Session) for policies the policy seam will add.
+// (never output blocks) for the replica mesh, each with the booking's
+// LoRA name; ApplyReplica applies peers' (replica_apply.go). A request
+// naming a LoRA adapter is narrowed to the workers that serve it
+// (lora.go: Options.LoraFilter, else the records' lora_adapters and
+// SetEngineAdapters). session_context is carried whole on the scoring
+// request (sched.Request.Session) for custom policies.
 package core

@@ -207,11 +207,7 @@ func (s *Service) Dump() []PartitionDump {
 	return out
 }
 
-func (s *Service) partitionBlockSize(p *partition) uint32 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return p.blockSize
-}
+func (s *Service) partitionBlockSize(p *partition) uint32 { return p.blockSize() }
 
 // Restore rebuilds a partition's index from a peer's dump (startup
 // recovery, as the reference's lib/kv-router/src/services/indexer/
@@ -229,13 +225,11 @@ func (s *Service) Restore(model, group string, blockSize uint32, events []radix.
 	}
 	s.mu.Lock()
 	p := s.partitionLocked(model, group)
-	if p.blockSize != 0 && p.blockSize != blockSize {
-		bs := p.blockSize
+	if bs, ok := p.fixBlockSize(blockSize); !ok {
 		s.mu.Unlock()
 		return 0, errorf(ErrConflict, "block_size mismatch for model=%s routing_group=%s: existing=%d requested=%d", model, group, bs, blockSize)
 	}
-	p.blockSize = blockSize
-	p.publishLocked()
+	p.publish()
 	s.mu.Unlock()
 	if p.approx != nil {
 		// Approximate primary: the restored blocks expire like recorded

@@ -124,7 +124,7 @@ func (s *Service) SetEngineAdapters(id uint64, adapters []string) bool {
 		return true
 	}
 	e.engineAdapters = set
-	if e.attached {
+	if e.part.attached(id) {
 		s.publishLocked(e.part)
 	}
 	return true

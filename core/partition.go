@@ -44,18 +44,11 @@ type partition struct {
 	credit struct{ tokens, events, none atomic.Uint64 }
 
 	// snap is the immutable schedulable view the selection paths read
-	// without a lock; rebuilt by publishLocked on every catalog change.
+	// without a lock; rebuilt from m by publish on every catalog change.
 	snap atomic.Pointer[snapshot]
 
-	// Under Service.mu:
-	blockSize   uint32 // 0 until the first schedulable worker fixes it
-	isEagle     bool
-	schedulable int
-	workers     map[uint64]*catalogEntry // schedulable workers
-	// loads are the schedulable worker ranks' load accounting. A rank
-	// that leaves is retired and deleted; a rank that comes back gets a
-	// fresh WorkerLoad.
-	loads map[radix.WorkerKey]*sched.WorkerLoad
+	// m is the schedulable membership, behind its own lock (members.go).
+	m members
 }
 
 // snapshot is the schedulable view of a partition. Immutable once
@@ -133,7 +126,8 @@ func (s *Service) partitionLocked(model, group string) *partition {
 	if p, ok := (*s.parts.Load())[k]; ok {
 		return p
 	}
-	p := &partition{model: model, group: group, policy: s.cfg.policyFor(model, group), workers: map[uint64]*catalogEntry{}, loads: map[radix.WorkerKey]*sched.WorkerLoad{}}
+	p := &partition{model: model, group: group, policy: s.cfg.policyFor(model, group)}
+	p.m.workers, p.m.loads = map[uint64]*member{}, map[radix.WorkerKey]*sched.WorkerLoad{}
 	s.newIndexes(p)
 	p.sink = &partitionSink{p: p}
 	p.snap.Store(&snapshot{})
@@ -174,44 +168,10 @@ func (s *Service) publishLocked(p *partition) {
 		s.deferred[p] = struct{}{}
 		return
 	}
-	p.publishLocked()
+	p.publish()
 	s.stats.publishes.Add(1)
 	// Workers came or went: a waiting request may be dispatchable.
 	p.kick()
-}
-
-// publishLocked rebuilds the partition's snapshot from its schedulable
-// workers. Every rank of a schedulable worker has a load (attachLocked).
-func (p *partition) publishLocked() {
-	sn := &snapshot{blockSize: p.blockSize, isEagle: p.isEagle}
-	ids := make([]uint64, 0, len(p.workers))
-	for id := range p.workers {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		e := p.workers[id]
-		w := schedWorker(&e.rec)
-		v := workerView{
-			endpoint:      deref(e.rec.Endpoint, ""),
-			totalKVBlocks: int64(deref(e.rec.TotalKVBlocks, 0)),
-			maxBatched:    int64(deref(e.rec.MaxNumBatchedTokens, 0)),
-			dpStart:       w.DPStart,
-			hintType:      deref(e.rec.RouterHintWorkerType, ""),
-			hintEndpoints: e.rec.RouterHintSourceControlEndpoints,
-			stateAgent:    deref(e.rec.KVEventSourceMode, "") == StateAgentV2,
-			adapters:      newAdapterSet(e.rec.LoraAdapters, e.engineAdapters),
-		}
-		sn.hintCapable = sn.hintCapable || v.hintType != ""
-		sn.anyAdapters = sn.anyAdapters || len(v.adapters) > 0
-		for r := w.DPStart; r < w.DPStart+w.DPSize; r++ {
-			v.loads = append(v.loads, p.loads[radix.WorkerKey{WorkerID: id, DPRank: r}])
-		}
-		sn.workers = append(sn.workers, w)
-		sn.views = append(sn.views, v)
-		sn.ranks += int(w.DPSize)
-	}
-	p.snap.Store(sn)
 }
 
 // partitionSink is the EventSink of one partition: KV events of its

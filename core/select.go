@@ -49,7 +49,7 @@ func (s *Service) readyPartition(model, group string) (*partition, *snapshot, er
 		sn = p.snap.Load()
 	}
 	if sn == nil || len(sn.workers) == 0 {
-		if s.schedulable.Load() == 0 {
+		if s.schedulableWorkers() == 0 {
 			return nil, nil, errNoWorkers
 		}
 		return nil, nil, errorf(ErrNotReady, "no schedulable workers for model=%s routing_group=%s", model, group)

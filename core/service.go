@@ -76,21 +76,16 @@ type Service struct {
 	// end, ingress calls included (see workers.go); taken before mu.
 	workerLocks workerLocks
 
-	// mu guards catalog, listeners and the partitions' "under Service.mu"
-	// fields. It is held only for in-memory changes, never across an
-	// ingress call.
+	// mu guards catalog (and deferred). It is held only for in-memory
+	// changes, never across an ingress call; a partition's membership
+	// has its own lock, taken under it (members.go).
 	mu      sync.Mutex
 	catalog map[uint64]*catalogEntry
-	// listeners is the number of KV-event listener ranks of attached
-	// workers (0 without KV events).
-	listeners int
 	// deferred, non-nil during a batch of catalog changes, collects the
 	// partitions to publish once at its end (publishLocked).
 	deferred map[*partition]struct{}
 
-	// schedulable counts schedulable workers over all partitions.
-	schedulable atomic.Int64
-	closed      atomic.Bool
+	closed atomic.Bool
 	// closing is closed by Close: selections waiting (in a router queue,
 	// for a session's initialization) end as shutting down.
 	closing   chan struct{}
@@ -349,7 +344,7 @@ func (s *Service) Stats() Stats {
 		MaxReservations:     s.ledger.maxCount,
 		ReservationBytes:    s.ledger.bytes.Load(),
 		MaxReservationBytes: s.ledger.maxBytes,
-		SchedulableWorkers:  s.schedulable.Load(),
+		SchedulableWorkers:  s.schedulableWorkers(),
 		MaxListeners:        s.cfg.MaxListeners,
 		CatalogPublishes:    s.stats.publishes.Load(),
 		Plans:               s.plans.count.Load(),
@@ -365,9 +360,7 @@ func (s *Service) Stats() Stats {
 	for d := range st.ReplicaDropped {
 		st.ReplicaDropped[d] = s.stats.replicaDropped[d].Load()
 	}
-	s.mu.Lock()
-	st.Listeners = s.listeners
-	s.mu.Unlock()
+	st.Listeners = s.listenerRanks()
 	st.PendingEntries, st.PendingBytes = s.pending.size()
 	st.IndexMaxBlocksPerRank = cmp.Or(s.cfg.IndexMaxBlocksPerRank, radix.DefaultMaxBlocksPerRank)
 	parts := *s.parts.Load()

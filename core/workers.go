@@ -5,16 +5,16 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/kvselect/kvselect/radix"
 	"github.com/kvselect/kvselect/sched"
 )
 
 // Catalog changes happen in two phases, so that no lock is held across the
 // ingress's blocking calls (Sync and Detach wait for listener goroutines):
 //
-//  1. Under Service.mu (short, no I/O): the catalog entry, the partitions'
-//     schedulable sets, snapshots and loads change, and the change's
-//     effects on the ingress and the index are recorded.
+//  1. Under Service.mu (short, no I/O): the catalog entry changes, and
+//     the partitions' memberships (members.go, behind their own locks),
+//     snapshots and loads with it; the change's effects on the ingress
+//     and the index are recorded.
 //  2. With Service.mu released: the effects run, in order (detach the old
 //     placement, then sync the new one).
 //
@@ -240,7 +240,7 @@ func (s *Service) upsertWorkers(specs []WorkerSpec) []upsertResult {
 		res[p.i].rec, res[p.i].err = s.applyLocked(specs[p.i].WorkerID, p.model, p.group, p.f, &effs[j])
 	}
 	for p := range s.deferred {
-		p.publishLocked()
+		p.publish()
 		s.stats.publishes.Add(1)
 		p.kick()
 	}
@@ -264,9 +264,7 @@ func (s *Service) deleteWorker(id uint64) (WorkerRecord, error) {
 		s.mu.Unlock()
 		return WorkerRecord{}, errorf(ErrNotFound, "worker %d not found", id)
 	}
-	if e.attached {
-		s.detachLocked(id, e, &eff)
-	}
+	s.detachLocked(id, e, &eff)
 	delete(s.catalog, id)
 	e.rec.Lifecycle = Unschedulable
 	rec := s.recordLocked(e)
@@ -285,25 +283,26 @@ func (s *Service) applyLocked(id uint64, model, group string, f WorkerFields, ef
 	reasons := s.reconcileLocked(id, &f, p, moving || old == nil)
 	if len(reasons) == 0 && s.listening {
 		_, size := f.dpRange()
-		inUse := s.listeners
-		if old != nil && old.attached {
-			inUse -= int(old.rankSize)
+		inUse := s.listenerRanks()
+		if old != nil {
+			inUse -= old.part.memberRanks(id)
 		}
 		if inUse+int(size) > s.cfg.MaxListeners {
 			return WorkerRecord{}, errorf(ErrConflict, "worker %d needs %d KV-event listeners but %d of the limit of %d are in use", id, size, inUse, s.cfg.MaxListeners)
 		}
 	}
-	if moving && old.attached {
+	if moving {
 		s.detachLocked(id, old, eff)
 	}
+	// A record replaced in place keeps the membership (and rank range) of
+	// the one it replaces until it attaches its own: the partition holds
+	// it, by worker id.
 	e := &catalogEntry{part: p, rec: WorkerRecord{WorkerID: id, ModelName: p.model, RoutingGroup: p.group, WorkerFields: f}}
-	if old != nil && !moving {
-		e.attached, e.rankStart, e.rankSize = old.attached, old.rankStart, old.rankSize
+	if old != nil {
+		e.engineAdapters = old.engineAdapters
 	}
 	if len(reasons) > 0 {
-		if e.attached {
-			s.detachLocked(id, e, eff)
-		}
+		s.detachLocked(id, e, eff)
 		e.rec.Lifecycle = Incomplete
 		e.rec.NotSchedulableReasons = reasons
 	} else {
@@ -314,78 +313,28 @@ func (s *Service) applyLocked(id uint64, model, group string, f WorkerFields, ef
 	return s.recordLocked(e), nil
 }
 
-// attachLocked makes e schedulable in its partition: block size and eagle
-// flag fixed on first use, a load per rank (ranks that left are retired),
-// snapshot; phase 2 syncs the listeners. e.attached and e's rank range are
-// inherited from the entry e replaces in place.
+// attachLocked makes e schedulable in its partition (members.go: block
+// size and eagle flag fixed on first use, a load per rank, ranks that left
+// retired), publishes the snapshot; phase 2 syncs the listeners.
 func (s *Service) attachLocked(id uint64, e *catalogEntry, eff *effects) {
 	p := e.part
-	if p.blockSize == 0 {
-		p.blockSize = *e.rec.BlockSize
+	if p.attach(id, e, &s.cfg.Sched) {
+		eff.release = p
 	}
-	if _, self := p.workers[id]; p.schedulable == 0 || (self && p.schedulable == 1) {
-		p.isEagle = deref(e.rec.IsEagle, false)
-	}
-	start, size := e.rec.dpRange()
-	if e.attached {
-		// Re-registered in place: ranks outside the new range leave.
-		for r := e.rankStart; r < e.rankStart+e.rankSize; r++ {
-			if r < start || r >= start+size {
-				s.retireLocked(p, radix.WorkerKey{WorkerID: id, DPRank: r})
-				eff.release = p
-			}
-		}
-		s.removeListenersLocked(e)
-	} else {
-		s.schedulable.Add(1)
-		p.schedulable++
-	}
-	for r := start; r < start+size; r++ {
-		k := radix.WorkerKey{WorkerID: id, DPRank: r}
-		if p.loads[k] == nil {
-			p.loads[k] = sched.NewWorkerLoad(k, &s.cfg.Sched)
-		}
-	}
-	e.attached, e.rankStart, e.rankSize = true, start, size
-	if s.listening {
-		s.listeners += int(size)
-	}
-	p.workers[id] = e
 	s.publishLocked(p)
 	if s.listening {
-		eff.sync, eff.syncPart, eff.blockSize, eff.ranks = true, p, int(p.blockSize), e.rec.rankSources()
+		eff.sync, eff.syncPart, eff.blockSize, eff.ranks = true, p, int(p.blockSize()), e.rec.rankSources()
 	}
 }
 
-// removeListenersLocked takes e's ranks out of the listener count.
-func (s *Service) removeListenersLocked(e *catalogEntry) {
-	if s.listening {
-		s.listeners -= int(e.rankSize)
-	}
-}
-
-// retireLocked retires one rank's load: no booking lands on it after, and
-// the bookings it holds are released in phase 2 (releaseRetired).
-func (s *Service) retireLocked(p *partition, k radix.WorkerKey) {
-	if wl := p.loads[k]; wl != nil {
-		wl.Retire()
-		delete(p.loads, k)
-	}
-}
-
-// detachLocked removes e's worker from its partition: out of the snapshot,
-// every rank's load retired; phase 2 stops the listeners, drops the index
-// blocks and releases the bookings.
+// detachLocked removes e's worker from its partition if it is a member:
+// out of the snapshot, every rank's load retired; phase 2 stops the
+// listeners, drops the index blocks and releases the bookings.
 func (s *Service) detachLocked(id uint64, e *catalogEntry, eff *effects) {
 	p := e.part
-	e.attached = false
-	delete(p.workers, id)
-	p.schedulable--
-	s.schedulable.Add(-1)
-	for r := e.rankStart; r < e.rankStart+e.rankSize; r++ {
-		s.retireLocked(p, radix.WorkerKey{WorkerID: id, DPRank: r})
+	if !p.detach(id) {
+		return
 	}
-	s.removeListenersLocked(e)
 	s.publishLocked(p)
 	eff.detach = p
 }

@@ -74,14 +74,3 @@ func TestNumberOutOfRange(t *testing.T) {
 		t.Errorf("isl_tokens 1.5: got %v, want a 422", err)
 	}
 }
-
-func TestUnescapeSegment(t *testing.T) {
-	for in, want := range map[string]string{
-		"plain": "plain", "a%2Fb": "a/b", "a%2fb": "a/b", "%C3%A9": "é", "50%": "50%",
-		"%4": "%4", "%zz": "%zz", "%%41": "%A", "a+b": "a+b", "%": "%",
-	} {
-		if got := string(unescapeSegment([]byte(in))); got != want {
-			t.Errorf("%q: got %q, want %q", in, got, want)
-		}
-	}
-}

@@ -24,10 +24,11 @@
 //  1. fasthttp reads the whole body (at most Config.MaxRequestBodySize;
 //     larger is a 413 from handleError).
 //  2. A JSON route checks Content-Type (415) and decodes with the
-//     hand-written scanner: the selection bodies into a pooled request
-//     whose slices are reused and whose strings alias the body, the cold
-//     bodies (workers, output_block, peers) into values whose strings are
-//     copies. go-json only encodes responses.
+//     hand-written scanner (internal/jsonscan, decode.go): the selection
+//     bodies into a pooled request whose slices are reused and whose
+//     strings alias the body, the cold bodies (workers, output_block,
+//     peers) into values whose strings are copies. go-json only encodes
+//     responses.
 //  3. core runs; it copies every string and slice it keeps.
 //  4. The response is encoded into a pooled buffer and copied into the
 //     fasthttp response; the pooled request is reset (dropping every
@@ -54,8 +55,8 @@
 // ignored, a known field given twice is a 422 "duplicate field `x`", and a
 // string that is not UTF-8 (anywhere in the body) is a 400 "invalid unicode
 // code point", as serde_json answers on every route. A message quotes at
-// most maxEcho bytes of the request. Unknown routes are 404 "route not
-// found", wrong methods 405 "method not allowed".
+// most jsonscan.MaxEcho (256) bytes of the request. Unknown routes are 404
+// "route not found", wrong methods 405 "method not allowed".
 //
 // # Connections, shutdown, security
 //

@@ -5,7 +5,6 @@ import (
 	stdjson "encoding/json"
 	"errors"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -451,29 +450,3 @@ func TestEncodeDifferential(t *testing.T) {
 		t.Fatalf("round trip: %v", back)
 	}
 }
-
-func TestEightDigits(t *testing.T) {
-	for _, s := range []string{"00000000", "12345678", "99999999", "10000001", "87654321"} {
-		v, ok := eightDigits([]byte(s))
-		want, _ := strconvParse(s)
-		if !ok || v != want {
-			t.Errorf("%s: %d %v", s, v, ok)
-		}
-	}
-	for _, s := range []string{"1234567a", "/2345678", ":2345678", "1234 678", "-1234567"} {
-		if _, ok := eightDigits([]byte(s)); ok {
-			t.Errorf("%s accepted", s)
-		}
-	}
-	// Every 19-digit boundary value round-trips through the array path.
-	for _, v := range []int64{0, 1, -1, 12345678, 123456789, 1234567812345678, 9223372036854775807, -9223372036854775808, 1000000000000000000} {
-		body := []byte(`{"block_hashes":[` + strconvFormat(v) + `]}`)
-		var r selectReq
-		if err := decodeSelect(body, &r); err != nil || len(r.req.BlockHashes) != 1 || int64(r.req.BlockHashes[0]) != v {
-			t.Errorf("%d: %v %v", v, r.req.BlockHashes, err)
-		}
-	}
-}
-
-func strconvParse(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) }
-func strconvFormat(v int64) string          { return strconv.FormatInt(v, 10) }

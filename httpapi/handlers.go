@@ -90,7 +90,7 @@ func (s *Server) handleSelect(ctx *fasthttp.RequestCtx, book bool) {
 func (s *Server) releaseSelect(r *selectReq) {
 	r.req.Reset()
 	r.out.Reset()
-	r.sc = scanner{strbuf: r.sc.strbuf[:0]}
+	r.sc.Reset(nil)
 	r.rawSeq = nil
 	r.wctx.raw, r.wctx.done, r.wctx.finished = nil, nil, nil
 	if r.retained() <= maxPooledBytes {
@@ -111,7 +111,7 @@ func (s *Server) handleReserve(ctx *fasthttp.RequestCtx) {
 	r := s.reservePool.Get().(*reserveReq)
 	defer func() {
 		r.req.Reset()
-		r.sc = scanner{strbuf: r.sc.strbuf[:0]}
+		r.sc.Reset(nil)
 		if r.retained() <= maxPooledBytes {
 			s.reservePool.Put(r)
 		}

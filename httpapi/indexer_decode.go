@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/httpapi/internal/jsonscan"
 )
 
 // The standalone indexer's request bodies
@@ -13,72 +14,72 @@ import (
 // ignored, as the reference ignores them.
 
 var (
-	ixRegisterFields   = newFieldSet("instance_id", "endpoint", "model_name", "routing_group", "tenant_id", "block_size", "dp_rank", "replay_endpoint", "additional_salt", "additionalsalt")
-	ixUnregisterFields = newFieldSet("instance_id", "model_name", "routing_group", "tenant_id", "dp_rank")
-	ixQueryFields      = newFieldSet("token_ids", "model_name", "routing_group", "tenant_id", "lora_name", "cache_salt")
-	ixByHashFields     = newFieldSet("block_hashes", "model_name", "routing_group", "tenant_id", "cache_salt")
-	ixPeerFields       = newFieldSet("url")
-	ixControlFields    = newFieldSet("instance_id", "dp_rank")
+	ixRegisterFields   = jsonscan.NewFieldSet("instance_id", "endpoint", "model_name", "routing_group", "tenant_id", "block_size", "dp_rank", "replay_endpoint", "additional_salt", "additionalsalt")
+	ixUnregisterFields = jsonscan.NewFieldSet("instance_id", "model_name", "routing_group", "tenant_id", "dp_rank")
+	ixQueryFields      = jsonscan.NewFieldSet("token_ids", "model_name", "routing_group", "tenant_id", "lora_name", "cache_salt")
+	ixByHashFields     = jsonscan.NewFieldSet("block_hashes", "model_name", "routing_group", "tenant_id", "cache_salt")
+	ixPeerFields       = jsonscan.NewFieldSet("url")
+	ixControlFields    = jsonscan.NewFieldSet("instance_id", "dp_rank")
 )
 
 func decodeIxRegister(body []byte) (core.IndexerRegistration, error) {
 	var r core.IndexerRegistration
-	s := &scanner{b: body}
+	s := jsonscan.New(body)
 	var seen uint64
 	var hasID, hasEP, hasModel, hasBS bool
-	err := s.object("struct RegisterRequest", func(key []byte) error {
-		if done, err := s.skipUnknown(s.field(ixRegisterFields, &seen, "", key)); done {
+	err := s.Object("struct RegisterRequest", func(key []byte) error {
+		if done, err := s.SkipUnknown(s.Field(ixRegisterFields, &seen, "", key)); done {
 			return err
 		}
 		var err error
 		switch string(key) {
 		case "instance_id":
-			r.InstanceID, err = s.uint("instance_id", 1<<64-1, "u64")
+			r.InstanceID, err = s.Uint("instance_id", 1<<64-1, "u64")
 			hasID = true
 		case "endpoint":
-			r.Endpoint, err = s.ownedStr("endpoint")
+			r.Endpoint, err = ownedStr(s, "endpoint")
 			hasEP = true
 		case "model_name":
-			r.ModelName, err = s.ownedStr("model_name")
+			r.ModelName, err = ownedStr(s, "model_name")
 			hasModel = true
 		case "routing_group":
-			r.RoutingGroup, err = s.ownedStr("routing_group")
+			r.RoutingGroup, err = ownedStr(s, "routing_group")
 		case "tenant_id":
-			_, err = s.ownedStr("tenant_id")
+			_, err = ownedStr(s, "tenant_id")
 		case "block_size":
 			var v uint64
-			v, err = s.uint("block_size", 1<<32-1, "u32")
+			v, err = s.Uint("block_size", 1<<32-1, "u32")
 			r.BlockSize, hasBS = uint32(v), true
 		case "dp_rank":
 			var v *uint32
-			v, err = s.optU32("dp_rank")
+			v, err = optU32(s, "dp_rank")
 			if v != nil {
 				r.DPRank = *v
 			}
 		case "replay_endpoint":
 			var v *string
-			v, err = s.optStr("replay_endpoint")
+			v, err = optStr(s, "replay_endpoint")
 			if v != nil {
 				r.ReplayEndpoint = *v
 			}
 		default: // additional_salt, additionalsalt
-			_, err = s.optStr(string(key))
+			_, err = optStr(s, string(key))
 		}
 		return err
 	})
 	if err != nil {
-		return r, err
+		return r, bodyErr(err)
 	}
-	objEnd := s.i
-	if err := s.end(); err != nil {
-		return r, err
+	objEnd := s.Offset()
+	if err := s.End(); err != nil {
+		return r, bodyErr(err)
 	}
 	for _, f := range []struct {
 		has  bool
 		name string
 	}{{hasID, "instance_id"}, {hasEP, "endpoint"}, {hasModel, "model_name"}, {hasBS, "block_size"}} {
 		if !f.has {
-			return r, missingField(body, objEnd, f.name)
+			return r, bodyErr(jsonscan.MissingField(body, objEnd, f.name))
 		}
 	}
 	return r, nil
@@ -94,42 +95,42 @@ type ixUnregister struct {
 
 func decodeIxUnregister(body []byte) (ixUnregister, error) {
 	var r ixUnregister
-	s := &scanner{b: body}
+	s := jsonscan.New(body)
 	var seen uint64
 	var hasID, hasModel bool
-	err := s.object("struct UnregisterRequest", func(key []byte) error {
-		if done, err := s.skipUnknown(s.field(ixUnregisterFields, &seen, "", key)); done {
+	err := s.Object("struct UnregisterRequest", func(key []byte) error {
+		if done, err := s.SkipUnknown(s.Field(ixUnregisterFields, &seen, "", key)); done {
 			return err
 		}
 		var err error
 		switch string(key) {
 		case "instance_id":
-			r.id, err = s.uint("instance_id", 1<<64-1, "u64")
+			r.id, err = s.Uint("instance_id", 1<<64-1, "u64")
 			hasID = true
 		case "model_name":
-			r.model, err = s.ownedStr("model_name")
+			r.model, err = ownedStr(s, "model_name")
 			hasModel = true
 		case "routing_group":
-			r.group, err = s.optStr("routing_group")
+			r.group, err = optStr(s, "routing_group")
 		case "tenant_id":
-			_, err = s.optStr("tenant_id")
+			_, err = optStr(s, "tenant_id")
 		case "dp_rank":
-			r.dpRank, err = s.optU32("dp_rank")
+			r.dpRank, err = optU32(s, "dp_rank")
 		}
 		return err
 	})
 	if err != nil {
-		return r, err
+		return r, bodyErr(err)
 	}
-	objEnd := s.i
-	if err := s.end(); err != nil {
-		return r, err
+	objEnd := s.Offset()
+	if err := s.End(); err != nil {
+		return r, bodyErr(err)
 	}
 	if !hasID {
-		return r, missingField(body, objEnd, "instance_id")
+		return r, bodyErr(jsonscan.MissingField(body, objEnd, "instance_id"))
 	}
 	if !hasModel {
-		return r, missingField(body, objEnd, "model_name")
+		return r, bodyErr(jsonscan.MissingField(body, objEnd, "model_name"))
 	}
 	return r, nil
 }
@@ -143,13 +144,14 @@ type ixQuery struct {
 	model, group      string
 	lora, salt        string
 	hasSalt           bool
-	s                 scanner
+	s                 jsonscan.Scanner
 	match             core.IndexerMatch
 	hasModel, hasData bool
 }
 
 func (q *ixQuery) reset(body []byte) {
-	*q = ixQuery{tokens: q.tokens[:0], hashes: q.hashes[:0], s: scanner{b: body, strbuf: q.s.strbuf[:0]}, match: core.IndexerMatch{Matches: q.match.Matches[:0]}}
+	*q = ixQuery{tokens: q.tokens[:0], hashes: q.hashes[:0], s: q.s, match: core.IndexerMatch{Matches: q.match.Matches[:0]}}
+	q.s.Reset(body)
 	q.group = core.DefaultPartition
 }
 
@@ -163,60 +165,60 @@ func decodeIxQuery(body []byte, q *ixQuery, byHash bool) error {
 		fields, typ, data = ixByHashFields, "struct QueryByHashRequest", "block_hashes"
 	}
 	var seen uint64
-	err := s.object(typ, func(key []byte) error {
-		if done, err := s.skipUnknown(s.field(fields, &seen, "", key)); done {
+	err := s.Object(typ, func(key []byte) error {
+		if done, err := s.SkipUnknown(s.Field(fields, &seen, "", key)); done {
 			return err
 		}
 		var err error
 		var set bool
 		switch string(key) {
 		case "token_ids":
-			q.tokens, set, err = s.u32s("token_ids", q.tokens)
+			q.tokens, set, err = s.U32s("token_ids", q.tokens)
 			if err == nil && !set {
-				err = s.typeErr("token_ids", "invalid type: null, expected a sequence")
+				err = s.TypeErr("token_ids", "invalid type: null, expected a sequence")
 			}
 			q.hasData = true
 		case "block_hashes":
-			q.hashes, set, err = s.i64s("block_hashes", q.hashes)
+			q.hashes, set, err = s.I64s("block_hashes", q.hashes)
 			if err == nil && !set {
-				err = s.typeErr("block_hashes", "invalid type: null, expected a sequence")
+				err = s.TypeErr("block_hashes", "invalid type: null, expected a sequence")
 			}
 			q.hasData = true
 		case "model_name":
-			q.model, err = s.reqStr("model_name")
+			q.model, err = reqStr(s, "model_name")
 			q.hasModel = true
 		case "routing_group":
-			q.group, err = s.reqStr("routing_group")
+			q.group, err = reqStr(s, "routing_group")
 		case "tenant_id":
-			_, err = s.reqStr("tenant_id")
+			_, err = reqStr(s, "tenant_id")
 		case "lora_name":
-			q.lora, _, err = s.str("lora_name")
+			q.lora, _, err = s.Str("lora_name")
 		case "cache_salt":
-			q.salt, q.hasSalt, err = s.str("cache_salt")
+			q.salt, q.hasSalt, err = s.Str("cache_salt")
 		}
 		return err
 	})
 	if err != nil {
-		return err
+		return bodyErr(err)
 	}
-	objEnd := s.i
-	if err := s.end(); err != nil {
-		return err
+	objEnd := s.Offset()
+	if err := s.End(); err != nil {
+		return bodyErr(err)
 	}
 	if !q.hasData {
-		return missingField(body, objEnd, data)
+		return bodyErr(jsonscan.MissingField(body, objEnd, data))
 	}
 	if !q.hasModel {
-		return missingField(body, objEnd, "model_name")
+		return bodyErr(jsonscan.MissingField(body, objEnd, "model_name"))
 	}
 	return nil
 }
 
 // reqStr reads a String (null is a type error), aliasing the input.
-func (s *scanner) reqStr(field string) (string, error) {
-	v, set, err := s.str(field)
+func reqStr(s *jsonscan.Scanner, field string) (string, error) {
+	v, set, err := s.Str(field)
 	if err == nil && !set {
-		err = s.typeErr(field, "invalid type: null, expected a string")
+		err = s.TypeErr(field, "invalid type: null, expected a string")
 	}
 	return v, err
 }
@@ -229,38 +231,38 @@ func decodeIxPeer(body []byte) (string, error) {
 // decodeIxListenerControl reads a ListenerControlRequest ({instance_id,
 // dp_rank?}) of the test routes; dp_rank defaults to 0.
 func decodeIxListenerControl(body []byte) (id uint64, rank uint32, err error) {
-	s := &scanner{b: body}
+	s := jsonscan.New(body)
 	var seen uint64
 	hasID := false
-	err = s.object("struct ListenerControlRequest", func(key []byte) error {
-		if done, err := s.skipUnknown(s.field(ixControlFields, &seen, "", key)); done {
+	err = s.Object("struct ListenerControlRequest", func(key []byte) error {
+		if done, err := s.SkipUnknown(s.Field(ixControlFields, &seen, "", key)); done {
 			return err
 		}
 		var err error
 		switch string(key) {
 		case "instance_id":
-			id, err = s.uint("instance_id", 1<<64-1, "u64")
+			id, err = s.Uint("instance_id", 1<<64-1, "u64")
 			hasID = true
 		case "dp_rank":
-			if s.peek() == 'n' {
-				_, err = s.null()
+			if s.Peek() == 'n' {
+				_, err = s.Null()
 				return err
 			}
 			var v uint64
-			v, err = s.uint("dp_rank", 1<<32-1, "u32")
+			v, err = s.Uint("dp_rank", 1<<32-1, "u32")
 			rank = uint32(v)
 		}
 		return err
 	})
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, bodyErr(err)
 	}
-	objEnd := s.i
-	if err := s.end(); err != nil {
-		return 0, 0, err
+	objEnd := s.Offset()
+	if err := s.End(); err != nil {
+		return 0, 0, bodyErr(err)
 	}
 	if !hasID {
-		return 0, 0, missingField(body, objEnd, "instance_id")
+		return 0, 0, bodyErr(jsonscan.MissingField(body, objEnd, "instance_id"))
 	}
 	return id, rank, nil
 }

@@ -1,6 +1,9 @@
 package httpapi
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestPoolsDropHugeRequests: a request that grew past maxPooledBytes is not
 // returned to its pool, so one 8 MiB body does not pin 8 MiB per P for the
@@ -8,8 +11,14 @@ import "testing"
 // sync.Pool, which drops items at random under the race detector.)
 func TestPoolsDropHugeRequests(t *testing.T) {
 	var small, huge selectReq
+	// 4 KiB of escapes grow the scanner's unescape buffer to 4 KiB.
+	if err := decodeSelect([]byte(`{"model_name":"`+strings.Repeat(`\n`, 4096)+`"}`), &small); err != nil {
+		t.Fatal(err)
+	}
+	if small.sc.Retained() < 4096 {
+		t.Fatalf("the scanner retains %d bytes, want >= 4096", small.sc.Retained())
+	}
 	small.req.TokenIDs = make([]uint32, 0, 8192)
-	small.sc.strbuf = make([]byte, 0, 4096)
 	huge.req.BlockHashes = make([]uint64, 0, maxPooledBytes/8+1)
 	if small.retained() > maxPooledBytes {
 		t.Fatalf("an ordinary request (%d bytes) would not be pooled", small.retained())

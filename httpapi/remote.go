@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/httpapi/internal/jsonscan"
 	"github.com/valyala/fasthttp"
 )
 
@@ -61,7 +62,7 @@ type RemoteIndex struct {
 
 type remoteBuf struct {
 	body []byte
-	s    scanner
+	s    jsonscan.Scanner
 }
 
 // NewRemoteIndex validates cfg and returns the client. It does not dial.
@@ -159,11 +160,11 @@ func (r *RemoteIndex) MatchPrefix(model, group string, q []uint64, res *core.Mat
 		r.status.Add(1)
 		return fmt.Errorf("%w %d", errRemoteStatus, sc)
 	}
-	buf.s = scanner{b: resp.Body(), strbuf: buf.s.strbuf[:0]}
+	buf.s.Reset(resp.Body())
 	if err := decodeTiered(&buf.s, res); err != nil {
 		res.Reset()
 		r.decode.Add(1)
-		return err
+		return bodyErr(err)
 	}
 	r.ok.Add(1)
 	return nil
@@ -180,53 +181,53 @@ func (r *RemoteIndex) Stats() RemoteIndexStats {
 }
 
 var (
-	tieredTopFields    = newFieldSet("block_size", "tiered")
-	tieredFields       = newFieldSet("device", "lower_tier")
-	tieredDeviceFields = newFieldSet("scores", "frequencies")
-	tieredHitsFields   = newFieldSet("hits")
-	workerKeyFields    = newFieldSet("worker_id", "dp_rank")
+	tieredTopFields    = jsonscan.NewFieldSet("block_size", "tiered")
+	tieredFields       = jsonscan.NewFieldSet("device", "lower_tier")
+	tieredDeviceFields = jsonscan.NewFieldSet("scores", "frequencies")
+	tieredHitsFields   = jsonscan.NewFieldSet("hits")
+	workerKeyFields    = jsonscan.NewFieldSet("worker_id", "dp_rank")
 )
 
 // decodeTiered reads a TieredQueryResponse (appendTiered's shape) into res:
 // device blocks, then each lower tier's extension blocks per rank.
-func decodeTiered(s *scanner, res *core.MatchResult) error {
+func decodeTiered(s *jsonscan.Scanner, res *core.MatchResult) error {
 	var seen uint64
-	err := s.object("struct TieredQueryResponse", func(key []byte) error {
-		if done, err := s.skipUnknown(s.field(tieredTopFields, &seen, "", key)); done {
+	err := s.Object("struct TieredQueryResponse", func(key []byte) error {
+		if done, err := s.SkipUnknown(s.Field(tieredTopFields, &seen, "", key)); done {
 			return err
 		}
 		if string(key) == "block_size" {
-			_, err := s.uint("block_size", 1<<32-1, "u32")
+			_, err := s.Uint("block_size", 1<<32-1, "u32")
 			return err
 		}
 		var seen2 uint64
-		return s.object("struct WireTieredMatchDetails", func(key []byte) error {
-			if done, err := s.skipUnknown(s.field(tieredFields, &seen2, "tiered", key)); done {
+		return s.Object("struct WireTieredMatchDetails", func(key []byte) error {
+			if done, err := s.SkipUnknown(s.Field(tieredFields, &seen2, "tiered", key)); done {
 				return err
 			}
 			if string(key) == "device" {
 				return decodeDevice(s, res)
 			}
-			_, err := s.array("lower_tier", "a sequence", func() error { return decodeTierEntry(s, res) })
+			_, err := s.Array("lower_tier", "a sequence", func() error { return decodeTierEntry(s, res) })
 			return err
 		})
 	})
 	if err != nil {
 		return err
 	}
-	return s.end()
+	return s.End()
 }
 
-func decodeDevice(s *scanner, res *core.MatchResult) error {
+func decodeDevice(s *jsonscan.Scanner, res *core.MatchResult) error {
 	var seen uint64
-	return s.object("struct WireOverlapScores", func(key []byte) error {
-		if done, err := s.skipUnknown(s.field(tieredDeviceFields, &seen, "device", key)); done {
+	return s.Object("struct WireOverlapScores", func(key []byte) error {
+		if done, err := s.SkipUnknown(s.Field(tieredDeviceFields, &seen, "device", key)); done {
 			return err
 		}
 		if string(key) == "frequencies" {
-			return s.skip()
+			return s.Skip()
 		}
-		_, err := s.array("scores", "a sequence", func() error {
+		_, err := s.Array("scores", "a sequence", func() error {
 			w, n, err := decodeRankCount(s, "scores")
 			if err == nil {
 				m := findMatch(res, w)
@@ -239,14 +240,14 @@ func decodeDevice(s *scanner, res *core.MatchResult) error {
 }
 
 // decodeTierEntry reads one ["tier", {"hits": [[worker, n], ...]}].
-func decodeTierEntry(s *scanner, res *core.MatchResult) error {
+func decodeTierEntry(s *jsonscan.Scanner, res *core.MatchResult) error {
 	i := 0
 	tier := -1
-	_, err := s.array("lower_tier", "a tuple", func() error {
+	_, err := s.Array("lower_tier", "a tuple", func() error {
 		defer func() { i++ }()
 		switch i {
 		case 0:
-			name, err := s.reqStr("lower_tier")
+			name, err := reqStr(s, "lower_tier")
 			if err != nil {
 				return err
 			}
@@ -256,16 +257,16 @@ func decodeTierEntry(s *scanner, res *core.MatchResult) error {
 				}
 			}
 			if tier < 0 {
-				return s.typeErr("lower_tier", "unknown variant `"+echo([]byte(name))+"`")
+				return s.TypeErr("lower_tier", "unknown variant `"+jsonscan.Echo([]byte(name))+"`")
 			}
 			return nil
 		case 1:
 			var seen uint64
-			return s.object("struct WireLowerTierMatchDetails", func(key []byte) error {
-				if done, err := s.skipUnknown(s.field(tieredHitsFields, &seen, "lower_tier", key)); done {
+			return s.Object("struct WireLowerTierMatchDetails", func(key []byte) error {
+				if done, err := s.SkipUnknown(s.Field(tieredHitsFields, &seen, "lower_tier", key)); done {
 					return err
 				}
-				_, err := s.array("hits", "a sequence", func() error {
+				_, err := s.Array("hits", "a sequence", func() error {
 					w, n, err := decodeRankCount(s, "hits")
 					if err == nil {
 						m := findMatch(res, w)
@@ -284,40 +285,40 @@ func decodeTierEntry(s *scanner, res *core.MatchResult) error {
 				return err
 			})
 		}
-		return s.typeErr("lower_tier", "trailing elements in a tuple")
+		return s.TypeErr("lower_tier", "trailing elements in a tuple")
 	})
 	return err
 }
 
 // decodeRankCount reads [{"worker_id": u64, "dp_rank": u32}, n].
-func decodeRankCount(s *scanner, field string) (core.WorkerKey, uint64, error) {
+func decodeRankCount(s *jsonscan.Scanner, field string) (core.WorkerKey, uint64, error) {
 	var w core.WorkerKey
 	var n uint64
 	i := 0
-	_, err := s.array(field, "a tuple", func() error {
+	_, err := s.Array(field, "a tuple", func() error {
 		defer func() { i++ }()
 		switch i {
 		case 0:
 			var seen uint64
-			return s.object("struct WorkerWithDpRank", func(key []byte) error {
-				if done, err := s.skipUnknown(s.field(workerKeyFields, &seen, field, key)); done {
+			return s.Object("struct WorkerWithDpRank", func(key []byte) error {
+				if done, err := s.SkipUnknown(s.Field(workerKeyFields, &seen, field, key)); done {
 					return err
 				}
 				if string(key) == "worker_id" {
-					v, err := s.uint("worker_id", 1<<64-1, "u64")
+					v, err := s.Uint("worker_id", 1<<64-1, "u64")
 					w.WorkerID = v
 					return err
 				}
-				v, err := s.uint("dp_rank", 1<<32-1, "u32")
+				v, err := s.Uint("dp_rank", 1<<32-1, "u32")
 				w.DPRank = uint32(v)
 				return err
 			})
 		case 1:
 			var err error
-			n, err = s.uint(field, 1<<64-1, "u64")
+			n, err = s.Uint(field, 1<<64-1, "u64")
 			return err
 		}
-		return s.typeErr(field, "trailing elements in a tuple")
+		return s.TypeErr(field, "trailing elements in a tuple")
 	})
 	return w, n, err
 }

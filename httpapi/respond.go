@@ -95,8 +95,8 @@ func (s *Server) writeErrMsg(ctx *fasthttp.RequestCtx, status int, msg string) {
 }
 
 // retained is what a pooled request would keep between requests.
-func (r *selectReq) retained() int  { return r.req.RetainedBytes() + cap(r.sc.strbuf) }
-func (r *reserveReq) retained() int { return r.req.RetainedBytes() + cap(r.sc.strbuf) }
+func (r *selectReq) retained() int  { return r.req.RetainedBytes() + r.sc.Retained() }
+func (r *reserveReq) retained() int { return r.req.RetainedBytes() + r.sc.Retained() }
 
 // putBuf returns a response buffer to the pool unless it grew past
 // maxPooledBytes.

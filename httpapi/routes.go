@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/kvselect/kvselect/httpapi/internal/jsonscan"
 	"github.com/valyala/fasthttp"
 )
 
@@ -354,7 +355,7 @@ func workerIDParam(seg []byte) (id uint64, bad string) {
 	}
 	id, err := strconv.ParseUint(string(seg), 10, 64)
 	if err != nil {
-		return 0, "Invalid URL: Cannot parse `" + echo(seg) + "` to a `u64`"
+		return 0, "Invalid URL: Cannot parse `" + jsonscan.Echo(seg) + "` to a `u64`"
 	}
 	return id, ""
 }

@@ -1,11 +1,14 @@
 package httpapi
 
-import "github.com/kvselect/kvselect/core"
+import (
+	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/httpapi/internal/jsonscan"
+)
 
 // selectReq is a pooled decoded selection body: the core request plus the
 // storage its pointers and slices use. Lifetime: acquired per request,
 // released when the handler returns; strings alias the fasthttp body or
-// strbuf and must not be kept (core copies what it keeps).
+// the scanner's buffer and must not be kept (core copies what it keeps).
 type selectReq struct {
 	req      core.SelectRequest
 	override core.Override
@@ -14,7 +17,7 @@ type selectReq struct {
 	prefs    map[string]float64
 	// wctx is the request's context while it may wait (handleSelect).
 	wctx waitCtx
-	sc   scanner
+	sc   jsonscan.Scanner
 	out  core.Selection
 	// rawSeq is the sequence_hashes array as the body spelled it (validated
 	// i64s); nil when absent. It aliases the body.
@@ -30,10 +33,10 @@ var promptFields = []string{"token_ids", "mm_routing_info", "block_mm_infos", "b
 // (ai-dynamo/dynamo:lib/kv-router/src/services/selection/types.rs): a key
 // outside a route's set is an unknown field there, skipped unread.
 var (
-	selectFields      = newFieldSet(append(promptFields, selectOwn...)...)
-	reserveFields     = newFieldSet(append(promptFields, selectOwn[:len(selectOwn)-1]...)...) // SelectAndReserveRequest: no advisory
-	queryFields       = newFieldSet(append(promptFields, "model_name", "routing_group", "router_config_override")...)
-	reservationFields = newFieldSet(append(promptFields, "model_name", "routing_group", "selection_id", "worker_id", "dp_rank",
+	selectFields      = jsonscan.NewFieldSet(append(promptFields, selectOwn...)...)
+	reserveFields     = jsonscan.NewFieldSet(append(promptFields, selectOwn[:len(selectOwn)-1]...)...) // SelectAndReserveRequest: no advisory
+	queryFields       = jsonscan.NewFieldSet(append(promptFields, "model_name", "routing_group", "router_config_override")...)
+	reservationFields = jsonscan.NewFieldSet(append(promptFields, "model_name", "routing_group", "selection_id", "worker_id", "dp_rank",
 		"router_config_override", "expected_output_tokens", "effective_prefill_tokens", "track_prefill_tokens")...)
 )
 
@@ -50,59 +53,59 @@ func decodeSelect(body []byte, r *selectReq) error {
 // decodeSelectAs reads a selection body with the fields of fs: selectFields
 // (/select), reserveFields (/select_and_reserve) or queryFields
 // (/potential_loads, /overlap_scores).
-func decodeSelectAs(body []byte, r *selectReq, fs *fieldSet) error {
+func decodeSelectAs(body []byte, r *selectReq, fs *jsonscan.FieldSet) error {
 	r.req.Reset()
 	q := &r.req
 	s := &r.sc
-	*s = scanner{b: body, strbuf: s.strbuf[:0]}
+	s.Reset(body)
 	var seen uint64
-	err := s.object("struct SelectRequest", func(key []byte) error {
-		known, err := s.field(fs, &seen, "", key)
+	err := s.Object("struct SelectRequest", func(key []byte) error {
+		known, err := s.Field(fs, &seen, "", key)
 		if !known || err != nil {
 			if err == nil {
-				err = s.skip()
+				err = s.Skip()
 			}
 			return err
 		}
 		switch string(key) {
 		case "model_name":
-			q.ModelName, _, err = s.str("model_name")
+			q.ModelName, _, err = s.Str("model_name")
 		case "routing_group":
-			q.RoutingGroup, _, err = s.str("routing_group")
+			q.RoutingGroup, _, err = s.Str("routing_group")
 		case "selection_id":
-			q.SelectionID, q.HasSelectionID, err = s.str("selection_id")
+			q.SelectionID, q.HasSelectionID, err = s.Str("selection_id")
 		case "session_id":
-			q.SessionID, q.HasSessionID, err = s.str("session_id")
+			q.SessionID, q.HasSessionID, err = s.Str("session_id")
 		case "router_config_override":
 			q.Override, err = decodeOverride(s, &r.override)
 		case "expected_output_tokens":
 			var n bool
-			if n, err = s.null(); !n && err == nil {
+			if n, err = s.Null(); !n && err == nil {
 				var v uint64
-				v, err = s.uint("expected_output_tokens", 1<<32-1, "u32")
+				v, err = s.Uint("expected_output_tokens", 1<<32-1, "u32")
 				q.ExpectedOutputTokens, q.HasExpectedOutputTokens = uint32(v), true
 			}
 		case "priority_jump":
 			var n bool
-			if n, err = s.null(); !n && err == nil {
-				q.PriorityJump, err = s.float("priority_jump")
+			if n, err = s.Null(); !n && err == nil {
+				q.PriorityJump, err = s.Float("priority_jump")
 			}
 		case "strict_priority":
 			var n bool
-			if n, err = s.null(); !n && err == nil {
+			if n, err = s.Null(); !n && err == nil {
 				var v uint64
-				v, err = s.uint("strict_priority", 1<<32-1, "u32")
+				v, err = s.Uint("strict_priority", 1<<32-1, "u32")
 				q.StrictPriority = uint32(v)
 			}
 		case "pinned_worker":
 			var n bool
-			if n, err = s.null(); !n && err == nil {
+			if n, err = s.Null(); !n && err == nil {
 				_, err = decodeWorkerRank(s, "pinned_worker", "struct WorkerWithDpRank", &r.pin, true)
 				q.PinnedWorker = &r.pin
 			}
 		case "affinity_target":
 			var n bool
-			if n, err = s.null(); !n && err == nil {
+			if n, err = s.Null(); !n && err == nil {
 				var k core.WorkerKey
 				var hasRank bool
 				hasRank, err = decodeWorkerRank(s, "affinity_target", "struct WorkerAffinityTarget", &k, false)
@@ -110,23 +113,23 @@ func decodeSelectAs(body []byte, r *selectReq, fs *fieldSet) error {
 				q.AffinityTarget = &r.target
 			}
 		case "allowed_worker_ids":
-			q.AllowedWorkerIDs, q.HasAllowedWorkerIDs, err = s.u64s("allowed_worker_ids", q.AllowedWorkerIDs[:0])
+			q.AllowedWorkerIDs, q.HasAllowedWorkerIDs, err = s.U64s("allowed_worker_ids", q.AllowedWorkerIDs[:0])
 		case "routing_constraints":
 			err = decodeConstraints(s, &r.prefs, &q.RequiredTaints, &q.PreferredTaints)
 		case "session_context":
 			q.HasSessionContext, err = decodeSessionContext(s, &q.SessionContext)
 		case "advisory":
 			var n bool
-			if n, err = s.null(); !n && err == nil {
-				q.Advisory, err = s.boolean("advisory")
+			if n, err = s.Null(); !n && err == nil {
+				q.Advisory, err = s.Boolean("advisory")
 			}
 		case "sequence_hashes":
-			s.ws()
-			start := s.i
-			q.SequenceHashes, q.HasSequenceHashes, err = s.i64s("sequence_hashes", q.SequenceHashes[:0])
+			s.SkipSpace()
+			start := s.Offset()
+			q.SequenceHashes, q.HasSequenceHashes, err = s.I64s("sequence_hashes", q.SequenceHashes[:0])
 			r.rawSeq = nil
 			if q.HasSequenceHashes {
-				r.rawSeq = s.b[start:s.i]
+				r.rawSeq = s.Input()[start:s.Offset()]
 			}
 		default:
 			err = decodePromptField(s, key, &q.Prompt)
@@ -134,9 +137,9 @@ func decodeSelectAs(body []byte, r *selectReq, fs *fieldSet) error {
 		return err
 	})
 	if err != nil {
-		return err
+		return bodyErr(err)
 	}
-	return s.end()
+	return bodyErr(s.End())
 }
 
 // echoSeq returns the body's own spelling of sequence_hashes when a booking
@@ -155,32 +158,32 @@ func (r *selectReq) echoSeq() []byte {
 
 // decodePromptField reads one PromptRequest field; key is one of
 // promptFields.
-func decodePromptField(s *scanner, key []byte, p *core.Prompt) (err error) {
+func decodePromptField(s *jsonscan.Scanner, key []byte, p *core.Prompt) (err error) {
 	switch string(key) {
 	case "token_ids":
-		p.TokenIDs, p.HasTokenIDs, err = s.u32s("token_ids", p.TokenIDs[:0])
+		p.TokenIDs, p.HasTokenIDs, err = s.U32s("token_ids", p.TokenIDs[:0])
 	case "block_hashes":
-		p.BlockHashes, p.HasBlockHashes, err = s.i64s("block_hashes", p.BlockHashes[:0])
+		p.BlockHashes, p.HasBlockHashes, err = s.I64s("block_hashes", p.BlockHashes[:0])
 	case "sequence_hashes":
-		p.SequenceHashes, p.HasSequenceHashes, err = s.i64s("sequence_hashes", p.SequenceHashes[:0])
+		p.SequenceHashes, p.HasSequenceHashes, err = s.I64s("sequence_hashes", p.SequenceHashes[:0])
 	case "isl_tokens":
 		var n bool
-		if n, err = s.null(); !n && err == nil {
-			p.ISLTokens, err = s.uint("isl_tokens", 1<<64-1, "usize")
+		if n, err = s.Null(); !n && err == nil {
+			p.ISLTokens, err = s.Uint("isl_tokens", 1<<64-1, "usize")
 			p.HasISLTokens = true
 		}
 	case "lora_name":
-		p.LoraName, _, err = s.str("lora_name")
+		p.LoraName, _, err = s.Str("lora_name")
 	case "cache_salt":
-		p.CacheSalt, _, err = s.str("cache_salt")
+		p.CacheSalt, _, err = s.Str("cache_salt")
 	case "mm_routing_info":
 		err = decodeMMRoutingInfo(s, p)
 	case "block_mm_infos":
 		p.BlockMMHashes, err = decodeMMInfos(s, "block_mm_infos")
 	case "is_eagle":
 		var n bool
-		if n, err = s.null(); !n && err == nil {
-			p.IsEagle, err = s.boolean("is_eagle")
+		if n, err = s.Null(); !n && err == nil {
+			p.IsEagle, err = s.Boolean("is_eagle")
 			p.HasIsEagle = true
 		}
 	default:
@@ -194,7 +197,7 @@ type reserveReq struct {
 	req      core.ReservationRequest
 	override core.Override
 	track    bool
-	sc       scanner
+	sc       jsonscan.Scanner
 }
 
 // decodeReservation reads a ReservationRequest; selection_id is required.
@@ -202,52 +205,52 @@ func decodeReservation(body []byte, r *reserveReq) error {
 	r.req.Reset()
 	q := &r.req
 	s := &r.sc
-	*s = scanner{b: body, strbuf: s.strbuf[:0]}
+	s.Reset(body)
 	hasID := false
 	var seen uint64
-	err := s.object("struct ReservationRequest", func(key []byte) error {
-		known, err := s.field(reservationFields, &seen, "", key)
+	err := s.Object("struct ReservationRequest", func(key []byte) error {
+		known, err := s.Field(reservationFields, &seen, "", key)
 		if !known || err != nil {
 			if err == nil {
-				err = s.skip()
+				err = s.Skip()
 			}
 			return err
 		}
 		var n bool
 		switch string(key) {
 		case "model_name":
-			q.ModelName, _, err = s.str("model_name")
+			q.ModelName, _, err = s.Str("model_name")
 		case "routing_group":
-			q.RoutingGroup, _, err = s.str("routing_group")
+			q.RoutingGroup, _, err = s.Str("routing_group")
 		case "selection_id":
-			q.SelectionID, hasID, err = s.str("selection_id")
+			q.SelectionID, hasID, err = s.Str("selection_id")
 		case "worker_id":
-			if n, err = s.null(); !n && err == nil {
-				q.WorkerID, err = s.uint("worker_id", 1<<64-1, "u64")
+			if n, err = s.Null(); !n && err == nil {
+				q.WorkerID, err = s.Uint("worker_id", 1<<64-1, "u64")
 				q.HasWorkerID = true
 			}
 		case "dp_rank":
-			if n, err = s.null(); !n && err == nil {
+			if n, err = s.Null(); !n && err == nil {
 				var v uint64
-				v, err = s.uint("dp_rank", 1<<32-1, "u32")
+				v, err = s.Uint("dp_rank", 1<<32-1, "u32")
 				q.DPRank = uint32(v)
 			}
 		case "router_config_override":
 			q.Override, err = decodeOverride(s, &r.override)
 		case "expected_output_tokens":
-			if n, err = s.null(); !n && err == nil {
+			if n, err = s.Null(); !n && err == nil {
 				var v uint64
-				v, err = s.uint("expected_output_tokens", 1<<32-1, "u32")
+				v, err = s.Uint("expected_output_tokens", 1<<32-1, "u32")
 				q.ExpectedOutputTokens, q.HasExpectedOutputTokens = uint32(v), true
 			}
 		case "effective_prefill_tokens":
-			if n, err = s.null(); !n && err == nil {
-				q.EffectivePrefillTokens, err = s.uint("effective_prefill_tokens", 1<<64-1, "usize")
+			if n, err = s.Null(); !n && err == nil {
+				q.EffectivePrefillTokens, err = s.Uint("effective_prefill_tokens", 1<<64-1, "usize")
 				q.HasEffectivePrefillTokens = true
 			}
 		case "track_prefill_tokens":
-			if n, err = s.null(); !n && err == nil {
-				r.track, err = s.boolean("track_prefill_tokens")
+			if n, err = s.Null(); !n && err == nil {
+				r.track, err = s.Boolean("track_prefill_tokens")
 				q.TrackPrefillTokens = &r.track
 			}
 		default:
@@ -256,14 +259,14 @@ func decodeReservation(body []byte, r *reserveReq) error {
 		return err
 	})
 	if err != nil {
-		return err
+		return bodyErr(err)
 	}
-	objEnd := s.i
-	if err := s.end(); err != nil {
-		return err
+	objEnd := s.Offset()
+	if err := s.End(); err != nil {
+		return bodyErr(err)
 	}
 	if !hasID {
-		return missingField(body, objEnd, "selection_id")
+		return bodyErr(jsonscan.MissingField(body, objEnd, "selection_id"))
 	}
 	return nil
 }

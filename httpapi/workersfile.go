@@ -3,9 +3,9 @@ package httpapi
 import (
 	"errors"
 	"strconv"
-	"strings"
 
 	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/httpapi/internal/jsonscan"
 )
 
 // A workers file is kvselect's own discovery source (Dynamo names "a
@@ -16,7 +16,7 @@ import (
 // the route accepts is accepted in the file with the same defaults, and one
 // it rejects is rejected with the same text.
 
-var workersFileFields = newFieldSet("workers")
+var workersFileFields = jsonscan.NewFieldSet("workers")
 
 // DecodeWorkersFile reads a workers file. Unknown keys are ignored, at the
 // top and in entries; "workers" is required and must be an array (it may
@@ -24,34 +24,34 @@ var workersFileFields = newFieldSet("workers")
 // the same worker_id, make the whole file invalid. An error names the
 // entry and its line and column.
 func DecodeWorkersFile(b []byte) ([]core.WorkerSpec, error) {
-	s := &scanner{b: b}
+	s := jsonscan.New(b)
 	var seen uint64
 	var specs []core.WorkerSpec
 	has := false
-	err := s.object("struct WorkersFile", func(key []byte) error {
-		if done, err := s.skipUnknown(s.field(workersFileFields, &seen, "", key)); done {
+	err := s.Object("struct WorkersFile", func(key []byte) error {
+		if done, err := s.SkipUnknown(s.Field(workersFileFields, &seen, "", key)); done {
 			return err
 		}
 		specs = []core.WorkerSpec{}
-		set, err := s.array("workers", "a sequence", func() error {
+		set, err := s.Array("workers", "a sequence", func() error {
 			at := "workers[" + strconv.Itoa(len(specs)) + "]"
 			spec, hasID, err := decodeWorkerObject(s, at+".")
 			if err == nil && !hasID {
-				err = s.typeErr(at, "missing field `worker_id`")
+				err = s.TypeErr(at, "missing field `worker_id`")
 			}
 			specs = append(specs, spec)
 			return err
 		})
 		if err == nil && !set {
-			err = s.typeErr("workers", "invalid type: null, expected a sequence")
+			err = s.TypeErr("workers", "invalid type: null, expected a sequence")
 		}
 		has = true
 		return err
 	})
 	if err == nil {
-		objEnd := s.i
-		if err = s.end(); err == nil && !has {
-			err = missingField(b, objEnd, "workers")
+		objEnd := s.Offset()
+		if err = s.End(); err == nil && !has {
+			err = jsonscan.MissingField(b, objEnd, "workers")
 		}
 	}
 	if err != nil {
@@ -67,16 +67,16 @@ func DecodeWorkersFile(b []byte) ([]core.WorkerSpec, error) {
 	return specs, nil
 }
 
-// fileError turns a body error into a file's: the HTTP extractor's prefixes
-// give way to "invalid JSON: " for a syntax error and nothing for a data
-// error.
+// fileError turns a scanner error into a file's: "invalid JSON: " before a
+// syntax error, a data error as it is (serde's text, without the HTTP
+// extractor's prefixes of a body's).
 func fileError(err error) error {
-	var de *decodeError
-	if !errors.As(err, &de) {
+	var se *jsonscan.Error
+	if !errors.As(err, &se) {
 		return err
 	}
-	if m, ok := strings.CutPrefix(de.msg, syntaxPrefix); ok {
-		return errors.New("invalid JSON: " + m)
+	if se.Class == jsonscan.Syntax {
+		return errors.New("invalid JSON: " + se.Msg)
 	}
-	return errors.New(strings.TrimPrefix(de.msg, dataPrefix))
+	return errors.New(se.Msg)
 }

@@ -85,6 +85,7 @@ type Approx struct {
 		ev     Event
 		doomed []approxEntry
 		evs    []Event
+		checks uint64 // mutations, for the invariants build (see checkBudget)
 	}
 	stats approxCounters
 }
@@ -145,6 +146,9 @@ func (a *Approx) Record(w WorkerKey, local []uint64, now time.Time) {
 	n := now.UnixNano()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if invariants {
+		defer a.afterMutationLocked()
+	}
 	a.expireLocked(n)
 	a.mu.seq = SequenceHashes(a.mu.seq[:0], local)
 	ev := &a.mu.ev
@@ -175,6 +179,9 @@ func (a *Approx) Expire(now time.Time) int {
 	n := now.UnixNano()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if invariants {
+		defer a.afterMutationLocked()
+	}
 	return a.expireLocked(n)
 }
 
@@ -245,6 +252,9 @@ func (a *Approx) removeLocked(entries []approxEntry) {
 func (a *Approx) ClearRank(w WorkerKey) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if invariants {
+		defer a.afterMutationLocked()
+	}
 	a.mu.t.dropRank(w)
 	a.ix.Apply(&Event{Worker: w, Kind: Cleared})
 }
@@ -253,6 +263,9 @@ func (a *Approx) ClearRank(w WorkerKey) {
 func (a *Approx) RemoveWorker(workerID uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if invariants {
+		defer a.afterMutationLocked()
+	}
 	for w := range a.mu.t.ranks {
 		if w.WorkerID == workerID {
 			a.mu.t.dropRank(w)
@@ -295,6 +308,9 @@ func (a *Approx) Restore(ev *Event, now time.Time) bool {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if invariants {
+		defer a.afterMutationLocked()
+	}
 	if ev.Tier != TierDevice {
 		return a.ix.Apply(ev)
 	}

@@ -143,47 +143,38 @@ func checkApprox(a *Approx) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	t := &a.mu.t
+	if err := checkTimers(t); err != nil {
+		return err
+	}
 	if got := a.ix.Stats().Blocks[TierDevice]; got != int64(t.live) {
 		return fmt.Errorf("index holds %d blocks, timers %d", got, t.live)
 	}
-	n := 0
-	for k, b := range t.buckets {
-		if b.n == 0 {
-			return fmt.Errorf("empty bucket %d", k)
-		}
-		if k > 0 && t.buckets[k-1].at >= b.at {
-			return fmt.Errorf("buckets out of order at %d", k)
-		}
-		c := 0
-		for i := b.head; i >= 0; i = t.slots[i].next {
-			s := t.slots[i]
-			if s.at != b.at || t.ranks[s.w][s.h] != i {
-				return fmt.Errorf("slot %d misfiled", i)
-			}
-			c++
-		}
-		if c != b.n {
-			return fmt.Errorf("bucket %d counts %d, lists %d", k, b.n, c)
-		}
-		n += c
-	}
-	if n != t.live {
-		return fmt.Errorf("buckets hold %d, live %d", n, t.live)
-	}
 	for w, m := range t.ranks {
+		s := a.ix.shardFor(w.WorkerID)
+		s.mu.Lock()
+		wb := s.tree.workers[w]
 		for h := range m {
-			held := false
-			for _, s := range a.ix.shards {
-				if wb := s.tree.workers[w]; wb != nil {
-					_, held = s.tree.locate(wb, w, h)
-				}
-			}
-			if !held {
+			if wb == nil || !s.tree.holds(wb, w, h) {
+				s.mu.Unlock()
 				return fmt.Errorf("%v: timed block %d not in the index", w, h)
 			}
 		}
+		s.mu.Unlock()
 	}
 	return nil
+}
+
+// holds reports whether w holds the block with external hash e, as locate
+// does but without repairing the entry.
+func (t *Tree) holds(wb *workerBlocks, w WorkerKey, e uint64) bool {
+	m := &wb.lookup
+	i, h := m.seek(e)
+	for ; i < len(m.slots) && m.slots[i].hash == h; i++ {
+		if x, ok := publishedExt(w, follow(t.placeOf(&m.slots[i]))); ok && x == e {
+			return true
+		}
+	}
+	return false
 }
 
 // TestApproxMatchesModel records random prompts (drawn from a few shared

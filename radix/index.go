@@ -83,6 +83,7 @@ type shard struct {
 	// maxHeld is Config.MaxBlocksPerRank (its default applied).
 	maxHeld int64
 	stats   counters
+	checks  uint64 // mutations, for the invariants build (see checkBudget)
 }
 
 // counters are written under the shard lock and read by Stats without it.
@@ -131,6 +132,9 @@ func (ix *Index) Apply(ev *Event) bool {
 	s := ix.shardFor(ev.Worker.WorkerID)
 	s.mu.Lock()
 	ok := s.applyLocked(ev)
+	if invariants {
+		s.afterMutationLocked()
+	}
 	s.mu.Unlock()
 	return ok
 }
@@ -143,6 +147,9 @@ func (ix *Index) ApplyBatch(evs []Event) {
 		s.mu.Lock()
 		for ; i < len(evs) && ix.shardFor(evs[i].Worker.WorkerID) == s; i++ {
 			s.applyLocked(&evs[i])
+			if invariants {
+				s.afterMutationLocked()
+			}
 		}
 		s.mu.Unlock()
 	}
@@ -185,6 +192,9 @@ func (ix *Index) RemoveWorker(workerID uint64) {
 	}
 	for _, w := range ranks {
 		s.clearLocked(w)
+	}
+	if invariants {
+		s.afterMutationLocked()
 	}
 }
 

@@ -72,6 +72,13 @@ type Tree struct {
 	seenSt  *nodeState
 	seenW   WorkerKey
 	seenExt []uint64
+
+	// checks counts mutations for the invariants build's checks (see
+	// checkBudget); unchecked exempts the tree from them, for a test that
+	// builds a tree too big to check as it grows (TestMemoryPerBlock
+	// checks it once, built).
+	checks    uint64
+	unchecked bool
 }
 
 // NewTree returns an empty tree.
@@ -221,6 +228,9 @@ type dupSlot struct {
 // Store applies a Stored event of the device tier. It returns the number of
 // blocks that took effect and, when some did not, why.
 func (t *Tree) Store(ev *Event) (applied int, reason DropReason, dropped bool) {
+	if invariants {
+		defer t.afterMutation()
+	}
 	w := ev.Worker
 	if len(ev.Blocks) == 0 {
 		return 0, 0, false
@@ -453,6 +463,9 @@ func (t *Tree) RemoveMany(w WorkerKey, hashes []uint64) (unknown int) {
 	if wb.lookup.Len() == 0 {
 		delete(t.workers, w)
 	}
+	if invariants {
+		t.afterMutation()
+	}
 	return unknown
 }
 
@@ -478,6 +491,9 @@ func (t *Tree) Clear(w WorkerKey) {
 		panic("BUG: radix: Clear left lookup entries behind")
 	}
 	delete(t.workers, w)
+	if invariants {
+		t.afterMutation()
+	}
 }
 
 // cut makes w cover only edge[:k] of n (nothing when k == 0) and drops w

@@ -7,6 +7,27 @@ import (
 	"unsafe"
 
 	"github.com/kvselect/kvselect/radix"
+	"github.com/kvselect/kvselect/zmqin/internal/msgpack"
+)
+
+// ErrMalformed marks a batch that is not a well-formed msgpack KV event
+// batch: truncated, an invalid lead byte, a declared length larger than the
+// bytes left, a wrong envelope shape, or trailing bytes. The whole batch is
+// rejected; nothing of it may be applied. It is the msgpack reader's error
+// (zmqin/internal/msgpack), which the shape errors below wrap too.
+var ErrMalformed = msgpack.ErrMalformed
+
+// Shape errors of a batch. They are preallocated so that the decoder
+// allocates nothing even on the error path.
+var (
+	errTrailing  = fmt.Errorf("%w: trailing bytes after the batch", ErrMalformed)
+	errEnvelope  = fmt.Errorf("%w: batch is not [ts, events] or [ts, events, dp_rank]", ErrMalformed)
+	errTimestamp = fmt.Errorf("%w: timestamp is not a number", ErrMalformed)
+	errEvents    = fmt.Errorf("%w: events is not an array", ErrMalformed)
+	errRank      = fmt.Errorf("%w: data_parallel_rank is not nil or a u32", ErrMalformed)
+	// errBatchTooLarge: the batch would decode into more than
+	// MaxDecodedBatchBytes.
+	errBatchTooLarge = fmt.Errorf("%w: batch decodes into more than %d MiB", ErrMalformed, MaxDecodedBatchBytes>>20)
 )
 
 // DropReason says why one event of an otherwise well-formed batch was
@@ -242,9 +263,9 @@ func (d *Decoder) Decode(payload []byte, worker radix.WorkerKey) (Batch, error) 
 	d.hashes = d.hashes[:0]
 	d.decoded = 0
 	var b Batch
-	r := reader{b: payload}
+	r := msgpack.Reader{B: payload}
 	err := d.batch(&r, &b)
-	if err == nil && r.off != len(payload) {
+	if err == nil && r.Off != len(payload) {
 		err = errTrailing
 	}
 	if err != nil {

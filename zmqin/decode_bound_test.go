@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kvselect/kvselect/radix"
+	"github.com/kvselect/kvselect/zmqin/internal/msgpack"
 )
 
 // arr32 is a msgpack array32 header of n elements followed by n copies of
@@ -22,7 +23,7 @@ func arr32(n int, v byte) []byte {
 // with the given block_hashes, token_ids and extra_keys encodings.
 func storedBatch(hashes, toks, extra []byte) []byte {
 	p := []byte{0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x91, 0x99}
-	p = appendStr(p, "BlockStored")
+	p = msgpack.AppendStr(p, "BlockStored")
 	p = append(p, hashes...)
 	p = append(p, 0xc0)
 	p = append(p, toks...)
@@ -34,7 +35,7 @@ func storedBatch(hashes, toks, extra []byte) []byte {
 // removesBatch is one batch of n array-form BlockRemoved events of hash 1
 // (built as bytes: a WireBatch of that many events is slow under -race).
 func removesBatch(n int) []byte {
-	ev := appendStr([]byte{0x93}, "BlockRemoved")
+	ev := msgpack.AppendStr([]byte{0x93}, "BlockRemoved")
 	ev = append(ev, 0x91, 1, 0xc0)
 	p := binary.BigEndian.AppendUint32([]byte{0x92, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0xdd}, uint32(n))
 	return append(p, bytes.Repeat(ev, n)...)

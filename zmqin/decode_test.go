@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kvselect/kvselect/radix"
+	"github.com/kvselect/kvselect/zmqin/internal/msgpack"
 )
 
 func TestParseFrames(t *testing.T) {
@@ -104,13 +105,13 @@ func repeat(b byte, n int) []byte {
 func TestDecodeTolerated(t *testing.T) {
 	enc := func(evs ...[]byte) []byte {
 		p := []byte{0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0}
-		p = appendArrayHeader(p, len(evs))
+		p = msgpack.AppendArrayHeader(p, len(evs))
 		for _, e := range evs {
 			p = append(p, e...)
 		}
 		return append(p, 0xc0)
 	}
-	str := func(s string) []byte { return appendStr(nil, s) }
+	str := func(s string) []byte { return msgpack.AppendStr(nil, s) }
 	cat := func(parts ...[]byte) []byte {
 		var b []byte
 		for _, p := range parts {
@@ -120,7 +121,7 @@ func TestDecodeTolerated(t *testing.T) {
 	}
 	// stored builds a BlockStored array of n fields after the tag.
 	stored := func(n int, body ...[]byte) []byte {
-		return cat(appendArrayHeader(nil, n+1), str("BlockStored"), cat(body...))
+		return cat(msgpack.AppendArrayHeader(nil, n+1), str("BlockStored"), cat(body...))
 	}
 	four := []byte{0x94, 1, 2, 3, 4}
 	for _, tc := range []struct {

@@ -3,9 +3,9 @@ package zmqin
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 
 	"github.com/kvselect/kvselect/radix"
+	"github.com/kvselect/kvselect/zmqin/internal/msgpack"
 )
 
 // Encoding is the layout of events inside a batch. The batch itself is
@@ -91,14 +91,14 @@ func (e Encoder) AppendBatch(dst []byte, b *WireBatch) []byte {
 	} else {
 		dst = append(dst, 0x93)
 	}
-	dst = appendFloat64(dst, b.Timestamp)
-	dst = appendArrayHeader(dst, len(b.Events))
+	dst = msgpack.AppendFloat64(dst, b.Timestamp)
+	dst = msgpack.AppendArrayHeader(dst, len(b.Events))
 	for i := range b.Events {
 		dst = e.appendEvent(dst, &b.Events[i])
 	}
 	if !e.LegacyBatch {
 		if b.HasDPRank {
-			dst = appendUint(dst, uint64(b.DPRank))
+			dst = msgpack.AppendUint(dst, uint64(b.DPRank))
 		} else {
 			dst = append(dst, 0xc0)
 		}
@@ -127,11 +127,11 @@ func (e Encoder) appendEvent(dst []byte, ev *WireEvent) []byte {
 			} else {
 				dst = append(dst, 0x8a)
 			}
-			dst = appendStr(dst, "type")
+			dst = msgpack.AppendStr(dst, "type")
 		} else {
 			dst = append(dst, 0x9c) // 12 fields
 		}
-		dst = appendStr(dst, "BlockStored")
+		dst = msgpack.AppendStr(dst, "BlockStored")
 		dst = e.key(dst, m, "block_hashes")
 		dst = e.appendHashes(dst, ev.BlockHashes)
 		dst = e.key(dst, m, "parent_block_hash")
@@ -141,28 +141,28 @@ func (e Encoder) appendEvent(dst []byte, ev *WireEvent) []byte {
 			dst = append(dst, 0xc0)
 		}
 		dst = e.key(dst, m, "token_ids")
-		dst = appendArrayHeader(dst, len(ev.TokenIDs))
+		dst = msgpack.AppendArrayHeader(dst, len(ev.TokenIDs))
 		for _, t := range ev.TokenIDs {
-			dst = appendUint(dst, uint64(t))
+			dst = msgpack.AppendUint(dst, uint64(t))
 		}
 		dst = e.key(dst, m, "block_size")
-		dst = appendInt(dst, int64(ev.BlockSize))
+		dst = msgpack.AppendInt(dst, int64(ev.BlockSize))
 		dst = e.key(dst, m, "lora_id")
 		dst = append(dst, 0xc0)
 		dst = e.key(dst, m, "medium")
-		dst = appendOptStr(dst, ev.Medium)
+		dst = msgpack.AppendOptStr(dst, ev.Medium)
 		dst = e.key(dst, m, "lora_name")
-		dst = appendOptStr(dst, ev.LoraName)
+		dst = msgpack.AppendOptStr(dst, ev.LoraName)
 		dst = e.key(dst, m, "extra_keys")
-		dst = appendArrayHeader(dst, len(ev.BlockHashes))
+		dst = msgpack.AppendArrayHeader(dst, len(ev.BlockHashes))
 		for range ev.BlockHashes {
 			dst = append(dst, 0xc0)
 		}
 		dst = e.key(dst, m, "group_idx")
-		dst = appendUint(dst, uint64(ev.GroupIdx))
+		dst = msgpack.AppendUint(dst, uint64(ev.GroupIdx))
 		if ev.SpecKind != "" {
 			dst = e.key(dst, m, "kv_cache_spec_kind")
-			dst = appendStr(dst, ev.SpecKind)
+			dst = msgpack.AppendStr(dst, ev.SpecKind)
 		} else if !m {
 			dst = append(dst, 0xc0)
 		}
@@ -172,25 +172,25 @@ func (e Encoder) appendEvent(dst []byte, ev *WireEvent) []byte {
 	case radix.Removed:
 		if m {
 			dst = append(dst, 0x84)
-			dst = appendStr(dst, "type")
+			dst = msgpack.AppendStr(dst, "type")
 		} else {
 			dst = append(dst, 0x94)
 		}
-		dst = appendStr(dst, "BlockRemoved")
+		dst = msgpack.AppendStr(dst, "BlockRemoved")
 		dst = e.key(dst, m, "block_hashes")
 		dst = e.appendHashes(dst, ev.BlockHashes)
 		dst = e.key(dst, m, "medium")
-		dst = appendOptStr(dst, ev.Medium)
+		dst = msgpack.AppendOptStr(dst, ev.Medium)
 		dst = e.key(dst, m, "group_idx")
-		dst = appendUint(dst, uint64(ev.GroupIdx))
+		dst = msgpack.AppendUint(dst, uint64(ev.GroupIdx))
 	case radix.Cleared:
 		if m {
 			dst = append(dst, 0x81)
-			dst = appendStr(dst, "type")
+			dst = msgpack.AppendStr(dst, "type")
 		} else {
 			dst = append(dst, 0x91)
 		}
-		dst = appendStr(dst, "AllBlocksCleared")
+		dst = msgpack.AppendStr(dst, "AllBlocksCleared")
 	default:
 		panic(fmt.Sprintf("zmqin: AppendBatch with event kind %v", ev.Kind))
 	}
@@ -200,13 +200,13 @@ func (e Encoder) appendEvent(dst []byte, ev *WireEvent) []byte {
 // key writes a map key in map form and nothing in array form.
 func (e Encoder) key(dst []byte, m bool, k string) []byte {
 	if m {
-		return appendStr(dst, k)
+		return msgpack.AppendStr(dst, k)
 	}
 	return dst
 }
 
 func (e Encoder) appendHashes(dst []byte, hs []uint64) []byte {
-	dst = appendArrayHeader(dst, len(hs))
+	dst = msgpack.AppendArrayHeader(dst, len(hs))
 	for _, h := range hs {
 		dst = e.appendHash(dst, h)
 	}
@@ -216,82 +216,11 @@ func (e Encoder) appendHashes(dst []byte, hs []uint64) []byte {
 func (e Encoder) appendHash(dst []byte, h uint64) []byte {
 	switch e.Hashes {
 	case HashSigned:
-		return appendInt(dst, int64(h))
+		return msgpack.AppendInt(dst, int64(h))
 	case HashBytes:
 		dst = append(dst, 0xc4, 32)
 		dst = append(dst, make([]byte, 24)...)
 		return binary.BigEndian.AppendUint64(dst, h)
 	}
-	return appendUint(dst, h)
-}
-
-// The append helpers below make msgspec's width choices
-// (jcrist/msgspec:src/msgspec/_core.c, mpack_encode_long and its
-// siblings): the smallest encoding, non-negative integers always in the
-// unsigned family, floats always float64.
-
-func appendUint(dst []byte, v uint64) []byte {
-	switch {
-	case v <= 0x7f:
-		return append(dst, byte(v))
-	case v <= math.MaxUint8:
-		return append(dst, 0xcc, byte(v))
-	case v <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(dst, 0xcd), uint16(v))
-	case v <= math.MaxUint32:
-		return binary.BigEndian.AppendUint32(append(dst, 0xce), uint32(v))
-	}
-	return binary.BigEndian.AppendUint64(append(dst, 0xcf), v)
-}
-
-func appendInt(dst []byte, v int64) []byte {
-	switch {
-	case v >= 0:
-		return appendUint(dst, uint64(v))
-	case v >= -32:
-		return append(dst, byte(v))
-	case v >= math.MinInt8:
-		return append(dst, 0xd0, byte(v))
-	case v >= math.MinInt16:
-		return binary.BigEndian.AppendUint16(append(dst, 0xd1), uint16(v))
-	case v >= math.MinInt32:
-		return binary.BigEndian.AppendUint32(append(dst, 0xd2), uint32(v))
-	}
-	return binary.BigEndian.AppendUint64(append(dst, 0xd3), uint64(v))
-}
-
-func appendFloat64(dst []byte, f float64) []byte {
-	return binary.BigEndian.AppendUint64(append(dst, 0xcb), math.Float64bits(f))
-}
-
-func appendStr(dst []byte, s string) []byte {
-	n := len(s)
-	switch {
-	case n < 32:
-		dst = append(dst, 0xa0|byte(n))
-	case n <= math.MaxUint8:
-		dst = append(dst, 0xd9, byte(n))
-	case n <= math.MaxUint16:
-		dst = binary.BigEndian.AppendUint16(append(dst, 0xda), uint16(n))
-	default:
-		dst = binary.BigEndian.AppendUint32(append(dst, 0xdb), uint32(n))
-	}
-	return append(dst, s...)
-}
-
-func appendOptStr(dst []byte, s string) []byte {
-	if s == "" {
-		return append(dst, 0xc0)
-	}
-	return appendStr(dst, s)
-}
-
-func appendArrayHeader(dst []byte, n int) []byte {
-	switch {
-	case n < 16:
-		return append(dst, 0x90|byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(dst, 0xdc), uint16(n))
-	}
-	return binary.BigEndian.AppendUint32(append(dst, 0xdd), uint32(n))
+	return msgpack.AppendUint(dst, h)
 }

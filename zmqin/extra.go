@@ -3,6 +3,8 @@ package zmqin
 import (
 	"bytes"
 	"unsafe"
+
+	"github.com/kvselect/kvselect/zmqin/internal/msgpack"
 )
 
 // extra_keys and cache_salt: what a BlockStored says beyond its tokens
@@ -38,12 +40,12 @@ type span struct{ lo, hi int32 }
 // readExtraKeys reads extra_keys into d.mm, d.mmBlocks (one span per
 // entry) and d.firstStrs (the strings of the first entry, aliasing the
 // payload, for the cache salt).
-func (d *Decoder) readExtraKeys(r *reader) error {
+func (d *Decoder) readExtraKeys(r *msgpack.Reader) error {
 	d.mm, d.mmBlocks, d.firstStrs = d.mm[:0], d.mmBlocks[:0], d.firstStrs[:0]
-	if r.isNil() {
+	if r.IsNil() {
 		return nil
 	}
-	n, err := r.arrayLen()
+	n, err := r.ArrayLen()
 	if _, hard := soft(r, err); hard != nil || err != nil {
 		return hard
 	}
@@ -52,11 +54,11 @@ func (d *Decoder) readExtraKeys(r *reader) error {
 	}
 	for b := 0; b < n; b++ {
 		lo := int32(len(d.mm))
-		if r.isNil() {
+		if r.IsNil() {
 			d.mmBlocks = append(d.mmBlocks, span{lo, lo})
 			continue
 		}
-		m, err := r.arrayLen()
+		m, err := r.ArrayLen()
 		if _, hard := soft(r, err); hard != nil {
 			return hard
 		} else if err != nil {
@@ -81,35 +83,35 @@ func (d *Decoder) readExtraKeys(r *reader) error {
 // readExtraItem reads one item: a string (or the string of a [string,
 // offset] pair) that is an mm identifier goes to d.mm; the first entry's
 // strings also to d.firstStrs. Anything else is skipped.
-func (d *Decoder) readExtraItem(r *reader, first bool) error {
-	c, err := r.peek()
+func (d *Decoder) readExtraItem(r *msgpack.Reader, first bool) error {
+	c, err := r.Peek()
 	if err != nil {
 		return err
 	}
 	switch {
 	case c == 0xd9 || c == 0xda || c == 0xdb || c&0xe0 == 0xa0: // str
-		s, err := r.str()
+		s, err := r.Str()
 		if err != nil {
 			return err
 		}
 		d.extraString(s, first)
 		return nil
 	case c == 0xdc || c == 0xdd || c&0xf0 == 0x90: // array: [hash, offset]
-		k, err := r.arrayLen()
+		k, err := r.ArrayLen()
 		if err != nil {
 			return err
 		}
 		if k == 2 {
-			if s, err := r.str(); err == nil {
+			if s, err := r.Str(); err == nil {
 				d.extraString(s, first)
-				return r.skip()
-			} else if err != errType {
+				return r.Skip()
+			} else if err != msgpack.ErrType {
 				return err
 			}
 		}
-		return r.skipN(k)
+		return r.SkipN(k)
 	}
-	return r.skip()
+	return r.Skip()
 }
 
 func (d *Decoder) extraString(s []byte, first bool) {
@@ -148,12 +150,12 @@ func parseMMHash(s []byte) (uint64, bool) {
 }
 
 // readSalt reads the event's cache_salt field (nil or a string).
-func (d *Decoder) readSalt(r *reader, ev *rawEvent) error {
-	if r.isNil() {
+func (d *Decoder) readSalt(r *msgpack.Reader, ev *rawEvent) error {
+	if r.IsNil() {
 		ev.salt, ev.hasSalt = nil, false
 		return nil
 	}
-	s, err := r.str()
+	s, err := r.Str()
 	if bad, hard := soft(r, err); hard != nil || bad {
 		ev.bad = ev.bad || bad
 		return hard

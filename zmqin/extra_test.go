@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/radix"
+	"github.com/kvselect/kvselect/zmqin/internal/msgpack"
 )
 
 // mmDigest is a vLLM mm identifier: 64 hex digits, of which the first 16
@@ -27,31 +28,31 @@ func storedWithExtras(mapForm bool, lora string, extra []byte, salt string) []by
 			n++
 		}
 		p = append(p, 0x80|byte(n))
-		p = appendStr(p, "type")
-		p = appendStr(p, "BlockStored")
-		p = appendStr(p, "block_hashes")
+		p = msgpack.AppendStr(p, "type")
+		p = msgpack.AppendStr(p, "BlockStored")
+		p = msgpack.AppendStr(p, "block_hashes")
 		p = append(p, 0x92, 11, 12)
-		p = appendStr(p, "token_ids")
+		p = msgpack.AppendStr(p, "token_ids")
 		p = append(p, toks...)
-		p = appendStr(p, "block_size")
+		p = msgpack.AppendStr(p, "block_size")
 		p = append(p, 4)
-		p = appendStr(p, "lora_name")
-		p = appendOptStr(p, lora)
-		p = appendStr(p, "extra_keys")
+		p = msgpack.AppendStr(p, "lora_name")
+		p = msgpack.AppendOptStr(p, lora)
+		p = msgpack.AppendStr(p, "extra_keys")
 		p = append(p, extra...)
 		if salt != "" {
-			p = appendStr(p, "cache_salt")
-			p = appendStr(p, salt)
+			p = msgpack.AppendStr(p, "cache_salt")
+			p = msgpack.AppendStr(p, salt)
 		}
 	} else {
 		// [tag, block_hashes, parent, token_ids, block_size, lora_id,
 		//  medium, lora_name, extra_keys]
 		p = append(p, 0x99)
-		p = appendStr(p, "BlockStored")
+		p = msgpack.AppendStr(p, "BlockStored")
 		p = append(p, 0x92, 11, 12, 0xc0)
 		p = append(p, toks...)
 		p = append(p, 4, 0xc0, 0xc0)
-		p = appendOptStr(p, lora)
+		p = msgpack.AppendOptStr(p, lora)
 		p = append(p, extra...)
 	}
 	return append(p, 0xc0)
@@ -65,17 +66,17 @@ func storedWithExtras(mapForm bool, lora string, extra []byte, salt string) []by
 func TestExtraKeysHashLikeRequests(t *testing.T) {
 	const mmA, mmB = 0x1234_5678_9abc_def0, 0x0fed_cba9_8765_4321
 	var extra []byte
-	extra = appendArrayHeader(extra, 2)
+	extra = msgpack.AppendArrayHeader(extra, 2)
 	// Block 0: the LoRA name (skipped), the salt tag, an mm digest.
-	extra = appendArrayHeader(extra, 3)
-	extra = appendStr(extra, "adapter-x")
-	extra = appendStr(extra, "dynamo-cache-salt:tenant-a")
-	extra = appendStr(extra, mmDigest(mmA))
+	extra = msgpack.AppendArrayHeader(extra, 3)
+	extra = msgpack.AppendStr(extra, "adapter-x")
+	extra = msgpack.AppendStr(extra, "dynamo-cache-salt:tenant-a")
+	extra = msgpack.AppendStr(extra, mmDigest(mmA))
 	// Block 1: an [mm digest, offset] pair and prompt-embedding bytes.
-	extra = appendArrayHeader(extra, 2)
-	extra = appendArrayHeader(extra, 2)
-	extra = appendStr(extra, strings.ToUpper(mmDigest(mmB)))
-	extra = appendUint(extra, 3)
+	extra = msgpack.AppendArrayHeader(extra, 2)
+	extra = msgpack.AppendArrayHeader(extra, 2)
+	extra = msgpack.AppendStr(extra, strings.ToUpper(mmDigest(mmB)))
+	extra = msgpack.AppendUint(extra, 3)
 	extra = append(extra, 0xc4, 2, 'e', 'm')
 
 	req := core.Prompt{TokenIDs: []uint32{1, 2, 3, 4, 5, 6, 7, 8}, HasTokenIDs: true, LoraName: "adapter-x", CacheSalt: "tenant-a",

@@ -7,22 +7,23 @@ import (
 	"slices"
 
 	"github.com/kvselect/kvselect/radix"
+	"github.com/kvselect/kvselect/zmqin/internal/msgpack"
 )
 
 // Readers of one event field each, shared by the array and map event
-// shapes: they read the msgpack value (msgpack.go), check it, and record it
+// shapes: they read the msgpack value (zmqin/internal/msgpack), check it, and record it
 // in the rawEvent. A value of the wrong type or out of range marks the
 // event unusable (it is dropped, counted) without failing the batch; only
 // structural msgpack errors fail the batch.
 
 // soft turns a field reader's error into (unusable value, structural error):
-// errType means nothing was consumed, so the value is skipped here.
-func soft(r *reader, err error) (bad bool, hard error) {
+// msgpack.ErrType means nothing was consumed, so the value is skipped here.
+func soft(r *msgpack.Reader, err error) (bad bool, hard error) {
 	switch err {
 	case nil:
 		return false, nil
-	case errType:
-		return true, r.skip()
+	case msgpack.ErrType:
+		return true, r.Skip()
 	case errBad:
 		return true, nil
 	}
@@ -30,15 +31,15 @@ func soft(r *reader, err error) (bad bool, hard error) {
 }
 
 // errBad reports a value that was consumed but is unusable (e.g. an empty
-// EAGLE token pair). Like errType it is not structural.
+// EAGLE token pair). Like msgpack.ErrType it is not structural.
 var errBad = errors.New("zmqin: unusable value")
 
 // readHashes reads block_hashes (nil or an array of hashes) into d.hashes.
-func (d *Decoder) readHashes(r *reader, ev *rawEvent) error {
-	if r.isNil() {
+func (d *Decoder) readHashes(r *msgpack.Reader, ev *rawEvent) error {
+	if r.IsNil() {
 		return nil
 	}
-	n, err := r.arrayLen()
+	n, err := r.ArrayLen()
 	if bad, hard := soft(r, err); hard != nil || bad {
 		ev.bad = ev.bad || bad
 		return hard
@@ -48,7 +49,7 @@ func (d *Decoder) readHashes(r *reader, ev *rawEvent) error {
 	}
 	ev.hLo = len(d.hashes)
 	for ; n > 0; n-- {
-		h, err := r.hash()
+		h, err := readHash(r)
 		if bad, hard := soft(r, err); hard != nil {
 			return hard
 		} else if bad {
@@ -62,12 +63,49 @@ func (d *Decoder) readHashes(r *reader, ev *rawEvent) error {
 	return nil
 }
 
-func (d *Decoder) readParent(r *reader, ev *rawEvent) error {
-	if r.isNil() {
+// readHash consumes a block hash and normalises it to a u64 key: an integer
+// of either family by its two's-complement bits (SGLang and vLLM before
+// v0.10.2 send signed hashes); a bin as its last 8 bytes big-endian (a
+// shorter bin is read as a big-endian integer of its length), which is
+// the key vLLM sends in its default int mode for the same digest
+// (maybe_convert_block_hash, vllm-project/vllm:vllm/v1/core/kv_cache_utils.py).
+func readHash(r *msgpack.Reader) (uint64, error) {
+	c, err := r.Peek()
+	if err != nil {
+		return 0, err
+	}
+	if c == 0xcf { // the common case from vLLM: u64 >= 2^32
+		if r.Left() < 9 {
+			return 0, msgpack.ErrTruncated
+		}
+		v := binary.BigEndian.Uint64(r.B[r.Off+1:])
+		r.Off += 9
+		return v, nil
+	}
+	if c == 0xc4 || c == 0xc5 || c == 0xc6 {
+		p, err := r.Bin()
+		if err != nil {
+			return 0, err
+		}
+		if len(p) > 8 {
+			p = p[len(p)-8:]
+		}
+		var v uint64
+		for _, x := range p {
+			v = v<<8 | uint64(x)
+		}
+		return v, nil
+	}
+	v, _, err := r.Integer()
+	return v, err
+}
+
+func (d *Decoder) readParent(r *msgpack.Reader, ev *rawEvent) error {
+	if r.IsNil() {
 		ev.hasParent = false
 		return nil
 	}
-	h, err := r.hash()
+	h, err := readHash(r)
 	if bad, hard := soft(r, err); hard != nil || bad {
 		ev.bad = ev.bad || bad
 		return hard
@@ -79,12 +117,12 @@ func (d *Decoder) readParent(r *reader, ev *rawEvent) error {
 // readTokens reads token_ids (nil or an array of u32) into d.tokens. An
 // element that is itself an array is an EAGLE bigram [t_i, t_i+1] (SGLang);
 // its first id is the token at that position.
-func (d *Decoder) readTokens(r *reader, ev *rawEvent) error {
+func (d *Decoder) readTokens(r *msgpack.Reader, ev *rawEvent) error {
 	d.tokens = d.tokens[:0]
-	if r.isNil() {
+	if r.IsNil() {
 		return nil
 	}
-	n, err := r.arrayLen()
+	n, err := r.ArrayLen()
 	if bad, hard := soft(r, err); hard != nil || bad {
 		ev.bad = ev.bad || bad
 		return hard
@@ -103,8 +141,8 @@ func (d *Decoder) readTokens(r *reader, ev *rawEvent) error {
 	//
 	// Sizing by n is bounded: arrayLen guarantees n <= bytes left.
 	toks := slices.Grow(d.tokens[:0], n)[:n]
-	b := r.b
-	off := r.off
+	b := r.B
+	off := r.Off
 	for i := 0; i < n; {
 		for ; i < n && off+8 <= len(b); i++ {
 			f := tokenFormats[b[off]]
@@ -118,8 +156,8 @@ func (d *Decoder) readTokens(r *reader, ev *rawEvent) error {
 		if i == n {
 			break
 		}
-		r.off = off
-		t, err := r.token()
+		r.Off = off
+		t, err := readToken(r)
 		bad, hard := soft(r, err)
 		if hard != nil {
 			d.tokens = toks[:0]
@@ -129,9 +167,9 @@ func (d *Decoder) readTokens(r *reader, ev *rawEvent) error {
 		ev.bad = ev.bad || bad
 		toks[i] = t
 		i++
-		off = r.off
+		off = r.Off
 	}
-	r.off = off
+	r.Off = off
 	d.tokens = toks
 	return nil
 }
@@ -155,39 +193,39 @@ var tokenFormats = func() (t [256]tokenFormat) {
 	return t
 }()
 
-// token reads one token id: a u32, or an EAGLE pair whose first element is
-// a u32. errType: nothing consumed; errBad: consumed but unusable.
-func (r *reader) token() (uint32, error) {
-	t, err := r.u32()
-	if err != errType {
+// readToken reads one token id: a u32, or an EAGLE pair whose first element
+// is a u32. msgpack.ErrType: nothing consumed; errBad: consumed but unusable.
+func readToken(r *msgpack.Reader) (uint32, error) {
+	t, err := r.U32()
+	if err != msgpack.ErrType {
 		return t, err
 	}
-	m, err := r.arrayLen()
+	m, err := r.ArrayLen()
 	if err != nil {
 		return 0, err
 	}
 	if m == 0 {
 		return 0, errBad
 	}
-	t, err = r.u32()
-	if err == errType {
-		err = r.skip()
+	t, err = r.U32()
+	if err == msgpack.ErrType {
+		err = r.Skip()
 		if err == nil {
 			err = errBad
 		}
 	}
-	if err2 := r.skipN(m - 1); err2 != nil {
+	if err2 := r.SkipN(m - 1); err2 != nil {
 		return 0, err2
 	}
 	return t, err
 }
 
-func (d *Decoder) readBlockSize(r *reader, ev *rawEvent) error {
-	if r.isNil() {
+func (d *Decoder) readBlockSize(r *msgpack.Reader, ev *rawEvent) error {
+	if r.IsNil() {
 		ev.hasBlockSize = false
 		return nil
 	}
-	v, neg, err := r.integer()
+	v, neg, err := r.Integer()
 	if bad, hard := soft(r, err); hard != nil || bad {
 		ev.bad = ev.bad || bad
 		return hard
@@ -202,12 +240,12 @@ func (d *Decoder) readBlockSize(r *reader, ev *rawEvent) error {
 
 // readMedium maps medium to a tier: nil or "" is the device tier; an
 // unknown string marks the event for DropUnknownMedium.
-func (d *Decoder) readMedium(r *reader, ev *rawEvent) error {
-	if r.isNil() {
+func (d *Decoder) readMedium(r *msgpack.Reader, ev *rawEvent) error {
+	if r.IsNil() {
 		ev.tier, ev.badMedium = radix.TierDevice, false
 		return nil
 	}
-	s, err := r.str()
+	s, err := r.Str()
 	if bad, hard := soft(r, err); hard != nil || bad {
 		ev.bad = ev.bad || bad
 		return hard
@@ -219,12 +257,12 @@ func (d *Decoder) readMedium(r *reader, ev *rawEvent) error {
 
 // readLocality reads locality: nil or "LOCAL" keep the event, any other
 // string (REMOTE, or unknown) drops it.
-func (d *Decoder) readLocality(r *reader, ev *rawEvent) error {
-	if r.isNil() {
+func (d *Decoder) readLocality(r *msgpack.Reader, ev *rawEvent) error {
+	if r.IsNil() {
 		ev.nonLocal = false
 		return nil
 	}
-	s, err := r.str()
+	s, err := r.Str()
 	if bad, hard := soft(r, err); hard != nil || bad {
 		ev.bad = ev.bad || bad
 		return hard
@@ -235,32 +273,32 @@ func (d *Decoder) readLocality(r *reader, ev *rawEvent) error {
 
 // readLora reads lora_name: nil, a string, or (SGLang salted stores, which
 // put a metadata map in this slot) a map whose "lora_name" entry is used.
-func (d *Decoder) readLora(r *reader, ev *rawEvent) error {
-	if r.isNil() {
+func (d *Decoder) readLora(r *msgpack.Reader, ev *rawEvent) error {
+	if r.IsNil() {
 		ev.lora = nil
 		return nil
 	}
-	s, err := r.str()
+	s, err := r.Str()
 	if err == nil {
 		ev.lora = s
 		return nil
 	}
-	if err != errType {
+	if err != msgpack.ErrType {
 		return err
 	}
-	n, err := r.mapLen()
+	n, err := r.MapLen()
 	if bad, hard := soft(r, err); hard != nil || bad {
 		ev.bad = ev.bad || bad
 		return hard
 	}
 	ev.lora = nil
 	for ; n > 0; n-- {
-		key, err := r.str()
+		key, err := r.Str()
 		if err == nil && string(key) == "lora_name" {
-			if r.isNil() {
+			if r.IsNil() {
 				continue
 			}
-			s, err := r.str()
+			s, err := r.Str()
 			if bad, hard := soft(r, err); hard != nil {
 				return hard
 			} else if bad {
@@ -270,11 +308,11 @@ func (d *Decoder) readLora(r *reader, ev *rawEvent) error {
 			}
 			continue
 		}
-		if err == errType {
-			err = r.skip()
+		if err == msgpack.ErrType {
+			err = r.Skip()
 		}
 		if err == nil {
-			err = r.skip()
+			err = r.Skip()
 		}
 		if err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/kvselect/kvselect/radix"
+	"github.com/kvselect/kvselect/zmqin/internal/msgpack"
 )
 
 // kindClass classifies a kv_cache_spec_kind string. The zero value means
@@ -83,12 +84,12 @@ func (d *Decoder) filterGroup(rank uint32, kind radix.EventKind, m *eventMeta) (
 }
 
 // readGroup reads group_idx: nil or a u32.
-func (d *Decoder) readGroup(r *reader, ev *rawEvent) error {
-	if r.isNil() {
+func (d *Decoder) readGroup(r *msgpack.Reader, ev *rawEvent) error {
+	if r.IsNil() {
 		ev.hasGroup = false
 		return nil
 	}
-	v, err := r.u32()
+	v, err := r.U32()
 	if bad, hard := soft(r, err); hard != nil || bad {
 		ev.bad = ev.bad || bad
 		return hard
@@ -98,12 +99,12 @@ func (d *Decoder) readGroup(r *reader, ev *rawEvent) error {
 }
 
 // readKind reads kv_cache_spec_kind: nil or a string.
-func (d *Decoder) readKind(r *reader, ev *rawEvent) error {
-	if r.isNil() {
+func (d *Decoder) readKind(r *msgpack.Reader, ev *rawEvent) error {
+	if r.IsNil() {
 		ev.kind = kindNone
 		return nil
 	}
-	s, err := r.str()
+	s, err := r.Str()
 	if bad, hard := soft(r, err); hard != nil || bad {
 		ev.bad = ev.bad || bad
 		return hard
@@ -117,29 +118,29 @@ func (d *Decoder) readKind(r *reader, ev *rawEvent) error {
 // layout has varied: the first u32 is group_idx (a second one, the sliding
 // window, is ignored), a string is kv_cache_spec_kind, anything else (nil,
 // a block_mm_infos array, later fields) is skipped.
-func (d *Decoder) readTail(r *reader, ev *rawEvent) error {
-	c, err := r.peek()
+func (d *Decoder) readTail(r *msgpack.Reader, ev *rawEvent) error {
+	c, err := r.Peek()
 	if err != nil {
 		return err
 	}
 	switch {
 	case c <= 0x7f || (c >= 0xcc && c <= 0xcf) || (c >= 0xd0 && c <= 0xd3) || c >= 0xe0:
 		if ev.hasGroup {
-			return r.skip()
+			return r.Skip()
 		}
-		v, neg, err := r.integer()
+		v, neg, err := r.Integer()
 		if err != nil || neg || v > math.MaxUint32 {
 			return err // an out-of-range integer is consumed and ignored
 		}
 		ev.group, ev.hasGroup = uint32(v), true
 		return nil
 	case (c >= 0xa0 && c <= 0xbf) || (c >= 0xd9 && c <= 0xdb):
-		s, err := r.str()
+		s, err := r.Str()
 		if err != nil {
 			return err
 		}
 		ev.kind = classifyKind(s)
 		return nil
 	}
-	return r.skip()
+	return r.Skip()
 }

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/zmqin/internal/msgpack"
 )
 
 // The session-affinity channel of the replica mesh: bindings on topic
@@ -44,25 +45,25 @@ var affinityFields = [...]string{"model_name", "routing_group", "session_id", "w
 
 // AppendAffinity appends ev's binding event.
 func AppendAffinity(dst []byte, ev *core.AffinityEvent) []byte {
-	dst = appendMapHeader(dst, len(affinityFields))
-	dst = appendStr(dst, "model_name")
-	dst = appendStr(dst, ev.ModelName)
-	dst = appendStr(dst, "routing_group")
-	dst = appendStr(dst, ev.RoutingGroup)
-	dst = appendStr(dst, "session_id")
-	dst = appendStr(dst, ev.SessionID)
-	dst = appendStr(dst, "worker_id")
-	dst = appendUint(dst, ev.WorkerID)
-	dst = appendStr(dst, "dp_rank")
+	dst = msgpack.AppendMapHeader(dst, len(affinityFields))
+	dst = msgpack.AppendStr(dst, "model_name")
+	dst = msgpack.AppendStr(dst, ev.ModelName)
+	dst = msgpack.AppendStr(dst, "routing_group")
+	dst = msgpack.AppendStr(dst, ev.RoutingGroup)
+	dst = msgpack.AppendStr(dst, "session_id")
+	dst = msgpack.AppendStr(dst, ev.SessionID)
+	dst = msgpack.AppendStr(dst, "worker_id")
+	dst = msgpack.AppendUint(dst, ev.WorkerID)
+	dst = msgpack.AppendStr(dst, "dp_rank")
 	if ev.HasDPRank {
-		dst = appendUint(dst, uint64(ev.DPRank))
+		dst = msgpack.AppendUint(dst, uint64(ev.DPRank))
 	} else {
 		dst = append(dst, 0xc0)
 	}
-	dst = appendStr(dst, "sequence")
-	dst = appendUint(dst, ev.Sequence)
-	dst = appendStr(dst, "writer_id")
-	return appendUint(dst, ev.WriterID)
+	dst = msgpack.AppendStr(dst, "sequence")
+	dst = msgpack.AppendUint(dst, ev.Sequence)
+	dst = msgpack.AppendStr(dst, "writer_id")
+	return msgpack.AppendUint(dst, ev.WriterID)
 }
 
 // ErrAffinityEvent marks a payload that is not a binding event.
@@ -73,12 +74,12 @@ var ErrAffinityEvent = errors.New("zmqin: malformed session affinity event")
 // ev keeps nothing of payload.
 func DecodeAffinity(payload []byte, ev *core.AffinityEvent) error {
 	*ev = core.AffinityEvent{}
-	r := &reader{b: payload}
+	r := &msgpack.Reader{B: payload}
 	var have [len(affinityFields)]bool
 	u64 := func(dst *uint64) error {
-		v, neg, err := r.integer()
+		v, neg, err := r.Integer()
 		if err == nil && neg {
-			err = errType
+			err = msgpack.ErrType
 		}
 		*dst = v
 		return err
@@ -95,10 +96,10 @@ func DecodeAffinity(payload []byte, ev *core.AffinityEvent) error {
 		case 3:
 			return u64(&ev.WorkerID)
 		case 4:
-			if r.isNil() {
+			if r.IsNil() {
 				return nil
 			}
-			v, err := r.u32()
+			v, err := r.U32()
 			ev.DPRank, ev.HasDPRank = v, true
 			return err
 		case 5:
@@ -110,7 +111,7 @@ func DecodeAffinity(payload []byte, ev *core.AffinityEvent) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrAffinityEvent, err)
 	}
-	if r.left() != 0 {
+	if r.Left() != 0 {
 		return fmt.Errorf("%w: trailing bytes", ErrAffinityEvent)
 	}
 	for i, ok := range have {

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/zmqin/internal/msgpack"
 )
 
 // The replica-sync envelope, as Dynamo's selectors exchange it on topic
@@ -63,23 +64,6 @@ var (
 // decode into 8 times its size.
 const maxEnvelopeHashes = 1 << 21
 
-func appendMapHeader(dst []byte, n int) []byte {
-	switch {
-	case n < 16:
-		return append(dst, 0x80|byte(n))
-	case n <= math.MaxUint16:
-		return append(dst, 0xde, byte(n>>8), byte(n))
-	}
-	return append(dst, 0xdf, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
-}
-
-func appendBool(dst []byte, b bool) []byte {
-	if b {
-		return append(dst, 0xc3)
-	}
-	return append(dst, 0xc2)
-}
-
 // envelopeBound is at most the bytes AppendEnvelope adds for ev: the keys
 // and headers of the largest event (an admission with every option set)
 // take under 400 bytes, each string at most 5 bytes of header beyond its
@@ -94,61 +78,61 @@ func envelopeBound(ev *core.ReplicaEvent) int {
 
 // AppendEnvelope appends ev's envelope, with routerID as its sender.
 func AppendEnvelope(dst []byte, ev *core.ReplicaEvent, routerID uint64) []byte {
-	dst = appendMapHeader(dst, 4)
-	dst = appendStr(dst, "model_name")
-	dst = appendStr(dst, ev.ModelName)
-	dst = appendStr(dst, "routing_group")
-	dst = appendStr(dst, ev.RoutingGroup)
-	dst = appendStr(dst, "block_size")
-	dst = appendUint(dst, uint64(ev.BlockSize))
-	dst = appendStr(dst, "event")
-	dst = appendMapHeader(dst, 5)
-	dst = appendStr(dst, "request_id")
-	dst = appendStr(dst, ev.RequestID)
-	dst = appendStr(dst, "worker")
-	dst = appendMapHeader(dst, 2)
-	dst = appendStr(dst, "worker_id")
-	dst = appendUint(dst, ev.Worker.WorkerID)
-	dst = appendStr(dst, "dp_rank")
-	dst = appendUint(dst, uint64(ev.Worker.DPRank))
-	dst = appendStr(dst, "data")
+	dst = msgpack.AppendMapHeader(dst, 4)
+	dst = msgpack.AppendStr(dst, "model_name")
+	dst = msgpack.AppendStr(dst, ev.ModelName)
+	dst = msgpack.AppendStr(dst, "routing_group")
+	dst = msgpack.AppendStr(dst, ev.RoutingGroup)
+	dst = msgpack.AppendStr(dst, "block_size")
+	dst = msgpack.AppendUint(dst, uint64(ev.BlockSize))
+	dst = msgpack.AppendStr(dst, "event")
+	dst = msgpack.AppendMapHeader(dst, 5)
+	dst = msgpack.AppendStr(dst, "request_id")
+	dst = msgpack.AppendStr(dst, ev.RequestID)
+	dst = msgpack.AppendStr(dst, "worker")
+	dst = msgpack.AppendMapHeader(dst, 2)
+	dst = msgpack.AppendStr(dst, "worker_id")
+	dst = msgpack.AppendUint(dst, ev.Worker.WorkerID)
+	dst = msgpack.AppendStr(dst, "dp_rank")
+	dst = msgpack.AppendUint(dst, uint64(ev.Worker.DPRank))
+	dst = msgpack.AppendStr(dst, "data")
 	switch ev.Kind {
 	case core.ReplicaAdd:
-		dst = appendMapHeader(dst, 1)
-		dst = appendStr(dst, "AddRequest")
-		dst = appendMapHeader(dst, 4)
-		dst = appendStr(dst, "token_sequence")
-		dst = appendArrayHeader(dst, len(ev.SequenceHashes))
+		dst = msgpack.AppendMapHeader(dst, 1)
+		dst = msgpack.AppendStr(dst, "AddRequest")
+		dst = msgpack.AppendMapHeader(dst, 4)
+		dst = msgpack.AppendStr(dst, "token_sequence")
+		dst = msgpack.AppendArrayHeader(dst, len(ev.SequenceHashes))
 		for _, h := range ev.SequenceHashes {
-			dst = appendUint(dst, h)
+			dst = msgpack.AppendUint(dst, h)
 		}
-		dst = appendStr(dst, "track_prefill_tokens")
-		dst = appendBool(dst, ev.TrackPrefillTokens)
-		dst = appendStr(dst, "expected_output_tokens")
+		dst = msgpack.AppendStr(dst, "track_prefill_tokens")
+		dst = msgpack.AppendBool(dst, ev.TrackPrefillTokens)
+		dst = msgpack.AppendStr(dst, "expected_output_tokens")
 		if ev.ExpectedOutputTokens != nil {
-			dst = appendUint(dst, uint64(*ev.ExpectedOutputTokens))
+			dst = msgpack.AppendUint(dst, uint64(*ev.ExpectedOutputTokens))
 		} else {
 			dst = append(dst, 0xc0)
 		}
-		dst = appendStr(dst, "prefill_load_hint")
+		dst = msgpack.AppendStr(dst, "prefill_load_hint")
 		if ev.TrackPrefillTokens {
-			dst = appendMapHeader(dst, 2)
-			dst = appendStr(dst, "initial_effective_prefill_tokens")
-			dst = appendUint(dst, uint64(max(0, ev.EffectivePrefillTokens)))
-			dst = appendStr(dst, "expected_prefill_duration")
+			dst = msgpack.AppendMapHeader(dst, 2)
+			dst = msgpack.AppendStr(dst, "initial_effective_prefill_tokens")
+			dst = msgpack.AppendUint(dst, uint64(max(0, ev.EffectivePrefillTokens)))
+			dst = msgpack.AppendStr(dst, "expected_prefill_duration")
 			dst = append(dst, 0xc0)
 		} else {
 			dst = append(dst, 0xc0)
 		}
 	case core.ReplicaPrefillCompleted:
-		dst = appendStr(dst, "MarkPrefillCompleted")
+		dst = msgpack.AppendStr(dst, "MarkPrefillCompleted")
 	default:
-		dst = appendStr(dst, "Free")
+		dst = msgpack.AppendStr(dst, "Free")
 	}
-	dst = appendStr(dst, "router_id")
-	dst = appendUint(dst, routerID)
-	dst = appendStr(dst, "lora_name")
-	return appendOptStr(dst, ev.LoraName)
+	dst = msgpack.AppendStr(dst, "router_id")
+	dst = msgpack.AppendUint(dst, routerID)
+	dst = msgpack.AppendStr(dst, "lora_name")
+	return msgpack.AppendOptStr(dst, ev.LoraName)
 }
 
 // DecodeEnvelope decodes one envelope into ev (strings and hashes freshly
@@ -156,7 +140,7 @@ func AppendEnvelope(dst []byte, ev *core.ReplicaEvent, routerID uint64) []byte {
 // router_id.
 func DecodeEnvelope(payload []byte, ev *core.ReplicaEvent) error {
 	*ev = core.ReplicaEvent{}
-	r := &reader{b: payload}
+	r := &msgpack.Reader{B: payload}
 	var have [len(envelopeFields)]bool
 	tenant := false
 	err := structFields(r, envelopeFields[:], func(i int) error {
@@ -167,21 +151,21 @@ func DecodeEnvelope(payload []byte, ev *core.ReplicaEvent) error {
 		case 1:
 			return strField(r, &ev.RoutingGroup)
 		case 2:
-			v, err := r.u32()
+			v, err := r.U32()
 			ev.BlockSize = v
 			return err
 		case 3:
 			return decodeEvent(r, ev)
 		case 4:
 			tenant = true
-			return r.skip()
+			return r.Skip()
 		}
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrEnvelope, err)
 	}
-	if r.left() != 0 {
+	if r.Left() != 0 {
 		return fmt.Errorf("%w: trailing bytes", ErrEnvelope)
 	}
 	if !have[1] && tenant {
@@ -208,7 +192,7 @@ var addFields = [...]string{"token_sequence", "track_prefill_tokens", "expected_
 
 var hintFields = [...]string{"initial_effective_prefill_tokens", "expected_prefill_duration"}
 
-func decodeEvent(r *reader, ev *core.ReplicaEvent) error {
+func decodeEvent(r *msgpack.Reader, ev *core.ReplicaEvent) error {
 	var have [5]bool
 	err := structFields(r, eventFields[:], func(i int) error {
 		have[i] = true
@@ -220,14 +204,14 @@ func decodeEvent(r *reader, ev *core.ReplicaEvent) error {
 			err := structFields(r, workerFields[:], func(j int) error {
 				seen[j] = true
 				if j == 0 {
-					v, neg, err := r.integer()
+					v, neg, err := r.Integer()
 					if err == nil && neg {
-						err = errType
+						err = msgpack.ErrType
 					}
 					ev.Worker.WorkerID = v
 					return err
 				}
-				v, err := r.u32()
+				v, err := r.U32()
 				ev.Worker.DPRank = v
 				return err
 			})
@@ -238,14 +222,14 @@ func decodeEvent(r *reader, ev *core.ReplicaEvent) error {
 		case 2:
 			return decodeData(r, ev)
 		case 3:
-			v, neg, err := r.integer()
+			v, neg, err := r.Integer()
 			if err == nil && neg {
-				err = errType
+				err = msgpack.ErrType
 			}
 			ev.Origin = core.Origin(v)
 			return err
 		case 4:
-			if r.isNil() {
+			if r.IsNil() {
 				return nil
 			}
 			return strField(r, &ev.LoraName)
@@ -265,8 +249,8 @@ func decodeEvent(r *reader, ev *core.ReplicaEvent) error {
 
 // decodeData reads an ActiveSequenceEventData: a unit variant as its name
 // (or a one-entry map to nil), AddRequest as a one-entry map.
-func decodeData(r *reader, ev *core.ReplicaEvent) error {
-	c, err := r.peek()
+func decodeData(r *msgpack.Reader, ev *core.ReplicaEvent) error {
+	c, err := r.Peek()
 	if err != nil {
 		return err
 	}
@@ -275,15 +259,15 @@ func decodeData(r *reader, ev *core.ReplicaEvent) error {
 	}
 	var name []byte
 	isMap := false
-	if n, err := r.mapLen(); err == nil {
+	if n, err := r.MapLen(); err == nil {
 		if n != 1 {
 			return errors.New("data is not a one-entry map")
 		}
 		isMap = true
-	} else if err != errType {
+	} else if err != msgpack.ErrType {
 		return err
 	}
-	if name, err = r.str(); err != nil {
+	if name, err = r.Str(); err != nil {
 		return err
 	}
 	switch string(name) {
@@ -302,20 +286,20 @@ func decodeData(r *reader, ev *core.ReplicaEvent) error {
 	}
 	if isMap {
 		// A unit variant written as {"Free": nil}.
-		return r.skip()
+		return r.Skip()
 	}
 	return nil
 }
 
-func decodeAdd(r *reader, ev *core.ReplicaEvent) error {
+func decodeAdd(r *msgpack.Reader, ev *core.ReplicaEvent) error {
 	ev.TrackPrefillTokens = true // serde default
 	return structFields(r, addFields[:], func(i int) error {
 		switch i {
 		case 0:
-			if r.isNil() {
+			if r.IsNil() {
 				return nil
 			}
-			n, err := r.arrayLen()
+			n, err := r.ArrayLen()
 			if err != nil {
 				return err
 			}
@@ -324,9 +308,9 @@ func decodeAdd(r *reader, ev *core.ReplicaEvent) error {
 			}
 			ev.SequenceHashes = make([]uint64, n)
 			for k := range ev.SequenceHashes {
-				v, neg, err := r.integer()
+				v, neg, err := r.Integer()
 				if err == nil && neg {
-					err = errType
+					err = msgpack.ErrType
 				}
 				if err != nil {
 					return err
@@ -335,37 +319,37 @@ func decodeAdd(r *reader, ev *core.ReplicaEvent) error {
 			}
 			return nil
 		case 1:
-			c, err := r.peek()
+			c, err := r.Peek()
 			if err != nil {
 				return err
 			}
 			if c != 0xc2 && c != 0xc3 {
-				return errType
+				return msgpack.ErrType
 			}
-			r.off++
+			r.Off++
 			ev.TrackPrefillTokens = c == 0xc3
 			return nil
 		case 2:
-			if r.isNil() {
+			if r.IsNil() {
 				return nil
 			}
-			v, err := r.u32()
+			v, err := r.U32()
 			ev.ExpectedOutputTokens = &v
 			return err
 		case 3:
-			if r.isNil() {
+			if r.IsNil() {
 				return nil
 			}
 			return structFields(r, hintFields[:], func(j int) error {
 				if j == 0 {
-					v, neg, err := r.integer()
+					v, neg, err := r.Integer()
 					if err == nil && (neg || v > math.MaxInt64) {
-						err = errType
+						err = msgpack.ErrType
 					}
 					ev.EffectivePrefillTokens = int64(v)
 					return err
 				}
-				return r.skip()
+				return r.Skip()
 			})
 		}
 		return nil
@@ -376,17 +360,17 @@ func decodeAdd(r *reader, ev *core.ReplicaEvent) error {
 // keys skipped) or as a positional array, calling field(i) with the cursor
 // on the value of fields[i]; field must consume it. A field given twice is
 // an error, as serde rejects it.
-func structFields(r *reader, fields []string, field func(i int) error) error {
-	if n, err := r.mapLen(); err == nil {
+func structFields(r *msgpack.Reader, fields []string, field func(i int) error) error {
+	if n, err := r.MapLen(); err == nil {
 		var seen uint32
 		for range n {
-			k, err := r.str()
+			k, err := r.Str()
 			if err != nil {
 				return err
 			}
 			i := indexOf(fields, k)
 			if i < 0 {
-				if err := r.skip(); err != nil {
+				if err := r.Skip(); err != nil {
 					return err
 				}
 				continue
@@ -400,16 +384,16 @@ func structFields(r *reader, fields []string, field func(i int) error) error {
 			}
 		}
 		return nil
-	} else if err != errType {
+	} else if err != msgpack.ErrType {
 		return err
 	}
-	n, err := r.arrayLen()
+	n, err := r.ArrayLen()
 	if err != nil {
 		return err
 	}
 	for i := range n {
 		if i >= len(fields) {
-			if err := r.skip(); err != nil {
+			if err := r.Skip(); err != nil {
 				return err
 			}
 			continue
@@ -431,8 +415,8 @@ func indexOf(fields []string, k []byte) int {
 }
 
 // strField reads a str into *dst (a copy).
-func strField(r *reader, dst *string) error {
-	b, err := r.str()
+func strField(r *msgpack.Reader, dst *string) error {
+	b, err := r.Str()
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/zmqin/internal/msgpack"
 )
 
 func u32p(v uint32) *uint32 { return &v }
@@ -86,8 +87,8 @@ type mp []byte
 
 func (b mp) m(n int) mp       { return append(b, 0x80|byte(n)) }
 func (b mp) a(n int) mp       { return append(b, 0x90|byte(n)) }
-func (b mp) s(s string) mp    { return appendStr(b, s) }
-func (b mp) u(v uint64) mp    { return appendUint(b, v) }
+func (b mp) s(s string) mp    { return msgpack.AppendStr(b, s) }
+func (b mp) u(v uint64) mp    { return msgpack.AppendUint(b, v) }
 func (b mp) raw(p ...byte) mp { return append(b, p...) }
 
 // TestEnvelopeAcceptedForms: keys in any order (the previous schema written

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/kvselect/kvselect/radix"
+	"github.com/kvselect/kvselect/zmqin/internal/msgpack"
 )
 
 // The shapes of a batch and of its events: the envelope ([ts, events] or
@@ -14,15 +15,15 @@ import (
 // batch decodes the envelope: [ts, events] or [ts, events, dp_rank] (extra
 // elements ignored), or defensively a map with keys ts, events and
 // data_parallel_rank (or SGLang's attn_dp_rank).
-func (d *Decoder) batch(r *reader, b *Batch) error {
-	if c, err := r.peek(); err != nil {
+func (d *Decoder) batch(r *msgpack.Reader, b *Batch) error {
+	if c, err := r.Peek(); err != nil {
 		return err
 	} else if (c >= 0x80 && c <= 0x8f) || c == 0xde || c == 0xdf {
 		return d.mapBatch(r, b)
 	}
-	n, err := r.arrayLen()
+	n, err := r.ArrayLen()
 	if err != nil {
-		if err == errType {
+		if err == msgpack.ErrType {
 			return errEnvelope
 		}
 		return err
@@ -30,8 +31,8 @@ func (d *Decoder) batch(r *reader, b *Batch) error {
 	if n < 2 {
 		return errEnvelope
 	}
-	if b.Timestamp, err = r.float(); err != nil {
-		if err == errType {
+	if b.Timestamp, err = r.Float(); err != nil {
+		if err == msgpack.ErrType {
 			return errTimestamp
 		}
 		return err
@@ -44,19 +45,19 @@ func (d *Decoder) batch(r *reader, b *Batch) error {
 			return err
 		}
 	}
-	return r.skipN(n - 3)
+	return r.SkipN(n - 3)
 }
 
-func (d *Decoder) mapBatch(r *reader, b *Batch) error {
-	n, err := r.mapLen()
+func (d *Decoder) mapBatch(r *msgpack.Reader, b *Batch) error {
+	n, err := r.MapLen()
 	if err != nil {
 		return err
 	}
 	sawEvents := false
 	for ; n > 0; n-- {
-		key, err := r.str()
-		if err == errType {
-			err = r.skip()
+		key, err := r.Str()
+		if err == msgpack.ErrType {
+			err = r.Skip()
 			key = nil
 		}
 		if err != nil {
@@ -64,7 +65,7 @@ func (d *Decoder) mapBatch(r *reader, b *Batch) error {
 		}
 		switch string(key) {
 		case "ts":
-			if b.Timestamp, err = r.float(); err == errType {
+			if b.Timestamp, err = r.Float(); err == msgpack.ErrType {
 				return errTimestamp
 			}
 		case "events":
@@ -73,7 +74,7 @@ func (d *Decoder) mapBatch(r *reader, b *Batch) error {
 		case "data_parallel_rank", "attn_dp_rank":
 			err = d.rank(r, b)
 		default:
-			err = r.skip()
+			err = r.Skip()
 		}
 		if err != nil {
 			return err
@@ -86,13 +87,13 @@ func (d *Decoder) mapBatch(r *reader, b *Batch) error {
 }
 
 // rank decodes data_parallel_rank: nil, or an integer in [0, MaxUint32].
-func (d *Decoder) rank(r *reader, b *Batch) error {
-	if r.isNil() {
+func (d *Decoder) rank(r *msgpack.Reader, b *Batch) error {
+	if r.IsNil() {
 		b.HasDPRank = false
 		return nil
 	}
-	v, neg, err := r.integer()
-	if err == errType || (err == nil && (neg || v > math.MaxUint32)) {
+	v, neg, err := r.Integer()
+	if err == msgpack.ErrType || (err == nil && (neg || v > math.MaxUint32)) {
 		return errRank
 	}
 	if err != nil {
@@ -104,10 +105,10 @@ func (d *Decoder) rank(r *reader, b *Batch) error {
 
 // eventList decodes the events array. A structural error anywhere fails
 // the batch; an unusable event is counted in b.Skipped and skipped.
-func (d *Decoder) eventList(r *reader, b *Batch) error {
-	m, err := r.arrayLen()
+func (d *Decoder) eventList(r *msgpack.Reader, b *Batch) error {
+	m, err := r.ArrayLen()
 	if err != nil {
-		if err == errType {
+		if err == msgpack.ErrType {
 			return errEvents
 		}
 		return err
@@ -116,7 +117,7 @@ func (d *Decoder) eventList(r *reader, b *Batch) error {
 		return err
 	}
 	for ; m > 0; m-- {
-		c, err := r.peek()
+		c, err := r.Peek()
 		if err != nil {
 			return err
 		}
@@ -126,7 +127,7 @@ func (d *Decoder) eventList(r *reader, b *Batch) error {
 		ev := rawEvent{}
 		switch {
 		case (c >= 0x90 && c <= 0x9f) || c == 0xdc || c == 0xdd:
-			n, err := r.arrayLen()
+			n, err := r.ArrayLen()
 			if err != nil {
 				return err
 			}
@@ -134,7 +135,7 @@ func (d *Decoder) eventList(r *reader, b *Batch) error {
 				return err
 			}
 		case (c >= 0x80 && c <= 0x8f) || c == 0xde || c == 0xdf:
-			n, err := r.mapLen()
+			n, err := r.MapLen()
 			if err != nil {
 				return err
 			}
@@ -142,7 +143,7 @@ func (d *Decoder) eventList(r *reader, b *Batch) error {
 				return err
 			}
 		default:
-			if err := r.skip(); err != nil {
+			if err := r.Skip(); err != nil {
 				return err
 			}
 			ev.bad = true
@@ -202,17 +203,17 @@ type rawEvent struct {
 // Fields are positional, in the declaration order of vLLM's BlockStored
 // and BlockRemoved (vllm-project/vllm:vllm/distributed/kv_events.py); a
 // short array leaves trailing fields nil, extra elements are skipped.
-func (d *Decoder) arrayEvent(r *reader, n int, ev *rawEvent) error {
+func (d *Decoder) arrayEvent(r *msgpack.Reader, n int, ev *rawEvent) error {
 	if n == 0 {
 		ev.bad = true
 		return nil
 	}
-	tag, err := r.str()
+	tag, err := r.Str()
 	if bad, hard := soft(r, err); hard != nil {
 		return hard
 	} else if bad {
 		ev.bad = true
-		return r.skipN(n - 1)
+		return r.SkipN(n - 1)
 	}
 	ev.tag = parseTag(tag)
 	for i := 1; i < n; i++ {
@@ -238,7 +239,7 @@ func (d *Decoder) arrayEvent(r *reader, n int, ev *rawEvent) error {
 			case 8:
 				err = d.readExtraKeys(r)
 			case 5: // lora_id (deprecated)
-				err = r.skip()
+				err = r.Skip()
 			default:
 				err = d.readTail(r, ev)
 			}
@@ -253,7 +254,7 @@ func (d *Decoder) arrayEvent(r *reader, n int, ev *rawEvent) error {
 				err = d.readTail(r, ev)
 			}
 		default:
-			return r.skipN(n - i)
+			return r.SkipN(n - i)
 		}
 		if err != nil {
 			return err
@@ -264,14 +265,14 @@ func (d *Decoder) arrayEvent(r *reader, n int, ev *rawEvent) error {
 
 // mapEvent decodes a msgspec tagged-map event of n pairs, by key, in any
 // order; unknown keys (and non-string keys) are skipped.
-func (d *Decoder) mapEvent(r *reader, n int, ev *rawEvent) error {
+func (d *Decoder) mapEvent(r *msgpack.Reader, n int, ev *rawEvent) error {
 	for ; n > 0; n-- {
-		key, err := r.str()
-		if err == errType {
-			if err := r.skip(); err != nil {
+		key, err := r.Str()
+		if err == msgpack.ErrType {
+			if err := r.Skip(); err != nil {
 				return err
 			}
-			if err := r.skip(); err != nil {
+			if err := r.Skip(); err != nil {
 				return err
 			}
 			continue
@@ -281,7 +282,7 @@ func (d *Decoder) mapEvent(r *reader, n int, ev *rawEvent) error {
 		}
 		switch string(key) {
 		case "type":
-			tag, err := r.str()
+			tag, err := r.Str()
 			bad, hard := soft(r, err)
 			if hard != nil {
 				return hard
@@ -314,7 +315,7 @@ func (d *Decoder) mapEvent(r *reader, n int, ev *rawEvent) error {
 		case "locality":
 			err = d.readLocality(r, ev)
 		default:
-			err = r.skip()
+			err = r.Skip()
 		}
 		if err != nil {
 			return err

@@ -26,7 +26,7 @@ var allowedInRepo = map[string][]string{
 	"radix":        {},
 	"sched":        {"radix"},
 	"core":         {"radix", "sched"},
-	"zmqin":        {"core", "radix"},
+	"zmqin":        {"core", "radix", "zmqin/internal/msgpack"},
 	"zmqin/zmqpub": {"zmqin", "core", "radix"},
 	"httpapi":      {"core", "perf", "httpapi/internal/jsonscan"},
 	// The client is for callers: the standard library only.
@@ -43,6 +43,9 @@ var allowedInRepo = map[string][]string{
 	"bench/sim/vllm": {},
 	// bench/plot draws numbers it is handed: no harness, no domain.
 	"bench/plot": {},
+	// Internal packages of zmqin: the msgpack primitives of the KV batches
+	// and the mesh envelopes.
+	"zmqin/internal/msgpack": {},
 }
 
 // tableKey returns the key of allowedInRepo that governs package path pkg:

@@ -1,4 +1,4 @@
-package zmqin
+package msgpack
 
 import (
 	"encoding/binary"
@@ -7,79 +7,76 @@ import (
 	"math"
 )
 
-// ErrMalformed marks a batch that is not a well-formed msgpack KV event
-// batch: truncated, an invalid lead byte, a declared length larger than the
-// bytes left, a wrong envelope shape, or trailing bytes. The whole batch is
-// rejected; nothing of it may be applied.
+// ErrMalformed marks a document that is not well-formed msgpack: truncated,
+// an invalid lead byte, or a declared length larger than the bytes left.
+// Package zmqin exports it as zmqin.ErrMalformed (the error of a malformed
+// KV event batch, which wraps it for its own shape errors too), so its text
+// names a batch.
 var ErrMalformed = errors.New("zmqin: malformed batch")
 
-// Structural errors of the msgpack reader. They are preallocated so that the
-// decoder allocates nothing even on the error path.
+// Structural errors of the reader. They are preallocated so that a decoder
+// allocates nothing even on the error path.
 var (
-	errTruncated = fmt.Errorf("%w: truncated", ErrMalformed)
+	// ErrTruncated: the document ends inside a value.
+	ErrTruncated = fmt.Errorf("%w: truncated", ErrMalformed)
 	errInvalid   = fmt.Errorf("%w: invalid msgpack lead byte 0xc1", ErrMalformed)
 	errTooLong   = fmt.Errorf("%w: declared length exceeds the remaining bytes", ErrMalformed)
-	errTrailing  = fmt.Errorf("%w: trailing bytes after the batch", ErrMalformed)
-	errEnvelope  = fmt.Errorf("%w: batch is not [ts, events] or [ts, events, dp_rank]", ErrMalformed)
-	errTimestamp = fmt.Errorf("%w: timestamp is not a number", ErrMalformed)
-	errEvents    = fmt.Errorf("%w: events is not an array", ErrMalformed)
-	errRank      = fmt.Errorf("%w: data_parallel_rank is not nil or a u32", ErrMalformed)
-	// errBatchTooLarge: the batch would decode into more than
-	// MaxDecodedBatchBytes.
-	errBatchTooLarge = fmt.Errorf("%w: batch decodes into more than %d MiB", ErrMalformed, MaxDecodedBatchBytes>>20)
 )
 
-// errType is returned, without consuming anything, when a value is well
+// ErrType is returned, without consuming anything, when a value is well
 // formed but of another msgpack type than the reader method expects. It is
-// not structural: the caller skips the value and drops only the event.
-var errType = errors.New("zmqin: unexpected msgpack type")
+// not structural: the caller may skip the value (the KV event decoder then
+// drops only the event).
+var ErrType = errors.New("zmqin: unexpected msgpack type")
 
-// reader is a cursor over one msgpack document held in b; b[off:] is what is
-// left. It never allocates and never reads past len(b).
+// Reader is a cursor over one msgpack document held in B; B[Off:] is what
+// is left. It never allocates and never reads past len(B). B and Off are
+// exported for a caller's own fast path over the bytes (the KV event
+// decoder's token loop); such a caller must leave Off at a value boundary.
 //
 // Invariant (bounded allocation): every length read from the wire is checked
 // against the bytes left before it is returned: an array of n elements needs
 // at least n bytes, a map of n pairs at least 2n, a str/bin/ext of n bytes
 // exactly n. So no caller can size anything from a length larger than
-// len(b), whatever the declared header says.
-type reader struct {
-	b   []byte
-	off int
+// len(B), whatever the declared header says.
+type Reader struct {
+	B   []byte
+	Off int
 }
 
-func (r *reader) left() int { return len(r.b) - r.off }
+func (r *Reader) Left() int { return len(r.B) - r.Off }
 
-// need reports errTruncated unless n more bytes are available.
-func (r *reader) need(n int) error {
-	if n < 0 || r.left() < n {
-		return errTruncated
+// need reports ErrTruncated unless n more bytes are available.
+func (r *Reader) need(n int) error {
+	if n < 0 || r.Left() < n {
+		return ErrTruncated
 	}
 	return nil
 }
 
-func (r *reader) peek() (byte, error) {
-	if r.off >= len(r.b) {
-		return 0, errTruncated
+func (r *Reader) Peek() (byte, error) {
+	if r.Off >= len(r.B) {
+		return 0, ErrTruncated
 	}
-	return r.b[r.off], nil
+	return r.B[r.Off], nil
 }
 
-// isNil consumes a nil and reports true, or consumes nothing.
-func (r *reader) isNil() bool {
-	if r.off < len(r.b) && r.b[r.off] == 0xc0 {
-		r.off++
+// IsNil consumes a nil and reports true, or consumes nothing.
+func (r *Reader) IsNil() bool {
+	if r.Off < len(r.B) && r.B[r.Off] == 0xc0 {
+		r.Off++
 		return true
 	}
 	return false
 }
 
 // be reads an n-byte big-endian unsigned integer at off (n in 1, 2, 4, 8).
-func (r *reader) be(n int) (uint64, error) {
+func (r *Reader) be(n int) (uint64, error) {
 	if err := r.need(n); err != nil {
 		return 0, err
 	}
-	p := r.b[r.off : r.off+n]
-	r.off += n
+	p := r.B[r.Off : r.Off+n]
+	r.Off += n
 	switch n {
 	case 1:
 		return uint64(p[0]), nil
@@ -94,100 +91,100 @@ func (r *reader) be(n int) (uint64, error) {
 
 // length reads the n-byte length that follows a lead byte and checks that
 // at least min*length bytes remain.
-func (r *reader) length(n, min int) (int, error) {
+func (r *Reader) length(n, min int) (int, error) {
 	v, err := r.be(n)
 	if err != nil {
 		return 0, err
 	}
-	if v > uint64(r.left()/min) {
+	if v > uint64(r.Left()/min) {
 		return 0, errTooLong
 	}
 	return int(v), nil
 }
 
-// arrayLen consumes an array header and returns its element count, which is
-// at most left().
-func (r *reader) arrayLen() (int, error) {
-	c, err := r.peek()
+// ArrayLen consumes an array header and returns its element count, which is
+// at most Left().
+func (r *Reader) ArrayLen() (int, error) {
+	c, err := r.Peek()
 	if err != nil {
 		return 0, err
 	}
 	switch {
 	case c >= 0x90 && c <= 0x9f:
-		r.off++
+		r.Off++
 		n := int(c & 0x0f)
-		if n > r.left() {
+		if n > r.Left() {
 			return 0, errTooLong
 		}
 		return n, nil
 	case c == 0xdc:
-		r.off++
+		r.Off++
 		return r.length(2, 1)
 	case c == 0xdd:
-		r.off++
+		r.Off++
 		return r.length(4, 1)
 	}
-	return 0, errType
+	return 0, ErrType
 }
 
-// mapLen consumes a map header and returns its pair count, which is at most
-// left()/2.
-func (r *reader) mapLen() (int, error) {
-	c, err := r.peek()
+// MapLen consumes a map header and returns its pair count, which is at most
+// Left()/2.
+func (r *Reader) MapLen() (int, error) {
+	c, err := r.Peek()
 	if err != nil {
 		return 0, err
 	}
 	switch {
 	case c >= 0x80 && c <= 0x8f:
-		r.off++
+		r.Off++
 		n := int(c & 0x0f)
-		if n > r.left()/2 {
+		if n > r.Left()/2 {
 			return 0, errTooLong
 		}
 		return n, nil
 	case c == 0xde:
-		r.off++
+		r.Off++
 		return r.length(2, 2)
 	case c == 0xdf:
-		r.off++
+		r.Off++
 		return r.length(4, 2)
 	}
-	return 0, errType
+	return 0, ErrType
 }
 
 // bytesOf consumes n bytes and returns them as a subslice of the input (no
 // copy: valid as long as the payload is).
-func (r *reader) bytesOf(n int) []byte {
-	p := r.b[r.off : r.off+n : r.off+n]
-	r.off += n
+func (r *Reader) bytesOf(n int) []byte {
+	p := r.B[r.Off : r.Off+n : r.Off+n]
+	r.Off += n
 	return p
 }
 
-// str consumes a str and returns its bytes (a subslice of the input).
-func (r *reader) str() ([]byte, error) {
-	c, err := r.peek()
+// Str consumes a str and returns its bytes (a subslice of the input).
+func (r *Reader) Str() ([]byte, error) {
+	c, err := r.Peek()
 	if err != nil {
 		return nil, err
 	}
 	var n int
 	switch {
 	case c >= 0xa0 && c <= 0xbf:
-		r.off++
+		r.Off++
 		n = int(c & 0x1f)
-		if n > r.left() {
-			return nil, errTruncated
+		if n > r.Left() {
+			return nil, ErrTruncated
 		}
 	case c == 0xd9:
-		r.off++
+		r.Off++
 		n, err = r.length(1, 1)
 	case c == 0xda:
-		r.off++
+		r.Off++
 		n, err = r.length(2, 1)
 	case c == 0xdb:
-		r.off++
+		r.Off++
 		n, err = r.length(4, 1)
 	default:
-		return nil, errType
+		return nil, ErrType
 	}
 	if err != nil {
 		return nil, err
@@ -195,25 +192,25 @@ func (r *reader) str() ([]byte, error) {
 	return r.bytesOf(n), nil
 }
 
-// bin consumes a bin and returns its bytes (a subslice of the input).
-func (r *reader) bin() ([]byte, error) {
-	c, err := r.peek()
+// Bin consumes a bin and returns its bytes (a subslice of the input).
+func (r *Reader) Bin() ([]byte, error) {
+	c, err := r.Peek()
 	if err != nil {
 		return nil, err
 	}
 	var n int
 	switch c {
 	case 0xc4:
-		r.off++
+		r.Off++
 		n, err = r.length(1, 1)
 	case 0xc5:
-		r.off++
+		r.Off++
 		n, err = r.length(2, 1)
 	case 0xc6:
-		r.off++
+		r.Off++
 		n, err = r.length(4, 1)
 	default:
-		return nil, errType
+		return nil, ErrType
 	}
 	if err != nil {
 		return nil, err
@@ -221,89 +218,89 @@ func (r *reader) bin() ([]byte, error) {
 	return r.bytesOf(n), nil
 }
 
-// integer consumes any msgpack integer and returns its two's-complement
+// Integer consumes any msgpack integer and returns its two's-complement
 // 64-bit pattern and whether it is negative (signed family with a negative
 // value). A uint64 above MaxInt64 is returned with neg false.
-func (r *reader) integer() (bits uint64, neg bool, err error) {
-	c, err := r.peek()
+func (r *Reader) Integer() (bits uint64, neg bool, err error) {
+	c, err := r.Peek()
 	if err != nil {
 		return 0, false, err
 	}
 	switch {
 	case c <= 0x7f:
-		r.off++
+		r.Off++
 		return uint64(c), false, nil
 	case c >= 0xe0:
-		r.off++
+		r.Off++
 		return uint64(int64(int8(c))), true, nil
 	}
 	switch c {
 	case 0xcc, 0xcd, 0xce, 0xcf:
-		r.off++
+		r.Off++
 		v, err := r.be(1 << (c - 0xcc))
 		return v, false, err
 	case 0xd0:
-		r.off++
+		r.Off++
 		v, err := r.be(1)
 		x := int64(int8(v))
 		return uint64(x), x < 0, err
 	case 0xd1:
-		r.off++
+		r.Off++
 		v, err := r.be(2)
 		x := int64(int16(v))
 		return uint64(x), x < 0, err
 	case 0xd2:
-		r.off++
+		r.Off++
 		v, err := r.be(4)
 		x := int64(int32(v))
 		return uint64(x), x < 0, err
 	case 0xd3:
-		r.off++
+		r.Off++
 		v, err := r.be(8)
 		return v, int64(v) < 0, err
 	}
-	return 0, false, errType
+	return 0, false, ErrType
 }
 
-// u32 consumes an integer in [0, MaxUint32]. A non-integer or an integer out
-// of range is reported as errType and nothing is consumed.
-func (r *reader) u32() (uint32, error) {
+// U32 consumes an integer in [0, MaxUint32]. A non-integer or an integer out
+// of range is reported as ErrType and nothing is consumed.
+func (r *Reader) U32() (uint32, error) {
 	// Fast path: positive fixint, the commonest token id encoding after
 	// cd/ce, handled without the general switch.
-	if r.off < len(r.b) && r.b[r.off] <= 0x7f {
-		v := r.b[r.off]
-		r.off++
+	if r.Off < len(r.B) && r.B[r.Off] <= 0x7f {
+		v := r.B[r.Off]
+		r.Off++
 		return uint32(v), nil
 	}
-	off := r.off
-	v, neg, err := r.integer()
+	off := r.Off
+	v, neg, err := r.Integer()
 	if err != nil {
 		return 0, err
 	}
 	if neg || v > math.MaxUint32 {
-		r.off = off
-		return 0, errType
+		r.Off = off
+		return 0, ErrType
 	}
 	return uint32(v), nil
 }
 
-// float consumes a float32, float64 or integer and returns it as float64.
-func (r *reader) float() (float64, error) {
-	c, err := r.peek()
+// Float consumes a float32, float64 or integer and returns it as float64.
+func (r *Reader) Float() (float64, error) {
+	c, err := r.Peek()
 	if err != nil {
 		return 0, err
 	}
 	switch c {
 	case 0xca:
-		r.off++
+		r.Off++
 		v, err := r.be(4)
 		return float64(math.Float32frombits(uint32(v))), err
 	case 0xcb:
-		r.off++
+		r.Off++
 		v, err := r.be(8)
 		return math.Float64frombits(v), err
 	}
-	v, neg, err := r.integer()
+	v, neg, err := r.Integer()
 	if err != nil {
 		return 0, err
 	}
@@ -313,56 +310,19 @@ func (r *reader) float() (float64, error) {
 	return float64(v), nil
 }
 
-// hash consumes a block hash and normalises it to a u64 key: an integer
-// of either family by its two's-complement bits (SGLang and vLLM before
-// v0.10.2 send signed hashes); a bin as its last 8 bytes big-endian (a
-// shorter bin is read as a big-endian integer of its length), which is
-// the key vLLM sends in its default int mode for the same digest
-// (maybe_convert_block_hash, vllm-project/vllm:vllm/v1/core/kv_cache_utils.py).
-func (r *reader) hash() (uint64, error) {
-	c, err := r.peek()
-	if err != nil {
-		return 0, err
-	}
-	if c == 0xcf { // the common case from vLLM: u64 >= 2^32
-		if r.left() < 9 {
-			return 0, errTruncated
-		}
-		v := binary.BigEndian.Uint64(r.b[r.off+1:])
-		r.off += 9
-		return v, nil
-	}
-	if c == 0xc4 || c == 0xc5 || c == 0xc6 {
-		p, err := r.bin()
-		if err != nil {
-			return 0, err
-		}
-		if len(p) > 8 {
-			p = p[len(p)-8:]
-		}
-		var v uint64
-		for _, x := range p {
-			v = v<<8 | uint64(x)
-		}
-		return v, nil
-	}
-	v, _, err := r.integer()
-	return v, err
-}
-
-// skip consumes one complete value of any type. It is iterative: pending
+// Skip consumes one complete value of any type. It is iterative: pending
 // counts the values still to consume, so nesting depth costs no stack, and
-// since every value takes at least one byte, pending > left() is reported as
+// since every value takes at least one byte, pending > Left() is reported as
 // errTooLong at once.
-func (r *reader) skip() error {
+func (r *Reader) Skip() error {
 	pending := 1
 	for pending > 0 {
-		if pending > r.left() {
+		if pending > r.Left() {
 			return errTooLong
 		}
 		pending--
-		c := r.b[r.off]
-		r.off++
+		c := r.B[r.Off]
+		r.Off++
 		var n int // bytes of payload to jump over
 		var err error
 		switch {
@@ -428,15 +388,15 @@ func (r *reader) skip() error {
 		if err := r.need(n); err != nil {
 			return err
 		}
-		r.off += n
+		r.Off += n
 	}
 	return nil
 }
 
-// skipN consumes n complete values.
-func (r *reader) skipN(n int) error {
+// SkipN consumes n complete values.
+func (r *Reader) SkipN(n int) error {
 	for ; n > 0; n-- {
-		if err := r.skip(); err != nil {
+		if err := r.Skip(); err != nil {
 			return err
 		}
 	}

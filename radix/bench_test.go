@@ -258,7 +258,7 @@ func benchMixed(b *testing.B, shards, writers int) {
 // mooncake_trace_1000.jsonl, kept in testdata so the benchmark runs on a
 // clean checkout; -mooncake-trace FILE replays another (e.g. the whole
 // 1,000-request file).
-var mooncakeTrace = flag.String("mooncake-trace", "testdata/mooncake_trace_200.jsonl", "Mooncake JSONL trace for BenchmarkMooncakeReplay")
+var mooncakeTrace = flag.String("mooncake-trace", "../bench/testdata/mooncake_trace_200.jsonl", "Mooncake JSONL trace for BenchmarkMooncakeReplay (the one copy is bench's)")
 
 // BenchmarkMooncakeReplay replays *mooncakeTrace into 8 simulated workers: each request's 512-token hash ids are expanded to
 // 16-token blocks (32 per id), matched against the index, routed to the

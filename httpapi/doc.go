@@ -70,25 +70,3 @@
 // /health, /ready and /metrics (auth.go); Config.TLS serves HTTPS. Neither
 // exists in the reference.
 package httpapi
-
-// # Measurements
-//
-// On the shared 2-core project machine (Go 1.26.8, GOMAXPROCS=2), through
-// fasthttp's in-memory listener, one client connection, a 128+128-hash
-// body (5.3 KB), 8 workers of 2 ranks, every booking freed after its
-// response:
-//
-//	go test -run '^$' -bench 'HTTP' -benchtime=200ms -benchmem -count 3 ./httpapi/
-//
-//	noop                 6-14 µs/op    0 allocs/op
-//	/select              21-42 µs/op   0 allocs/op (steady state)
-//	/select_and_reserve  34-48 µs/op   9 allocs/op (booking and the free included)
-//
-// In about one process in three, the in-memory benchmark reports 3 extra
-// allocations (~344 B) per /select and /select_and_reserve for the whole
-// run; it never shows under the memory profiler (-memprofile), so its
-// source is not identified yet. The handler-level counts below do not vary.
-//
-// The ratios within one run are the portable figures: /select costs about
-// 3x a no-op request and /select_and_reserve 3.5-4.5x. TestSelectAndReserveAllocs
-// and TestCodecAllocs pin the allocation counts (<= 10 and 0).

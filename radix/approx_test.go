@@ -4,64 +4,65 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/datadriven"
 )
 
 // epoch is the scenarios' time origin; t=S in a script is epoch+S seconds.
 var epoch = time.Unix(1_700_000_000, 0)
 
-func at(t *testing.T, s string) time.Time {
+// at returns the time of d's t=<seconds> argument.
+func at(t *testing.T, d *datadriven.TestData) time.Time {
 	t.Helper()
-	v, ok := strings.CutPrefix(s, "t=")
-	if !ok {
-		t.Fatalf("want t=<seconds>, got %q", s)
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		t.Fatalf("bad time %q", s)
-	}
-	return epoch.Add(time.Duration(f * float64(time.Second)))
+	var secs float64
+	d.ScanArgs(t, "t", &secs)
+	return epoch.Add(time.Duration(secs * float64(time.Second)))
 }
 
-// TestApproxScenarios runs testdata/approx/*.txt: blocks of a command, a
-// "----" line and the expected output, as TestScenarios; the first command
-// of a file may be "config ttl=<dur> max=<blocks>". Time is only what the
-// script says (t=<seconds>). -rewrite regenerates the outputs.
+// TestApproxScenarios runs testdata/approx/*.txt, datadriven files as
+// TestScenarios runs; the first command of a file may be
+// "config ttl=<dur> max=<blocks>". Time is only what the script says
+// (t=<seconds>). Commands:
+//
+//	config [ttl=D] [max=N]
+//	record W/R t=S L ...
+//	expire t=S
+//	clear W/R
+//	remove-worker W
+//	match L ...
+//	timers
 func TestApproxScenarios(t *testing.T) {
-	runGolden(t, "testdata/approx/*.txt", func(t *testing.T) func(string) string {
+	datadriven.Walk(t, "testdata/approx", func(t *testing.T, path string) {
 		var a *Approx
-		return func(cmd string) string {
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			if a == nil {
-				a = newScenarioApprox(t, cmd)
+				a = newScenarioApprox(t, d)
 			}
-			got := runApprox(t, a, cmd)
+			got := runApprox(t, a, d)
 			if err := checkApprox(a); err != nil {
-				t.Fatalf("%s: invariant: %v", cmd, err)
+				d.Fatalf(t, "invariant: %v", err)
 			}
-			return got
-		}
+			return strings.TrimSpace(got)
+		})
 	})
 }
 
-func newScenarioApprox(t *testing.T, first string) *Approx {
+// newScenarioApprox returns the Approx of a file whose first command is
+// d: its config if d is one, the defaults otherwise.
+func newScenarioApprox(t *testing.T, d *datadriven.TestData) *Approx {
 	cfg := ApproxConfig{TTL: DefaultApproxTTL}
-	if f := strings.Fields(first); f[0] == "config" {
-		for _, kv := range f[1:] {
-			k, v, _ := strings.Cut(kv, "=")
-			switch k {
+	if d.Cmd == "config" {
+		for _, a := range d.CmdArgs {
+			switch a.Key {
 			case "ttl":
-				d, err := time.ParseDuration(v)
-				if err != nil {
-					t.Fatal(err)
-				}
-				cfg.TTL = d
+				d.ScanArgs(t, "ttl", &cfg.TTL)
 			case "max":
-				cfg.MaxBlocks = int(parseU64(t, v))
+				d.ScanArgs(t, "max", &cfg.MaxBlocks)
 			default:
-				t.Fatalf("bad config %q", kv)
+				d.Fatalf(t, "bad config %s", a)
 			}
 		}
 	}
@@ -72,35 +73,27 @@ func newScenarioApprox(t *testing.T, first string) *Approx {
 	return a
 }
 
-func runApprox(t *testing.T, a *Approx, line string) string {
+func runApprox(t *testing.T, a *Approx, d *datadriven.TestData) string {
 	t.Helper()
-	f := strings.Fields(line)
-	switch f[0] {
+	ws := words(t, d)
+	switch d.Cmd {
 	case "config":
 		return fmt.Sprintf("ttl=%v max=%d prune-to=%d", time.Duration(a.ttl), a.maxBlocks, a.target)
 	case "record":
-		var local []uint64
-		for _, s := range f[3:] {
-			local = append(local, parseU64(t, s))
-		}
-		a.Record(parseWorker(t, f[1]), local, at(t, f[2]))
+		a.Record(parseWorker(t, ws[0]), u64Words(t, ws[1:]), at(t, d))
 		return approxSummary(a)
 	case "expire":
-		n := a.Expire(at(t, f[1]))
+		n := a.Expire(at(t, d))
 		return fmt.Sprintf("expired %d; %s", n, approxSummary(a))
 	case "clear":
-		a.ClearRank(parseWorker(t, f[1]))
+		a.ClearRank(parseWorker(t, ws[0]))
 		return approxSummary(a)
 	case "remove-worker":
-		a.RemoveWorker(parseU64(t, f[1]))
+		a.RemoveWorker(parseU64(t, ws[0]))
 		return approxSummary(a)
 	case "match":
-		var q []uint64
-		for _, s := range f[1:] {
-			q = append(q, parseU64(t, s))
-		}
 		var r Result
-		a.Match(q, &r)
+		a.Match(u64Words(t, ws), &r)
 		slices.SortFunc(r.Matches, func(x, y Match) int { return cmpKey(x.Worker, y.Worker) })
 		var b strings.Builder
 		for _, m := range r.Matches {
@@ -125,7 +118,7 @@ func runApprox(t *testing.T, a *Approx, line string) string {
 		}
 		return b.String()
 	}
-	t.Fatalf("unknown command %q", line)
+	d.Fatalf(t, "unknown command %q", d.Cmd)
 	return ""
 }
 

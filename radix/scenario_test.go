@@ -1,67 +1,61 @@
 package radix
 
 import (
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/cockroachdb/datadriven"
 )
 
-var rewrite = flag.Bool("rewrite", false, "rewrite the golden outputs of scenario tests")
-
-// TestScenarios runs the scripts in testdata/scenarios (see runGolden) on
-// an index of one shard, checking its invariants after every command.
+// TestScenarios runs the scripts in testdata/scenarios on an index of one
+// shard, checking its invariants after every command. The scripts are
+// datadriven files: a command line, "----", the expected output, a blank
+// line; -rewrite (datadriven's flag) regenerates the outputs from the
+// current code (review the diff before committing). Commands:
+//
+//	store W/R [tier=T] [parent=E] [start=N] E:L ...   (external:local hashes)
+//	remove W/R [tier=T] E ...
+//	clear W/R [tier=T]
+//	remove-worker W
+//	match L ...
+//	hashes W/R LIMIT L ...
+//	tree | dump | stats
 func TestScenarios(t *testing.T) {
-	runGolden(t, "testdata/scenarios/*.txt", func(t *testing.T) func(string) string {
+	datadriven.Walk(t, "testdata/scenarios", func(t *testing.T, path string) {
 		ix, _ := New(Config{Shards: 1})
-		return func(cmd string) string {
-			got := runCommand(t, ix, cmd)
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			got := runCommand(t, ix, d)
 			if err := checkIndex(ix); err != nil {
-				t.Fatalf("%s: invariant: %v", cmd, err)
+				d.Fatalf(t, "invariant: %v", err)
 			}
-			return got
-		}
+			return strings.TrimSpace(got)
+		})
 	})
 }
 
-// runGolden runs every file matching glob as a golden script: blocks of a
-// command line, a "----" line and the expected output, separated by blank
-// lines. start begins a file and returns the step that runs one command
-// and returns its output. -rewrite regenerates the outputs from the
-// current code (review the diff before committing).
-func runGolden(t *testing.T, glob string, start func(t *testing.T) func(cmd string) string) {
-	files, _ := filepath.Glob(glob)
-	if len(files) == 0 {
-		t.Fatalf("no files match %s", glob)
+// words returns d's arguments that are bare words (no "="), in order.
+func words(t *testing.T, d *datadriven.TestData) []string {
+	t.Helper()
+	var out []string
+	for _, a := range d.CmdArgs {
+		if len(a.Vals) == 0 {
+			out = append(out, a.Key)
+		}
 	}
-	for _, file := range files {
-		t.Run(filepath.Base(file), func(t *testing.T) {
-			data, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			step := start(t)
-			var out strings.Builder
-			for block := range strings.SplitSeq(strings.TrimSpace(string(data)), "\n\n") {
-				cmd, want, _ := strings.Cut(block, "\n----\n")
-				cmd = strings.TrimSuffix(cmd, "\n----")
-				got := step(cmd)
-				if !*rewrite && strings.TrimSpace(got) != strings.TrimSpace(want) {
-					t.Errorf("%s\n got:\n%s\nwant:\n%s", cmd, got, want)
-				}
-				fmt.Fprintf(&out, "%s\n----\n%s\n\n", cmd, strings.TrimSpace(got))
-			}
-			if *rewrite {
-				if err := os.WriteFile(file, []byte(strings.TrimSpace(out.String())+"\n"), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-		})
+	return out
+}
+
+// u64Words parses ws as numbers.
+func u64Words(t *testing.T, ws []string) []uint64 {
+	t.Helper()
+	var out []uint64
+	for _, w := range ws {
+		out = append(out, parseU64(t, w))
 	}
+	return out
 }
 
 func parseWorker(t *testing.T, s string) WorkerKey {
@@ -83,63 +77,61 @@ func parseU64(t *testing.T, s string) uint64 {
 }
 
 // runCommand executes one scenario command and returns its output.
-func runCommand(t *testing.T, ix *Index, line string) string {
+func runCommand(t *testing.T, ix *Index, d *datadriven.TestData) string {
 	t.Helper()
-	f := strings.Fields(line)
+	ws := words(t, d)
 	before := ix.Stats()
-	switch f[0] {
+	switch d.Cmd {
 	case "store", "remove", "clear":
-		ev := Event{Worker: parseWorker(t, f[1])}
-		ev.Kind = map[string]EventKind{"store": Stored, "remove": Removed, "clear": Cleared}[f[0]]
-		for _, a := range f[2:] {
-			switch {
-			case strings.HasPrefix(a, "tier="):
-				tier, ok := ParseTier(a[5:])
+		ev := Event{Worker: parseWorker(t, ws[0])}
+		ev.Kind = map[string]EventKind{"store": Stored, "remove": Removed, "clear": Cleared}[d.Cmd]
+		for _, a := range d.CmdArgs {
+			switch a.Key {
+			case "tier":
+				tier, ok := ParseTier(a.SingleVal(t))
 				if !ok {
-					t.Fatalf("bad tier %q", a)
+					d.Fatalf(t, "bad tier %q", a.Vals[0])
 				}
 				ev.Tier = tier
-			case strings.HasPrefix(a, "parent="):
-				ev.HasParent, ev.ParentHash = true, parseU64(t, a[7:])
-			case strings.HasPrefix(a, "start="):
-				ev.HasStartPosition, ev.StartPosition = true, uint32(parseU64(t, a[6:]))
-			case strings.Contains(a, ":"):
-				e, l, _ := strings.Cut(a, ":")
-				ev.Blocks = append(ev.Blocks, Block{Hash: parseU64(t, e), Local: parseU64(t, l)})
+			case "parent":
+				ev.HasParent, ev.ParentHash = true, parseU64(t, a.SingleVal(t))
+			case "start":
+				ev.HasStartPosition, ev.StartPosition = true, uint32(parseU64(t, a.SingleVal(t)))
 			default:
+				if len(a.Vals) != 0 {
+					d.Fatalf(t, "unknown argument %s", a)
+				}
+			}
+		}
+		for _, a := range ws[1:] {
+			if e, l, ok := strings.Cut(a, ":"); ok {
+				ev.Blocks = append(ev.Blocks, Block{Hash: parseU64(t, e), Local: parseU64(t, l)})
+			} else {
 				ev.Hashes = append(ev.Hashes, parseU64(t, a))
 			}
 		}
 		ix.Apply(&ev)
 		return describeDelta(before, ix.Stats())
 	case "remove-worker":
-		ix.RemoveWorker(parseU64(t, f[1]))
+		ix.RemoveWorker(parseU64(t, ws[0]))
 		return describeDelta(before, ix.Stats())
 	case "match":
-		var q []uint64
-		for _, a := range f[1:] {
-			q = append(q, parseU64(t, a))
-		}
 		var r Result
-		ix.Match(q, &r)
+		ix.Match(u64Words(t, ws), &r)
 		slices.SortFunc(r.Matches, func(a, b Match) int { return cmpKey(a.Worker, b.Worker) })
 		var b strings.Builder
 		for _, m := range r.Matches {
-			g, c, d := m.Cumulative()
-			fmt.Fprintf(&b, "%v device=%d host=%d disk=%d external=%d cumulative=%d/%d/%d\n", m.Worker, m.Device, m.Host, m.Disk, m.External, g, c, d)
+			gpu, cpu, disk := m.Cumulative()
+			fmt.Fprintf(&b, "%v device=%d host=%d disk=%d external=%d cumulative=%d/%d/%d\n", m.Worker, m.Device, m.Host, m.Disk, m.External, gpu, cpu, disk)
 		}
 		if b.Len() == 0 {
 			return "no match"
 		}
 		return b.String()
 	case "hashes":
-		w := parseWorker(t, f[1])
-		limit := int(parseU64(t, f[2]))
-		var q []uint64
-		for _, a := range f[3:] {
-			q = append(q, parseU64(t, a))
-		}
-		return fmt.Sprint(ix.PrefixHashes(nil, w, q, limit))
+		w := parseWorker(t, ws[0])
+		limit := int(parseU64(t, ws[1]))
+		return fmt.Sprint(ix.PrefixHashes(nil, w, u64Words(t, ws[2:]), limit))
 	case "tree":
 		var b strings.Builder
 		printNode(&b, &ix.shards[0].tree.root, 0)
@@ -155,7 +147,7 @@ func runCommand(t *testing.T, ix *Index, line string) string {
 		st := ix.Stats()
 		return fmt.Sprintf("blocks=%v workers=%d applied=%d dropped=%v", st.Blocks, st.Workers, st.EventsApplied, st.Dropped)
 	}
-	t.Fatalf("unknown command %q", line)
+	d.Fatalf(t, "unknown command %q", d.Cmd)
 	return ""
 }
 

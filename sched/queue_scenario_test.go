@@ -1,22 +1,19 @@
 package sched
 
 import (
-	"bytes"
-	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/cockroachdb/datadriven"
+
 	"github.com/kvselect/kvselect/radix"
 )
 
-var rewrite = flag.Bool("rewrite", false, "rewrite the golden outputs of scenario tests")
-
-// TestQueueScenarios runs testdata/queue_*.txt: scripts over one
-// PolicyQueue whose payloads are names. Commands:
+// TestQueueScenarios runs testdata/queue_*.txt: datadriven scripts over
+// one PolicyQueue whose payloads are names. Commands:
 //
 //	profile synthetic policy=fcfs|lcfs|wspt threshold=F
 //	profile classes NAME:quantum:policy[:limit_req[:limit_isl[:limit_cached]]] ...
@@ -26,14 +23,19 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the golden outputs of scenari
 //	remove NAME
 //	stats
 //
-// -rewrite regenerates the outputs.
+// -rewrite (datadriven's flag) regenerates the outputs.
 func TestQueueScenarios(t *testing.T) {
 	files, _ := filepath.Glob("testdata/queue_*.txt")
 	if len(files) == 0 {
 		t.Fatal("no queue scenarios")
 	}
 	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) { runQueueScenario(t, f) })
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			e := &qenv{}
+			datadriven.RunTest(t, f, func(t *testing.T, d *datadriven.TestData) string {
+				return strings.TrimRight(e.run(t, d), "\n")
+			})
+		})
 	}
 }
 
@@ -43,52 +45,18 @@ type qenv struct {
 	entries map[string]*QueueEntry[string]
 }
 
-func runQueueScenario(t *testing.T, path string) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &qenv{}
-	var out bytes.Buffer
-	lines := strings.Split(string(data), "\n")
-	for i := 0; i < len(lines); i++ {
-		line := lines[i]
-		if line == "" || strings.HasPrefix(line, "#") {
-			out.WriteString(line + "\n")
-			continue
-		}
-		j := i + 1
-		if j < len(lines) && lines[j] == "----" {
-			j++
-			for j < len(lines) && lines[j] != "" {
-				j++
-			}
-		}
-		want := ""
-		if i+1 < len(lines) && lines[i+1] == "----" {
-			want = strings.Join(lines[i+2:j], "\n")
-		}
-		got := strings.TrimRight(e.run(t, line), "\n")
-		if !*rewrite && got != want {
-			t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", path, i+1, line, got, want)
-		}
-		fmt.Fprintf(&out, "%s\n----\n%s\n", line, got)
-		i = j - 1
-	}
-	if *rewrite {
-		if err := os.WriteFile(path, append(bytes.TrimRight(out.Bytes(), "\n"), '\n'), 0o644); err != nil {
-			t.Fatal(err)
+// args returns d's bare words, in order, and its key=value arguments.
+func args(d *datadriven.TestData) ([]string, map[string]string) {
+	var words []string
+	kv := map[string]string{}
+	for _, a := range d.CmdArgs {
+		if len(a.Vals) == 0 {
+			words = append(words, a.Key)
+		} else {
+			kv[a.Key] = strings.Join(a.Vals, ",")
 		}
 	}
-}
-
-func kv(fields []string) map[string]string {
-	m := map[string]string{}
-	for _, f := range fields {
-		k, v, _ := strings.Cut(f, "=")
-		m[k] = v
-	}
-	return m
+	return words, kv
 }
 
 func i64(s string) int64 {
@@ -96,12 +64,11 @@ func i64(s string) int64 {
 	return n
 }
 
-func (e *qenv) run(t *testing.T, line string) string {
-	f := strings.Fields(line)
-	switch f[0] {
+func (e *qenv) run(t *testing.T, d *datadriven.TestData) string {
+	f, a := args(d)
+	switch d.Cmd {
 	case "profile":
-		if f[1] == "synthetic" {
-			a := kv(f[2:])
+		if f[0] == "synthetic" {
 			pol, err := ParseQueuePolicy(a["policy"])
 			if err != nil {
 				return err.Error()
@@ -110,7 +77,7 @@ func (e *qenv) run(t *testing.T, line string) string {
 			e.prof = SyntheticProfile(&th, pol)
 		} else {
 			e.prof = &PolicyProfile{synthetic: true}
-			for _, spec := range f[2:] {
+			for _, spec := range f[1:] {
 				p := strings.Split(spec, ":")
 				pol, err := ParseQueuePolicy(p[2])
 				if err != nil {
@@ -131,8 +98,7 @@ func (e *qenv) run(t *testing.T, line string) string {
 		e.entries = map[string]*QueueEntry[string]{}
 		return fmt.Sprintf("%d classes", len(e.prof.Classes))
 	case "enqueue":
-		name := f[1]
-		a := kv(f[2:])
+		name := f[0]
 		at, _ := strconv.ParseFloat(a["at"], 64)
 		jump, _ := strconv.ParseFloat(a["jump"], 64)
 		var pin *radix.WorkerKey
@@ -151,7 +117,6 @@ func (e *qenv) run(t *testing.T, line string) string {
 		e.entries[name] = en
 		return fmt.Sprintf("queued score=%.4g", en.score)
 	case "pop", "drain":
-		a := kv(f[1:])
 		blocked := map[string]bool{}
 		for _, n := range strings.Split(a["blocked"], ",") {
 			blocked[n] = true
@@ -173,7 +138,7 @@ func (e *qenv) run(t *testing.T, line string) string {
 				break
 			}
 			names = append(names, en.Payload)
-			if f[0] == "pop" {
+			if d.Cmd == "pop" {
 				break
 			}
 		}
@@ -182,7 +147,7 @@ func (e *qenv) run(t *testing.T, line string) string {
 		}
 		return strings.Join(names, " ")
 	case "remove":
-		en := e.entries[f[1]]
+		en := e.entries[f[0]]
 		if en == nil {
 			return "unknown"
 		}
@@ -196,6 +161,6 @@ func (e *qenv) run(t *testing.T, line string) string {
 		}
 		return b.String()
 	}
-	t.Fatalf("unknown command %q", line)
+	d.Fatalf(t, "unknown command %q", d.Cmd)
 	return ""
 }

@@ -1,13 +1,10 @@
 package core
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -15,15 +12,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/datadriven"
+
 	"github.com/kvselect/kvselect/radix"
 	"github.com/kvselect/kvselect/sched"
 )
 
-var rewrite = flag.Bool("rewrite", false, "rewrite the golden files in testdata/")
-
-// TestScenarios runs every testdata/*.txt script. A script is a sequence of
-// blocks: one command line, "----", the expected output, a blank line.
-// Lines starting with # are comments. -rewrite regenerates the outputs.
+// TestScenarios runs every testdata/*.txt script, a datadriven file: one
+// command line, "----", the expected output, a blank line; lines
+// starting with # are comments. -rewrite (datadriven's flag) regenerates
+// the outputs. A "config" command starts a new service with the config
+// changed by its arguments; every other command runs on the current one
+// (started with the config so far if there is none).
+//
+// env.run takes the command as a line, d.FullCmd(): datadriven's reading
+// of the line put back together, which is the line itself as long as its
+// words are separated by single spaces and no value opens with "("
+// (datadriven's list syntax). That holds for every script here, so
+// commands that take free-form text (upsert's JSON, patch, advance) get
+// it as written.
 func TestScenarios(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.txt")
 	if len(files) == 0 {
@@ -35,58 +42,24 @@ func TestScenarios(t *testing.T) {
 }
 
 func runScenario(t *testing.T, path string) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := DefaultConfig()
 	cfg.UseKVEvents = false
 	var e *env
-	var out bytes.Buffer
-	lines := strings.Split(string(data), "\n")
-	for i := 0; i < len(lines); i++ {
-		line := lines[i]
-		if line == "" || strings.HasPrefix(line, "#") {
-			out.WriteString(line + "\n")
-			continue
+	datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+		if d.Input != "" {
+			d.Fatalf(t, "a command is one line (is a ---- missing?); got more:\n%s", d.Input)
 		}
-		// Skip the old expected output.
-		j := i + 1
-		if j < len(lines) && lines[j] == "----" {
-			j++
-			for j < len(lines) && lines[j] != "" {
-				j++
-			}
+		line := d.FullCmd()
+		if d.Cmd == "config" {
+			applyConfig(t, &cfg, strings.TrimPrefix(line, "config"))
+			e = nil
+			return "ok"
 		}
-		want := ""
-		if i+1 < len(lines) && lines[i+1] == "----" {
-			want = strings.Join(lines[i+2:j], "\n")
-		}
-		if e == nil && !strings.HasPrefix(line, "config ") {
+		if e == nil {
 			e = newEnv(t, cfg)
 		}
-		var got string
-		if strings.HasPrefix(line, "config ") {
-			applyConfig(t, &cfg, strings.TrimPrefix(line, "config "))
-			e = nil
-			got = "ok"
-		} else {
-			got = strings.TrimRight(e.run(line), "\n")
-		}
-		if !*rewrite && got != want {
-			t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", path, i+1, line, got, want)
-		}
-		fmt.Fprintf(&out, "%s\n----\n%s\n", line, got)
-		i = j - 1
-	}
-	if *rewrite {
-		if err := os.WriteFile(path, bytes.TrimRight(out.Bytes(), "\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-		f.WriteString("\n")
-		f.Close()
-	}
+		return strings.TrimRight(e.run(line), "\n")
+	})
 }
 
 func applyConfig(t *testing.T, cfg *Config, args string) {

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"testing"
+
+	"github.com/cockroachdb/datadriven"
 
 	"github.com/kvselect/kvselect/radix"
 	"github.com/kvselect/kvselect/sched"
@@ -88,41 +89,37 @@ func policyTranscript(t *testing.T, s *Service) string {
 
 // TestPolicyDefaultDecisionsUnchanged: the default policy makes the
 // decisions that the code before the policy seam made (Score then Pick,
-// called directly): testdata/policy_default.golden was recorded with that
-// code, main at db7e67c (recorded again when the seam was merged with it:
-// main's index without KV events predicts cached blocks from bookings,
-// which changed the scenario's overlaps), and is compared line by line; a
-// separately built copy of the reference's components decides the same.
-// -rewrite regenerates the file.
+// called directly): testdata/policy_default.golden, a datadriven file
+// whose one case is the transcript, was recorded with that code, main at
+// db7e67c (recorded again when the seam was merged with it: main's index
+// without KV events predicts cached blocks from bookings, which changed
+// the scenario's overlaps); a separately built copy of the reference's
+// components decides the same. -rewrite (datadriven's flag) regenerates
+// the file.
 func TestPolicyDefaultDecisionsUnchanged(t *testing.T) {
-	got := policyTranscript(t, policyEnv(t, DefaultConfig(), 42))
-	const golden = "testdata/policy_default.golden"
-	if *rewrite {
-		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
+	datadriven.RunTest(t, "testdata/policy_default.golden", func(t *testing.T, d *datadriven.TestData) string {
+		if d.Cmd != "transcript" {
+			d.Fatalf(t, "unknown command %q", d.Cmd)
 		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got != string(want) {
-		t.Fatalf("default policy decisions differ from %s:\n%s", golden, firstDiff(got, string(want)))
-	}
-	workers := map[string]bool{}
-	for _, line := range strings.Split(got, "\n") {
-		if f := strings.Fields(line); len(f) > 2 {
-			workers[f[2]] = true
+		var seed uint64
+		d.ScanArgs(t, "seed", &seed)
+		got := policyTranscript(t, policyEnv(t, DefaultConfig(), seed))
+		workers := map[string]bool{}
+		for _, line := range strings.Split(got, "\n") {
+			if f := strings.Fields(line); len(f) > 2 {
+				workers[f[2]] = true
+			}
 		}
-	}
-	if len(workers) < 4 {
-		t.Fatalf("the scenario should spread over the workers: %v", workers)
-	}
-	cfg := DefaultConfig()
-	cfg.SelectionPolicy = &sched.SelectionPolicy{Name: "copy", Scorers: []sched.Scorer{sched.DefaultScorer{}}, Picker: sched.DefaultPicker{}}
-	if cp := policyTranscript(t, policyEnv(t, cfg, 42)); cp != got {
-		t.Fatalf("a copy of the default policy decides differently:\n%s", firstDiff(cp, got))
-	}
+		if len(workers) < 4 {
+			t.Fatalf("the scenario should spread over the workers: %v", workers)
+		}
+		cfg := DefaultConfig()
+		cfg.SelectionPolicy = &sched.SelectionPolicy{Name: "copy", Scorers: []sched.Scorer{sched.DefaultScorer{}}, Picker: sched.DefaultPicker{}}
+		if cp := policyTranscript(t, policyEnv(t, cfg, seed)); cp != got {
+			t.Fatalf("a copy of the default policy decides differently:\n%s", firstDiff(cp, got))
+		}
+		return got
+	})
 }
 
 // firstDiff returns the first differing line of two transcripts.

@@ -366,7 +366,7 @@ func (in *Ingress) Pause(workerID uint64, rank uint32) error {
 	if st, ok := l.pause(); !ok {
 		return &ListenerStateError{State: st}
 	}
-	l.lg.logAt(slog.LevelInfo, "kv listener paused")
+	l.lg.LogAt(slog.LevelInfo, "kv listener paused")
 	return nil
 }
 
@@ -381,7 +381,7 @@ func (in *Ingress) Resume(workerID uint64, rank uint32) error {
 	if st, ok := l.resume(); !ok {
 		return &ListenerStateError{State: st}
 	}
-	l.lg.logAt(slog.LevelInfo, "kv listener resumed")
+	l.lg.LogAt(slog.LevelInfo, "kv listener resumed")
 	return nil
 }
 

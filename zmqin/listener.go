@@ -13,6 +13,8 @@ import (
 
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/radix"
+	"github.com/kvselect/kvselect/zmqin/internal/budget"
+	"github.com/kvselect/kvselect/zmqin/internal/ratelog"
 )
 
 // queued is one live message handed from a connection's reader to the
@@ -86,7 +88,7 @@ type rankListener struct {
 	replayApplied int
 
 	// lg logs the rank's state changes, rate-limited (logging.go).
-	lg rateLogger
+	lg ratelog.Logger
 }
 
 func (in *Ingress) startRank(workerID uint64, blockSize int, src core.RankSource, sink core.EventSink, w *writer) *rankListener {
@@ -101,10 +103,10 @@ func (in *Ingress) startRank(workerID uint64, blockSize int, src core.RankSource
 		seed: maphash.MakeSeed(),
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
-	l.lg = rateLogger{
-		log:   in.cfg.Logger.With("worker_id", workerID, "dp_rank", src.DPRank, "endpoint", src.Endpoint),
-		burst: in.cfg.LogBurst, every: in.cfg.LogEvery,
-		dropped: func() { in.st.logsSuppressed.Add(1) },
+	l.lg = ratelog.Logger{
+		Log:   in.cfg.Logger.With("worker_id", workerID, "dp_rank", src.DPRank, "endpoint", src.Endpoint),
+		Burst: in.cfg.LogBurst, Every: in.cfg.LogEvery,
+		Dropped: func() { in.st.logsSuppressed.Add(1) },
 	}
 	in.st.ranks.Add(1)
 	go l.run()
@@ -250,9 +252,9 @@ func (l *rankListener) run() {
 			l.setErr(fmt.Errorf("dial %s: %w", l.src.Endpoint, err))
 			if !l.failing {
 				l.failing = true
-				l.lg.logAt(slog.LevelWarn, "kv listener cannot connect; retrying with backoff", "err", err)
+				l.lg.LogAt(slog.LevelWarn, "kv listener cannot connect; retrying with backoff", "err", err)
 			} else {
-				l.lg.logAt(slog.LevelDebug, "kv listener dial failed", "err", err)
+				l.lg.LogAt(slog.LevelDebug, "kv listener dial failed", "err", err)
 			}
 			backoff = l.in.nextBackoff(backoff)
 			continue
@@ -266,7 +268,7 @@ func (l *rankListener) run() {
 		l.setErr(fmt.Errorf("receive from %s: %w", l.src.Endpoint, err))
 		l.in.st.recvErrors.Add(1)
 		l.in.countLimit(err)
-		l.lg.logAt(slog.LevelWarn, "kv listener disconnected; redialing", "err", err, "delivered", delivered)
+		l.lg.LogAt(slog.LevelWarn, "kv listener disconnected; redialing", "err", err, "delivered", delivered)
 		if delivered {
 			backoff, paced = 0, false
 		}
@@ -317,7 +319,7 @@ func (l *rankListener) serve(zc *Conn) (delivered bool, err error) {
 	l.mu.Unlock()
 	l.in.st.connects.Add(1)
 	l.in.st.connected.Add(1)
-	l.lg.logAt(slog.LevelInfo, "kv listener connected", "watermark", l.watermark())
+	l.lg.LogAt(slog.LevelInfo, "kv listener connected", "watermark", l.watermark())
 	q := make(chan queued, l.in.cfg.QueueLimit)
 	go func() {
 		delivered, err = l.receive(zc, q)
@@ -351,7 +353,7 @@ func (l *rankListener) receive(zc *Conn, q chan<- queued) (delivered bool, err e
 		if errors.Is(err, ErrExtraFrames) {
 			l.in.st.extraFrames.Add(1)
 			l.setErr(err)
-			l.lg.logAt(slog.LevelWarn, "kv message with extra frames; skipped, the connection stays up", "err", err)
+			l.lg.LogAt(slog.LevelWarn, "kv message with extra frames; skipped, the connection stays up", "err", err)
 			continue
 		}
 		if err != nil {
@@ -362,13 +364,13 @@ func (l *rankListener) receive(zc *Conn, q chan<- queued) (delivered bool, err e
 		if err != nil {
 			l.in.st.badFrames.Add(1)
 			l.setErr(err)
-			l.lg.logAt(slog.LevelWarn, "kv message malformed; skipped", "err", err)
+			l.lg.LogAt(slog.LevelWarn, "kv message malformed; skipped", "err", err)
 			continue
 		}
 		delivered = true
 		if !l.admit(q, queued{seq: seq, payload: payload}) {
 			l.in.st.overflow.Add(1)
-			l.lg.logAt(slog.LevelWarn, "kv listener queue full; message dropped (a gap follows)", "seq", seq)
+			l.lg.LogAt(slog.LevelWarn, "kv listener queue full; message dropped (a gap follows)", "seq", seq)
 		}
 	}
 }
@@ -379,14 +381,14 @@ func (l *rankListener) receive(zc *Conn, q chan<- queued) (delivered bool, err e
 // q, whose capacity is QueueLimit, always has room for an admitted one.
 func (l *rankListener) admit(q chan<- queued, m queued) bool {
 	n := int64(len(m.payload))
-	if !reserve(&l.qMsgs, 1, int64(l.in.cfg.QueueLimit)) {
+	if !budget.Reserve(&l.qMsgs, 1, int64(l.in.cfg.QueueLimit)) {
 		return false
 	}
-	if !reserve(&l.qBytes, n, int64(l.in.cfg.MaxQueueBytes)) {
+	if !budget.Reserve(&l.qBytes, n, int64(l.in.cfg.MaxQueueBytes)) {
 		l.qMsgs.Add(-1)
 		return false
 	}
-	if !reserve(&l.in.st.queuedBytes, n, int64(l.in.cfg.MaxTotalQueueBytes)) {
+	if !budget.Reserve(&l.in.st.queuedBytes, n, int64(l.in.cfg.MaxTotalQueueBytes)) {
 		l.qMsgs.Add(-1)
 		l.qBytes.Add(-n)
 		return false
@@ -407,19 +409,6 @@ func (l *rankListener) release(n int64) {
 	l.qBytes.Add(-n)
 	l.in.st.queuedMsgs.Add(-1)
 	l.in.st.queuedBytes.Add(-n)
-}
-
-// reserve adds n to c unless that would take it above limit.
-func reserve(c *atomic.Int64, n, limit int64) bool {
-	for {
-		cur := c.Load()
-		if cur+n > limit {
-			return false
-		}
-		if c.CompareAndSwap(cur, cur+n) {
-			return true
-		}
-	}
 }
 
 // dialPacer spaces the redials of all listeners to at most rate a second:

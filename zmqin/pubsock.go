@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kvselect/kvselect/zmqin/internal/budget"
 )
 
 // PubSocket is a bound ZMTP PUB socket: it accepts SUB peers, tracks each
@@ -92,7 +94,7 @@ const maxTopics = 64
 // must not change afterwards.
 func (p *PubPeer) Send(frames [][]byte) bool {
 	n := frameBytes(frames)
-	if reserve(&p.bytes, n, int64(p.sock.cfg.MaxBytes)) {
+	if budget.Reserve(&p.bytes, n, int64(p.sock.cfg.MaxBytes)) {
 		p.sock.queued.Add(n) // before the writer can take it out
 		select {
 		case p.q <- frames:

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/zmqin/internal/budget"
+	"github.com/kvselect/kvselect/zmqin/internal/ratelog"
 )
 
 // MeshConfig configures a Mesh. Zero fields take the defaults named beside
@@ -176,7 +178,7 @@ type meshPeer struct {
 	done   chan struct{}
 	live   atomic.Bool
 	conn   atomic.Pointer[Conn]
-	lg     rateLogger
+	lg     ratelog.Logger
 	// short is set when a snapshot event of this peer could not be
 	// applied because its partition or worker was not registered here
 	// yet, and shortAt is the catalog version it was applied against: the
@@ -321,7 +323,7 @@ func (m *Mesh) Endpoint() string { return m.pub.Endpoint() }
 func (m *Mesh) Publish(ev *core.ReplicaEvent) {
 	payload := AppendEnvelope(make([]byte, 0, envelopeBound(ev)), ev, m.id)
 	n := int64(cap(payload))
-	if reserve(&m.st.outBytes, n, int64(m.cfg.MaxQueueBytes)) {
+	if budget.Reserve(&m.st.outBytes, n, int64(m.cfg.MaxQueueBytes)) {
 		select {
 		case m.out <- payload:
 			m.st.published.Add(1)

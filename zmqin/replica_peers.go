@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/zmqin/internal/budget"
+	"github.com/kvselect/kvselect/zmqin/internal/ratelog"
 )
 
 // The SUB side of a Mesh: the peer set and one dial-and-receive loop per
@@ -87,7 +89,7 @@ func (m *Mesh) Register(ep string) (added bool, err error) {
 	}
 	ctx, cancel := context.WithCancel(m.ctx)
 	p := &meshPeer{cancel: cancel, done: make(chan struct{})}
-	p.lg = rateLogger{log: m.cfg.Logger.With("peer", ep), burst: 10, every: 10 * time.Second}
+	p.lg = ratelog.Logger{Log: m.cfg.Logger.With("peer", ep), Burst: 10, Every: 10 * time.Second}
 	m.mu.peers[ep] = p
 	m.cfg.Logger.Info("replica peer added", "peer", ep)
 	m.wg.Add(1)
@@ -159,7 +161,7 @@ func (m *Mesh) receive(ctx context.Context, ep string, p *meshPeer) {
 			m.st.dialErrors.Add(1)
 			if !failing {
 				failing = true
-				p.lg.logAt(slog.LevelWarn, "replica peer cannot connect; retrying with backoff", "err", err)
+				p.lg.LogAt(slog.LevelWarn, "replica peer cannot connect; retrying with backoff", "err", err)
 			}
 			select {
 			case <-ctx.Done():
@@ -177,14 +179,14 @@ func (m *Mesh) receive(ctx context.Context, ep string, p *meshPeer) {
 		m.st.connects.Add(1)
 		p.live.Store(true)
 		failing = false
-		p.lg.logAt(slog.LevelInfo, "replica peer connected")
+		p.lg.LogAt(slog.LevelInfo, "replica peer connected")
 		backoff = m.cfg.BackoffMin
 		for {
 			frames, err = zc.Recv(frames)
 			if errors.Is(err, ErrExtraFrames) {
 				m.st.received.Add(1)
 				m.st.dropped[MeshDropExtraFrames].Add(1)
-				p.lg.logAt(slog.LevelWarn, "replica message with extra frames; skipped, the connection stays up", "err", err)
+				p.lg.LogAt(slog.LevelWarn, "replica message with extra frames; skipped, the connection stays up", "err", err)
 				continue
 			}
 			if err != nil {
@@ -199,7 +201,7 @@ func (m *Mesh) receive(ctx context.Context, ep string, p *meshPeer) {
 		_ = zc.Close()
 		m.st.disconnects.Add(1)
 		if ctx.Err() == nil {
-			p.lg.logAt(slog.LevelWarn, "replica peer disconnected; redialing", "err", err)
+			p.lg.LogAt(slog.LevelWarn, "replica peer disconnected; redialing", "err", err)
 		}
 		if limitReason(err) >= 0 {
 			// A peer that broke a limit would break it again at once:
@@ -252,7 +254,7 @@ func (m *Mesh) handle(frames [][]byte, p *meshPeer) {
 	}
 	// The event keeps its hashes, and its strings alias the frame.
 	n := int64(len(frames[1])) + 8*int64(cap(ev.SequenceHashes))
-	if reserve(&m.st.inBytes, n, int64(m.cfg.MaxQueueBytes)) {
+	if budget.Reserve(&m.st.inBytes, n, int64(m.cfg.MaxQueueBytes)) {
 		select {
 		case m.in <- inEvent{ev: ev, peer: p, snapshot: topic == SnapshotTopic, size: n}:
 			return

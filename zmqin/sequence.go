@@ -72,7 +72,7 @@ func (l *rankListener) restart(why string) {
 	l.in.st.restarts.Add(1)
 	l.restarts.Add(1)
 	l.setErr(fmt.Errorf("publisher restart detected (%s): rank cleared", why))
-	l.lg.logAt(slog.LevelWarn, "kv publisher restart detected; rank cleared", "why", why)
+	l.lg.LogAt(slog.LevelWarn, "kv publisher restart detected; rank cleared", "why", why)
 	if !l.toWriter(wItem{op: opClear, sink: l.sink, key: l.key}) {
 		return
 	}
@@ -93,7 +93,7 @@ func (l *rankListener) countGap(from, to uint64) {
 	l.in.st.gaps.Add(1)
 	l.in.st.missed.Add(to - from)
 	l.gaps.Add(1)
-	l.lg.logAt(slog.LevelWarn, "kv event gap", "from_seq", from, "to_seq", to, "missed", to-from, "replay", l.src.ReplayEndpoint != "")
+	l.lg.LogAt(slog.LevelWarn, "kv event gap", "from_seq", from, "to_seq", to, "missed", to-from, "replay", l.src.ReplayEndpoint != "")
 }
 
 // replayMarked runs replay with the status showing "replaying", and counts
@@ -111,9 +111,9 @@ func (l *rankListener) replayMarked(start uint64, verify bool) (restarted bool, 
 	case err != nil && l.ctx.Err() == nil:
 		l.in.st.replayFailures.Add(1)
 		l.setErr(fmt.Errorf("replay from %s at seq %d: %w", l.src.ReplayEndpoint, start, err))
-		l.lg.logAt(slog.LevelWarn, "kv replay failed; the batches stay lost", "replay_endpoint", l.src.ReplayEndpoint, "from_seq", start, "applied", l.replayApplied, "err", err)
+		l.lg.LogAt(slog.LevelWarn, "kv replay failed; the batches stay lost", "replay_endpoint", l.src.ReplayEndpoint, "from_seq", start, "applied", l.replayApplied, "err", err)
 	case err == nil && !restarted:
-		l.lg.logAt(slog.LevelInfo, "kv replay done", "replay_endpoint", l.src.ReplayEndpoint, "from_seq", start, "applied", l.replayApplied)
+		l.lg.LogAt(slog.LevelInfo, "kv replay done", "replay_endpoint", l.src.ReplayEndpoint, "from_seq", start, "applied", l.replayApplied)
 	}
 	return restarted, err
 }
@@ -178,7 +178,7 @@ func (l *rankListener) replay(start uint64, verify bool) (restarted bool, err er
 			}
 			if seq > want {
 				l.in.st.replayLost.Add(1)
-				l.lg.logAt(slog.LevelWarn, "kv replay history gone: the publisher's answer starts later", "wanted_seq", want, "first_seq", seq)
+				l.lg.LogAt(slog.LevelWarn, "kv replay history gone: the publisher's answer starts later", "wanted_seq", want, "first_seq", seq)
 			}
 		}
 		if l.has && seq <= l.last {
@@ -203,7 +203,7 @@ func (l *rankListener) apply(seq uint64, payload []byte) bool {
 		// only return the same bytes.
 		l.in.st.decodeErrors.Add(1)
 		l.setErr(fmt.Errorf("seq %d: %w", seq, err))
-		l.lg.logAt(slog.LevelWarn, "kv batch undecodable; skipped", "seq", seq, "err", err)
+		l.lg.LogAt(slog.LevelWarn, "kv batch undecodable; skipped", "seq", seq, "err", err)
 		l.consumed(seq, payload)
 		return false
 	}

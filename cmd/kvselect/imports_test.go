@@ -26,7 +26,7 @@ var allowedInRepo = map[string][]string{
 	"radix":        {},
 	"sched":        {"radix"},
 	"core":         {"radix", "sched"},
-	"zmqin":        {"core", "radix", "zmqin/internal/msgpack"},
+	"zmqin":        {"core", "radix", "zmqin/internal/msgpack", "zmqin/internal/ratelog", "zmqin/internal/budget"},
 	"zmqin/zmqpub": {"zmqin", "core", "radix"},
 	"httpapi":      {"core", "perf", "httpapi/internal/jsonscan"},
 	// The client is for callers: the standard library only.
@@ -44,8 +44,11 @@ var allowedInRepo = map[string][]string{
 	// bench/plot draws numbers it is handed: no harness, no domain.
 	"bench/plot": {},
 	// Internal packages of zmqin: the msgpack primitives of the KV batches
-	// and the mesh envelopes.
+	// and the mesh envelopes, the rate-limited logger of a listener or a
+	// peer, the queue budgets.
 	"zmqin/internal/msgpack": {},
+	"zmqin/internal/ratelog": {},
+	"zmqin/internal/budget":  {},
 }
 
 // tableKey returns the key of allowedInRepo that governs package path pkg:

@@ -25,8 +25,8 @@ func TestUndecodableBatchesCountedOnce(t *testing.T) {
 	peer := newRawPeer(t)
 	in := newIngress(t, testConfig())
 	sink := newIndexSink(t)
-	in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: peer.endpoint()}}, sink)
-	c := peer.next(t)
+	in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: peer.Endpoint()}}, sink)
+	c := peer.Next(t)
 	garbage := []byte{0xc1} // a msgpack lead byte that is never valid
 	enc := Encoder{}
 	var stream []byte
@@ -39,7 +39,7 @@ func TestUndecodableBatchesCountedOnce(t *testing.T) {
 	stream = append(stream, rawLive(n+4, garbage)...)
 	toks := tokens(1, 1)
 	stream = append(stream, rawLive(n+7, enc.AppendBatch(nil, stored(0, []uint64{1}, toks)))...)
-	if err := c.send(stream); err != nil {
+	if err := c.Send(stream); err != nil {
 		t.Fatal(err)
 	}
 	// The writer counts a batch applied just after the index shows it:
@@ -98,10 +98,10 @@ func TestMessageLimits(t *testing.T) {
 			cfg.MaxFrameSize, cfg.MaxMessageSize = 48*kib, 64*kib
 			in := newIngress(t, cfg)
 			sink := newIndexSink(t)
-			in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: peer.endpoint()}}, sink)
-			c := peer.next(t)
-			_ = c.send(tc.abuse) // the listener may close before all is written
-			c.awaitClosed(t)
+			in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: peer.Endpoint()}}, sink)
+			c := peer.Next(t)
+			_ = c.Send(tc.abuse) // the listener may close before all is written
+			c.AwaitClosed(t)
 			waitFor(t, "the drop counted", func() bool { return tc.want(in.Stats()) == 1 })
 			s := in.Stats()
 			if s.RecvErrors != 1 || s.TooManyFrames+s.MessageTooLarge+s.FrameTooLarge != 1 || s.BadFrames != 0 {
@@ -111,9 +111,9 @@ func TestMessageLimits(t *testing.T) {
 				t.Fatalf("status %+v", st)
 			}
 			// Redialed: a good batch on the new connection is applied.
-			c = peer.next(t)
+			c = peer.Next(t)
 			toks := tokens(1, 1)
-			if err := c.send(rawLive(0, Encoder{}.AppendBatch(nil, stored(0, []uint64{1}, toks)))); err != nil {
+			if err := c.Send(rawLive(0, Encoder{}.AppendBatch(nil, stored(0, []uint64{1}, toks)))); err != nil {
 				t.Fatal(err)
 			}
 			waitFor(t, "a batch after the redial", func() bool { return sink.Depth(radix.WorkerKey{WorkerID: 1}, toks) == 1 })
@@ -124,8 +124,6 @@ func TestMessageLimits(t *testing.T) {
 	}
 }
 
-func cat(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
-
 // TestReplayLimits: a replay ROUTER that answers with a message of more
 // frames than a replay reply has fails the replay (counted, as an
 // extra-frames drop too) and live processing goes on.
@@ -135,22 +133,22 @@ func TestReplayLimits(t *testing.T) {
 	router := newRawPeerType(t, "ROUTER")
 	in := newIngress(t, testConfig())
 	sink := newIndexSink(t)
-	in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: pub.endpoint(), ReplayEndpoint: router.endpoint()}}, sink)
-	c := pub.next(t)
+	in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: pub.Endpoint(), ReplayEndpoint: router.Endpoint()}}, sink)
+	c := pub.Next(t)
 	enc := Encoder{}
 	toks := tokens(500, 1)
-	if err := c.send(cat(rawLive(0, enc.AppendBatch(nil, stored(0, []uint64{1}, tokens(1, 1)))),
+	if err := c.Send(cat(rawLive(0, enc.AppendBatch(nil, stored(0, []uint64{1}, tokens(1, 1)))),
 		rawLive(2, enc.AppendBatch(nil, stored(0, []uint64{3}, toks))))); err != nil {
 		t.Fatal(err)
 	}
-	r := router.accept(t)
-	req, err := r.readMsg()
+	r := router.Accept(t)
+	req, err := r.ReadMsg()
 	if err != nil || len(req) != 2 || len(req[0]) != 0 || string(req[1]) != string([]byte{0, 0, 0, 0, 0, 0, 0, 1}) {
 		t.Fatalf("replay request %q %v", req, err)
 	}
 	seq1 := []byte{0, 0, 0, 0, 0, 0, 0, 1}
-	_ = r.send(cat(rawFrame(true, nil), rawFrame(true, []byte("kv")), rawFrame(true, seq1), rawFrame(true, []byte{0x90}), rawFrame(false, make([]byte, 100))))
-	r.awaitClosed(t)
+	_ = r.Send(cat(rawFrame(true, nil), rawFrame(true, []byte("kv")), rawFrame(true, seq1), rawFrame(true, []byte{0x90}), rawFrame(false, make([]byte, 100))))
+	r.AwaitClosed(t)
 	w := radix.WorkerKey{WorkerID: 1}
 	waitFor(t, "the live batch after the failed replay", func() bool { return sink.Depth(w, toks) == 1 })
 	s := in.Stats()
@@ -198,7 +196,7 @@ func TestQueueBytesBound(t *testing.T) {
 	t.Cleanup(openGate)
 	peers := []*rawPeer{newRawPeer(t), newRawPeer(t)}
 	for i, p := range peers {
-		in.Sync(uint64(i+1), testBlockSize, []core.RankSource{{Endpoint: p.endpoint()}}, sink)
+		in.Sync(uint64(i+1), testBlockSize, []core.RankSource{{Endpoint: p.Endpoint()}}, sink)
 	}
 	const n = 20 // per rank
 	const pad = 60 * kib
@@ -209,8 +207,8 @@ func TestQueueBytesBound(t *testing.T) {
 		for seq := range uint64(n) {
 			stream = append(stream, rawLive(seq, paddedBatch(t, uint64(i)<<32|seq+1, tokens(uint32(100*seq), 1), pad))...)
 		}
-		conns[i] = p.next(t)
-		go func() { sent <- conns[i].send(stream) }() // blocks while the listener's socket buffer is full
+		conns[i] = p.Next(t)
+		go func() { sent <- conns[i].Send(stream) }() // blocks while the listener's socket buffer is full
 	}
 	var last Stats // for the failure message
 	t.Cleanup(func() {
@@ -251,7 +249,7 @@ func TestQueueBytesBound(t *testing.T) {
 	}
 	// One more batch per rank shows a trailing overflow as a gap.
 	for i, c := range conns {
-		if err := c.send(rawLive(n, paddedBatch(t, uint64(i)<<32|1<<31, tokens(1<<20, 1), 0))); err != nil {
+		if err := c.Send(rawLive(n, paddedBatch(t, uint64(i)<<32|1<<31, tokens(1<<20, 1), 0))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -273,10 +271,10 @@ func TestBadFramesSkipped(t *testing.T) {
 	peer := newRawPeer(t)
 	in := newIngress(t, testConfig())
 	sink := newIndexSink(t)
-	in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: peer.endpoint()}}, sink)
-	c := peer.next(t)
+	in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: peer.Endpoint()}}, sink)
+	c := peer.Next(t)
 	toks := tokens(1, 1)
-	if err := c.send(cat(
+	if err := c.Send(cat(
 		rawMsg([]byte("only-one-frame")),
 		rawMsg(nil, []byte{1, 2, 3}, []byte{0x90}),  // 3-byte seq
 		rawMsg(nil, []byte{0, 0, 0, 0, 0, 0, 0, 0}), // 2 frames
@@ -301,23 +299,23 @@ func TestGapCountedOnceAfterShortReplay(t *testing.T) {
 	router := newRawPeerType(t, "ROUTER")
 	in := newIngress(t, testConfig())
 	sink := newIndexSink(t)
-	in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: pub.endpoint(), ReplayEndpoint: router.endpoint()}}, sink)
+	in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: pub.Endpoint(), ReplayEndpoint: router.Endpoint()}}, sink)
 	w := radix.WorkerKey{WorkerID: 1}
 	batch := func(i uint64) []byte {
 		return Encoder{}.AppendBatch(nil, stored(0, []uint64{i + 1}, tokens(uint32(100*i), 1)))
 	}
-	c := pub.next(t)
-	if err := c.send(rawLive(0, batch(0))); err != nil {
+	c := pub.Next(t)
+	if err := c.Send(rawLive(0, batch(0))); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "seq 0", func() bool { return sink.Depth(w, tokens(0, 1)) == 1 })
 	_ = c.Close()
-	c = pub.next(t)
-	if err := c.send(rawLive(5, batch(5))); err != nil {
+	c = pub.Next(t)
+	if err := c.Send(rawLive(5, batch(5))); err != nil {
 		t.Fatal(err)
 	}
-	r := router.accept(t)
-	req, err := r.readMsg()
+	r := router.Accept(t)
+	req, err := r.ReadMsg()
 	if err != nil || len(req) != 2 || string(req[1]) != string(make([]byte, 8)) {
 		t.Fatalf("replay request %q %v", req, err)
 	}
@@ -325,7 +323,7 @@ func TestGapCountedOnceAfterShortReplay(t *testing.T) {
 		return rawMsg(nil, []byte("kv"), binary.BigEndian.AppendUint64(nil, seq), payload)
 	}
 	end := rawMsg(nil, nil, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, nil)
-	if err := r.send(cat(reply(0, batch(0)), reply(1, batch(1)), reply(2, batch(2)), end)); err != nil {
+	if err := r.Send(cat(reply(0, batch(0)), reply(1, batch(1)), reply(2, batch(2)), end)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "seq 5", func() bool { return sink.Depth(w, tokens(500, 1)) == 1 })

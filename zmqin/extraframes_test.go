@@ -58,12 +58,12 @@ func TestMeshLimitDrop(t *testing.T) {
 	checkNoLeak(t)
 	peer := newRawPeer(t)
 	r := newReplica(t, MeshConfig{})
-	if _, err := r.mesh.Register(peer.endpoint()); err != nil {
+	if _, err := r.mesh.Register(peer.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
-	c := peer.next(t)
-	_ = c.send(bytes.Repeat(rawFrameHeader(true, 0), DefaultHardFrames+1))
-	c.awaitClosed(t)
+	c := peer.Next(t)
+	_ = c.Send(bytes.Repeat(rawFrameHeader(true, 0), DefaultHardFrames+1))
+	c.AwaitClosed(t)
 	waitFor(t, "the drop counted", func() bool { return r.mesh.Stats().LimitDrops[limitTooManyFrames] == 1 })
 	if st := r.mesh.Stats(); st.Dropped[MeshDropExtraFrames] != 0 || st.Disconnects != 1 {
 		t.Fatalf("stats %+v", st)

@@ -2,7 +2,6 @@ package zmqin
 
 import (
 	"net"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -87,36 +86,6 @@ func stored(parent uint64, hashes []uint64, toks []uint32) *WireBatch {
 
 func removed(hashes ...uint64) *WireBatch {
 	return &WireBatch{Timestamp: 2.5, Events: []WireEvent{{Kind: radix.Removed, BlockHashes: hashes, Medium: "GPU"}}}
-}
-
-// waitFor polls cond until it holds, failing the test after 10 s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
-// checkNoLeak fails the test if goroutines started during it are still
-// running after cleanup; register it first so it runs last.
-func checkNoLeak(t testing.TB) {
-	base := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > base {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<16)
-				n := runtime.Stack(buf, true)
-				t.Errorf("goroutine leak: %d running, %d before\n%s", runtime.NumGoroutine(), base, buf[:n])
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	})
 }
 
 func testConfig() Config {

@@ -1,65 +1,13 @@
 package zmqin
 
 import (
-	"bufio"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/radix"
 )
-
-// debianPython is Debian's interpreter, which python3-zmq and python3-msgpack
-// install into (the python3 on PATH may be another one).
-const debianPython = "/usr/bin/python3"
-
-// requireDebianPyzmq skips the test, loudly, when Debian's python cannot
-// import zmq and msgpack; under CI (CI=true, where .ci/run installs them) it
-// fails instead, so the interoperability test never passes silently.
-func requireDebianPyzmq(t *testing.T) {
-	t.Helper()
-	out, err := exec.Command(debianPython, "-c", "import zmq, msgpack").CombinedOutput()
-	if err == nil {
-		return
-	}
-	msg := fmt.Sprintf("libzmq interop test needs %s with python3-zmq and python3-msgpack "+
-		"(apt-get install -y python3-zmq python3-msgpack): %v: %s", debianPython, err, strings.TrimSpace(string(out)))
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip("SKIPPING: " + msg)
-}
-
-// pyScript starts debianPython with args (a testdata script and its
-// arguments) and returns its stdin and stdout. At cleanup stdin is closed,
-// which ends the script, and the script must exit 0.
-func pyScript(t *testing.T, args ...string) (io.WriteCloser, *bufio.Reader) {
-	t.Helper()
-	cmd := exec.Command(debianPython, args...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = stdin.Close()
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("%s: %v", args[0], err)
-		}
-	})
-	return stdin, bufio.NewReader(stdout)
-}
 
 // TestInteropLibzmq: a vLLM-shaped publisher on libzmq (pyzmq), encoding
 // events in msgspec's array and map forms, a legacy [ts, events] batch and

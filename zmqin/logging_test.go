@@ -44,10 +44,10 @@ func TestFlappingListenerCannotFlood(t *testing.T) {
 	cfg.LogBurst, cfg.LogEvery = 4, time.Hour
 	in := newIngress(t, cfg)
 	peer := newRawPeer(t)
-	in.Sync(7, testBlockSize, []core.RankSource{{DPRank: 1, Endpoint: peer.endpoint()}}, newIndexSink(t))
+	in.Sync(7, testBlockSize, []core.RankSource{{DPRank: 1, Endpoint: peer.Endpoint()}}, newIndexSink(t))
 	const flaps = 60
 	for range flaps {
-		c := peer.next(t)
+		c := peer.Next(t)
 		_ = c.Close()
 	}
 	waitFor(t, "60 connections", func() bool { return in.Stats().Connects >= flaps })
@@ -58,7 +58,7 @@ func TestFlappingListenerCannotFlood(t *testing.T) {
 	if s := in.Stats(); s.LogsSuppressed < flaps {
 		t.Fatalf("LogsSuppressed %d, want at least %d", s.LogsSuppressed, flaps)
 	}
-	for _, want := range []string{`msg="kv listener connected" worker_id=7 dp_rank=1 endpoint=` + peer.endpoint(), `msg="kv listener disconnected; redialing"`} {
+	for _, want := range []string{`msg="kv listener connected" worker_id=7 dp_rank=1 endpoint=` + peer.Endpoint(), `msg="kv listener disconnected; redialing"`} {
 		if !strings.Contains(strings.Join(lines, "\n"), want) {
 			t.Errorf("no %q in\n%s", want, strings.Join(lines, "\n"))
 		}
@@ -75,11 +75,11 @@ func TestGapAndRestartAreLogged(t *testing.T) {
 	in := newIngress(t, cfg)
 	peer := newRawPeer(t)
 	sink := newIndexSink(t)
-	in.Sync(3, testBlockSize, []core.RankSource{{Endpoint: peer.endpoint()}}, sink)
-	c := peer.next(t)
+	in.Sync(3, testBlockSize, []core.RankSource{{Endpoint: peer.Endpoint()}}, sink)
+	c := peer.Next(t)
 	enc := Encoder{}
 	for _, seq := range []uint64{0, 1, 5} { // 2..4 missing: a gap without replay
-		if err := c.send(rawLive(seq, enc.AppendBatch(nil, stored(0, []uint64{seq + 1}, tokens(uint32(seq*10+1), 1))))); err != nil {
+		if err := c.Send(rawLive(seq, enc.AppendBatch(nil, stored(0, []uint64{seq + 1}, tokens(uint32(seq*10+1), 1))))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -87,8 +87,8 @@ func TestGapAndRestartAreLogged(t *testing.T) {
 	_ = c.Close()
 	// A new connection whose first seq is at or below the watermark: a
 	// restarted publisher (rule 1).
-	c = peer.next(t)
-	if err := c.send(rawLive(0, enc.AppendBatch(nil, stored(0, []uint64{99}, tokens(500, 1))))); err != nil {
+	c = peer.Next(t)
+	if err := c.Send(rawLive(0, enc.AppendBatch(nil, stored(0, []uint64{99}, tokens(500, 1))))); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the restart", func() bool { return in.Stats().Restarts == 1 })

@@ -91,7 +91,7 @@ func BenchmarkRegisterRanks(b *testing.B) {
 			var ep string
 			var ready func(Stats) bool
 			if tc.name == "live" {
-				ep = newRawPeer(b).endpoint()
+				ep = newRawPeer(b).Endpoint()
 				ready = func(s Stats) bool { return s.Connects >= uint64(tc.n) }
 			} else {
 				ep = refusedEndpoint
@@ -180,9 +180,9 @@ func TestUnconnectedRankCost(t *testing.T) {
 		}
 		defer in.Close()
 		h0, s0, g0 := settle()
-		syncRanks(in, newIndexSink(t), n, peer.endpoint())
+		syncRanks(in, newIndexSink(t), n, peer.Endpoint())
 		waitFor(t, "connected", func() bool { return in.Stats().Connected == n })
-		peer.close() // every connection lost; redials wait a minute
+		peer.Close() // every connection lost; redials wait a minute
 		waitFor(t, "disconnected", func() bool { s := in.Stats(); return s.Connected == 0 && s.RecvErrors == n })
 		h1, s1, g1 := settle()
 		check("disconnected", rankCost{

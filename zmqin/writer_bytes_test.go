@@ -34,13 +34,13 @@ func TestWriterQueueBytesBound(t *testing.T) {
 	openGate := sync.OnceFunc(func() { close(sink.Gate) })
 	t.Cleanup(openGate) // before the ingress closes (cleanups run in reverse)
 	peer := newRawPeer(t)
-	in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: peer.endpoint()}}, sink)
+	in.Sync(1, testBlockSize, []core.RankSource{{Endpoint: peer.Endpoint()}}, sink)
 	const n, k = 40, 500
 	var stream []byte
 	for seq := range uint64(n) {
 		stream = append(stream, rawLive(seq, Encoder{}.AppendBatch(nil, manyRemoved(seq<<20, k)))...)
 	}
-	if err := peer.next(t).send(stream); err != nil {
+	if err := peer.Next(t).Send(stream); err != nil {
 		t.Fatal(err)
 	}
 	check := func() Stats {

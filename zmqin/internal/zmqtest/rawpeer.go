@@ -1,4 +1,4 @@
-package zmqin
+package zmqtest
 
 import (
 	"bufio"
@@ -11,30 +11,30 @@ import (
 	"time"
 )
 
-// rawPeer is a hostile (or merely minimal) ZMQ PUB written byte by byte: it
+// RawPeer is a hostile (or merely minimal) ZMQ PUB written byte by byte: it
 // accepts TCP connections on loopback, answers the ZMTP 3.0 greeting and
 // NULL READY (Socket-Type PUB) at once, and then writes whatever bytes a
-// test gives it. Nothing of this package's transport is used on its side,
-// so a test of the listener's limits cannot share a bug with them.
+// test gives it. Nothing of kvselect's transport (zmqin/zmtp) is used on
+// its side, so a test of a listener's limits cannot share a bug with them.
 //
 // The accept loop is the only goroutine: an accepted connection is not read
-// unless a test calls rawConn.awaitSubscription.
-type rawPeer struct {
+// unless a test calls Next, Accept or RawConn.ReadMsg.
+type RawPeer struct {
 	ln       net.Listener
-	accepted chan *rawConn
+	accepted chan *RawConn
 	done     chan struct{} // closed when the accept loop exits
 
 	mu    sync.Mutex
 	conns []net.Conn // guarded by mu; closed by close
 }
 
-type rawConn struct {
+type RawConn struct {
 	net.Conn
 	r *bufio.Reader
 }
 
-// rawGreeting is a ZMTP 3.0 greeting for the NULL mechanism, as-server 0.
-func rawGreeting() []byte {
+// Greeting is a ZMTP 3.0 greeting for the NULL mechanism, as-server 0.
+func Greeting() []byte {
 	g := make([]byte, 64)
 	g[0], g[9] = 0xff, 0x7f
 	g[10], g[11] = 3, 0
@@ -42,28 +42,28 @@ func rawGreeting() []byte {
 	return g
 }
 
-// rawReady is a READY command frame with Socket-Type typ.
-func rawReady(typ string) []byte {
+// Ready is a READY command frame with Socket-Type typ.
+func Ready(typ string) []byte {
 	data := append([]byte{byte(len("Socket-Type"))}, "Socket-Type"...)
 	data = binary.BigEndian.AppendUint32(data, uint32(len(typ)))
-	return rawCommand("READY", append(data, typ...))
+	return Command("READY", append(data, typ...))
 }
 
-// rawCommand is a short command frame: name and data.
-func rawCommand(name string, data []byte) []byte {
+// Command is a short command frame: name and data.
+func Command(name string, data []byte) []byte {
 	body := append(append([]byte{byte(len(name))}, name...), data...)
 	return append([]byte{0x04, byte(len(body))}, body...)
 }
 
-// rawFrame encodes one message frame: flags (MORE when more), then a 1- or
+// Frame encodes one message frame: flags (MORE when more), then a 1- or
 // 8-byte size, then body.
-func rawFrame(more bool, body []byte) []byte {
-	return append(rawFrameHeader(more, uint64(len(body))), body...)
+func Frame(more bool, body []byte) []byte {
+	return append(FrameHeader(more, uint64(len(body))), body...)
 }
 
-// rawFrameHeader encodes a frame's flags and size only: a test can announce
+// FrameHeader encodes a frame's flags and size only: a test can announce
 // a body it never sends.
-func rawFrameHeader(more bool, size uint64) []byte {
+func FrameHeader(more bool, size uint64) []byte {
 	var flags byte
 	if more {
 		flags |= 0x01
@@ -74,30 +74,32 @@ func rawFrameHeader(more bool, size uint64) []byte {
 	return []byte{flags, byte(size)}
 }
 
-// rawMsg encodes a complete multipart message.
-func rawMsg(frames ...[]byte) []byte {
+// Msg encodes a complete multipart message.
+func Msg(frames ...[]byte) []byte {
 	var b []byte
 	for i, f := range frames {
-		b = append(b, rawFrame(i < len(frames)-1, f)...)
+		b = append(b, Frame(i < len(frames)-1, f)...)
 	}
 	return b
 }
 
-// rawLive encodes a live KV event message [topic, seq, payload].
-func rawLive(seq uint64, payload []byte) []byte {
-	return rawMsg([]byte("kv"), binary.BigEndian.AppendUint64(nil, seq), payload)
+// Live encodes a live KV event message [topic, seq, payload].
+func Live(seq uint64, payload []byte) []byte {
+	return Msg([]byte("kv"), binary.BigEndian.AppendUint64(nil, seq), payload)
 }
 
-func newRawPeer(t testing.TB) *rawPeer { return newRawPeerType(t, "PUB") }
+// NewRawPeer starts a RawPeer announcing Socket-Type PUB; it closes at
+// the test's cleanup.
+func NewRawPeer(t testing.TB) *RawPeer { return NewRawPeerType(t, "PUB") }
 
-// newRawPeerType is newRawPeer with another socket type in READY.
-func newRawPeerType(t testing.TB, typ string) *rawPeer {
+// NewRawPeerType is NewRawPeer with another socket type in READY.
+func NewRawPeerType(t testing.TB, typ string) *RawPeer {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &rawPeer{ln: ln, accepted: make(chan *rawConn, 1<<14), done: make(chan struct{})}
-	hello := append(rawGreeting(), rawReady(typ)...)
+	p := &RawPeer{ln: ln, accepted: make(chan *RawConn, 1<<14), done: make(chan struct{})}
+	hello := append(Greeting(), Ready(typ)...)
 	go func() {
 		defer close(p.done)
 		for {
@@ -113,29 +115,30 @@ func newRawPeerType(t testing.TB, typ string) *rawPeer {
 				continue
 			}
 			select {
-			case p.accepted <- &rawConn{Conn: c, r: bufio.NewReader(c)}:
+			case p.accepted <- &RawConn{Conn: c, r: bufio.NewReader(c)}:
 			default: // nobody will ask for it (benchmarks)
 			}
 		}
 	}()
-	t.Cleanup(p.close)
+	t.Cleanup(p.Close)
 	return p
 }
 
-func (p *rawPeer) endpoint() string { return "tcp://" + p.ln.Addr().String() }
+// Endpoint is the peer's tcp:// endpoint, for a listener to dial.
+func (p *RawPeer) Endpoint() string { return "tcp://" + p.ln.Addr().String() }
 
-// close stops accepting, closes every connection and forgets them.
-func (p *rawPeer) close() {
+// Close stops accepting, closes every connection and forgets them.
+func (p *RawPeer) Close() {
 	_ = p.ln.Close()
 	<-p.done
-	p.dropAll()
+	p.DropAll()
 	for len(p.accepted) > 0 {
 		<-p.accepted
 	}
 }
 
-// dropAll closes every connection accepted so far.
-func (p *rawPeer) dropAll() {
+// DropAll closes every connection accepted so far.
+func (p *RawPeer) DropAll() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range p.conns {
@@ -144,13 +147,13 @@ func (p *rawPeer) dropAll() {
 	p.conns = nil
 }
 
-// next returns the next accepted connection once its subscriber has sent
+// Next returns the next accepted connection once its subscriber has sent
 // its greeting, READY and a subscription.
-func (p *rawPeer) next(t testing.TB) *rawConn {
+func (p *RawPeer) Next(t testing.TB) *RawConn {
 	t.Helper()
-	c := p.accept(t)
+	c := p.Accept(t)
 	for {
-		frames, err := c.readMsg()
+		frames, err := c.ReadMsg()
 		if err != nil {
 			t.Fatalf("raw peer: %v", err)
 		}
@@ -160,9 +163,9 @@ func (p *rawPeer) next(t testing.TB) *rawConn {
 	}
 }
 
-// accept returns the next accepted connection once its peer's greeting
+// Accept returns the next accepted connection once its peer's greeting
 // has been read.
-func (p *rawPeer) accept(t testing.TB) *rawConn {
+func (p *RawPeer) Accept(t testing.TB) *RawConn {
 	t.Helper()
 	select {
 	case c := <-p.accepted:
@@ -177,8 +180,8 @@ func (p *rawPeer) accept(t testing.TB) *rawConn {
 	return nil
 }
 
-// readMsg reads the next message, skipping commands (READY).
-func (c *rawConn) readMsg() ([][]byte, error) {
+// ReadMsg reads the next message, skipping commands (READY).
+func (c *RawConn) ReadMsg() ([][]byte, error) {
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	defer c.SetReadDeadline(time.Time{})
 	var frames [][]byte
@@ -218,17 +221,17 @@ func (c *rawConn) readMsg() ([][]byte, error) {
 	}
 }
 
-// send writes raw bytes; an error (the listener dropped the connection) is
+// Send writes raw bytes; an error (the listener dropped the connection) is
 // returned, not fatal: abuse tests expect it.
-func (c *rawConn) send(b []byte) error {
+func (c *RawConn) Send(b []byte) error {
 	_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	_, err := c.Write(b)
 	return err
 }
 
-// awaitClosed reads until the listener closes the connection (EOF or
+// AwaitClosed reads until the listener closes the connection (EOF or
 // reset), failing the test after 10 s.
-func (c *rawConn) awaitClosed(t testing.TB) {
+func (c *RawConn) AwaitClosed(t testing.TB) {
 	t.Helper()
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	_, err := io.Copy(io.Discard, c.r)

@@ -12,6 +12,7 @@ import (
 	"github.com/kvselect/kvselect/radix"
 	"github.com/kvselect/kvselect/zmqin"
 	"github.com/kvselect/kvselect/zmqin/zmqpub"
+	"github.com/kvselect/kvselect/zmqin/zmtp"
 )
 
 // EngineConfig configures a simulated engine: Ranks data-parallel ranks,
@@ -63,7 +64,7 @@ func (c EngineConfig) Validate() error {
 // 0), as vLLM's offset_endpoint_port does; other schemes get a _dp<rank>
 // suffix for rank > 0.
 func offsetEndpoint(ep string, rank int) (string, bool, error) {
-	if _, err := zmqin.ParseEndpoint(ep); err != nil {
+	if _, err := zmtp.ParseEndpoint(ep); err != nil {
 		return "", false, err
 	}
 	rest, ok := cutPrefix(ep, "tcp://")

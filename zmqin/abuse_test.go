@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/radix"
+	"github.com/kvselect/kvselect/zmqin/zmtp"
 )
 
 // Tests of hostile publishers, each a raw ZMTP peer on loopback TCP that
@@ -78,7 +79,7 @@ func TestMessageLimits(t *testing.T) {
 		want   func(Stats) uint64
 		errSub string
 	}{
-		{"frame past the hard budget", cat(more([]byte("kv")), more(seq0), bytes.Repeat(more([]byte{0x90}), DefaultHardFrames-2), rawFrameHeader(false, 32*kib)),
+		{"frame past the hard budget", cat(more([]byte("kv")), more(seq0), bytes.Repeat(more([]byte{0x90}), zmtp.DefaultHardFrames-2), rawFrameHeader(false, 32*kib)),
 			func(s Stats) uint64 { return s.TooManyFrames }, "too many frames"},
 		{"discarded frames too large", cat(more([]byte("kv")), more(seq0), more([]byte{0x90}), more(make([]byte, 40*kib)), rawFrameHeader(true, 40*kib)),
 			func(s Stats) uint64 { return s.MessageTooLarge }, "message too large"},

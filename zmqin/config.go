@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"runtime"
 	"time"
+
+	"github.com/kvselect/kvselect/zmqin/zmtp"
 )
 
 // Config configures an Ingress. The zero Config is valid: every zero field
@@ -103,12 +105,12 @@ const (
 	replayFrames = 4
 )
 
-func (in *Ingress) liveLimits() Limits {
-	return Limits{MaxFrames: liveFrames, MaxFrameSize: in.cfg.MaxFrameSize, MaxMessageSize: in.cfg.MaxMessageSize}
+func (in *Ingress) liveLimits() zmtp.Limits {
+	return zmtp.Limits{MaxFrames: liveFrames, MaxFrameSize: in.cfg.MaxFrameSize, MaxMessageSize: in.cfg.MaxMessageSize}
 }
 
-func (in *Ingress) replayLimits() Limits {
-	return Limits{MaxFrames: replayFrames, MaxFrameSize: in.cfg.MaxFrameSize, MaxMessageSize: in.cfg.MaxMessageSize}
+func (in *Ingress) replayLimits() zmtp.Limits {
+	return zmtp.Limits{MaxFrames: replayFrames, MaxFrameSize: in.cfg.MaxFrameSize, MaxMessageSize: in.cfg.MaxMessageSize}
 }
 
 // nextBackoff returns the wait before the dial after one that waited b:

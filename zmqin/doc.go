@@ -1,12 +1,11 @@
 // Package zmqin is kvselect's ZeroMQ ingress for the KV-cache events that
 // vLLM and SGLang workers publish (vllm-project/vllm:
 // vllm/distributed/kv_events.py, sgl-project/sglang:
-// python/sglang/srt/disaggregation/kv_events.py): the wire codec, the
-// per-rank listeners behind core.Ingress (Ingress) and the ZMTP connection
-// they use (Conn). It is the only package that imports a ZMQ library
-// (go-zeromq/zmq4, for the handshake only: see transport.go for why its
-// Socket types and framing are not used). The publishing side that the
-// simulated engines and tests use is package zmqpub.
+// python/sglang/srt/disaggregation/kv_events.py): the wire codec and the
+// per-rank listeners behind core.Ingress (Ingress). The listeners speak
+// ZMQ through package zmqin/zmtp (the ZMTP connection, Conn, and its
+// Limits), the only package that imports a ZMQ library. The publishing
+// side that the simulated engines and tests use is package zmqpub.
 //
 // # Using an Ingress (the host's duties)
 //
@@ -18,7 +17,7 @@
 //     by rank (see Ingress.Sync). A rank's replay endpoint is honoured only
 //     when the worker has exactly one rank (data_parallel_size 1). Validate
 //     endpoints beforehand (core validates them at registration with
-//     core.ParseZMQEndpoint, the parser ParseEndpoint wraps): Sync cannot fail, and a
+//     core.ParseZMQEndpoint, the parser zmtp.ParseEndpoint wraps): Sync cannot fail, and a
 //     listener with an unusable endpoint keeps retrying with its error in
 //     Status.
 //  3. Detach(worker) on DELETE or when the worker leaves its partition; on
@@ -51,21 +50,22 @@
 // is retried less often than DialBackoffMax once they are more than
 // DialRate x DialBackoffMax). zmq4's automatic reconnect is never used.
 //
-// Receiving: messages are read within limits checked at each frame
-// header, before the frame's body is read: at most 3 frames, MaxFrameSize
-// bytes per frame and MaxMessageSize per message, so a reader holds at
-// most one message of at most MaxMessageSize (a large frame's memory is
-// allocated as its bytes arrive, not as announced). A peer that breaks a limit
-// loses its connection (counted in RecvErrors and by reason:
-// TooManyFrames, MessageTooLarge, FrameTooLarge; the reason becomes the
-// rank's LastError), as does any other receive error (the publisher
-// closed). Messages that are not [topic, seq (8 bytes BE), payload] are
-// counted (BadFrames) and skipped. The rest go into the connection's
-// queue, bounded by QueueLimit messages and MaxQueueBytes payload bytes,
-// while all queues together hold at most MaxTotalQueueBytes: a message
-// that does not fit is dropped and counted (Overflow), and shows later as
-// a sequence gap. Stats reports the queued messages and bytes and the
-// limits.
+// Receiving: messages are read within limits (zmtp.Limits) checked at each
+// frame header, before the frame's body is read: at most 3 frames kept (a
+// message of more, up to zmtp.DefaultHardFrames, is read to its end and
+// skipped, counted in ExtraFrames, the connection kept), MaxFrameSize bytes
+// per frame and MaxMessageSize per message, so a reader holds at most one
+// message of at most MaxMessageSize (a large frame's memory is allocated as
+// its bytes arrive, not as announced). A peer that breaks a limit loses its
+// connection (counted in RecvErrors and by reason: TooManyFrames,
+// MessageTooLarge, FrameTooLarge; the reason becomes the rank's LastError),
+// as does any other receive error (the publisher closed). Messages that are
+// not [topic, seq (8 bytes BE), payload] are counted (BadFrames) and
+// skipped. The rest go into the connection's queue, bounded by QueueLimit
+// messages and MaxQueueBytes payload bytes, while all queues together hold
+// at most MaxTotalQueueBytes: a message that does not fit is dropped and
+// counted (Overflow), and shows later as a sequence gap. Stats reports the
+// queued messages and bytes and the limits.
 //
 // Processing: the listener's goroutine owns the rank's sequence watermark
 // and Decoder. It applies the rules below, decodes, copies the events out
@@ -212,21 +212,6 @@
 // queue to the PubSocket); the drainer (inbound queue to the service;
 // snapshot re-requests); per peer, a dial-and-receive loop. Close stops
 // them all.
-//
-// # Transport
-//
-// Conn is one ZMTP 3.0 connection (NULL mechanism) that Dial or Open
-// makes over a net.Conn this package owns; Close unblocks a pending Recv.
-// Recv reads one message within the connection's Limits (frames per
-// message, bytes per frame and per message), checked at each frame header
-// so that a peer can never make it buffer more; a violation fails with
-// ErrTooManyFrames, ErrMessageTooLarge or ErrFrameTooLarge, and the
-// connection must be dropped. The limits are per connection because the
-// protocols differ: a live message has 3 frames, a replay reply 4, a
-// replica-sync envelope 2. Recv answers a ZMTP 3.1 PING with a PONG, so
-// libzmq peers with heartbeats on (Dynamo's sockets) keep an idle
-// connection (TestHeartbeatLibzmq); it sends no PING of its own (TCP
-// keepalive finds dead peers). zmqpub's Publisher uses Conn too.
 //
 // # Wire format handled
 //

@@ -9,17 +9,18 @@ import (
 	"sync/atomic"
 
 	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/zmqin/zmtp"
 	"golang.org/x/sync/semaphore"
 )
 
 // countLimit counts a connection dropped for breaking its Limits.
 func (in *Ingress) countLimit(err error) {
 	switch {
-	case errors.Is(err, ErrTooManyFrames):
+	case errors.Is(err, zmtp.ErrTooManyFrames):
 		in.st.tooManyFrames.Add(1)
-	case errors.Is(err, ErrMessageTooLarge):
+	case errors.Is(err, zmtp.ErrMessageTooLarge):
 		in.st.messageTooLarge.Add(1)
-	case errors.Is(err, ErrFrameTooLarge):
+	case errors.Is(err, zmtp.ErrFrameTooLarge):
 		in.st.frameTooLarge.Add(1)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/kvselect/kvselect/radix"
 	"github.com/kvselect/kvselect/zmqin/internal/budget"
 	"github.com/kvselect/kvselect/zmqin/internal/ratelog"
+	"github.com/kvselect/kvselect/zmqin/zmtp"
 )
 
 // queued is one live message handed from a connection's reader to the
@@ -45,9 +46,9 @@ type rankListener struct {
 
 	mu struct {
 		sync.Mutex
-		conn      *Conn // the live SUB connection, for stop to close
-		connected bool  // a connection's reader is running
-		replaying bool  // run: a replay is in progress
+		conn      *zmtp.Conn // the live SUB connection, for stop to close
+		connected bool       // a connection's reader is running
+		replaying bool       // run: a replay is in progress
 		stopped   bool
 		// paused: run was ended by pause and not started again; the
 		// watermark and decoder state stay for resume. ctx, cancel and
@@ -237,7 +238,7 @@ func (l *rankListener) run() {
 			return
 		}
 		paced = true
-		zc, err := Dial(l.ctx, l.src.Endpoint, Sub, l.in.liveLimits())
+		zc, err := zmtp.Dial(l.ctx, l.src.Endpoint, zmtp.Sub, l.in.liveLimits())
 		if err == nil {
 			// ZMTP 3.0 subscription message: 1 then the topic ("" = all).
 			if err = zc.Send([]byte{1}); err != nil {
@@ -308,7 +309,7 @@ func (l *rankListener) wait(d time.Duration, paced bool) bool {
 // reference follows from this order: every seq consumed before the first
 // message of this connection came from earlier connections, so was
 // published before this subscription.
-func (l *rankListener) serve(zc *Conn) (delivered bool, err error) {
+func (l *rankListener) serve(zc *zmtp.Conn) (delivered bool, err error) {
 	l.mu.Lock()
 	if l.mu.stopped {
 		l.mu.Unlock()
@@ -346,11 +347,11 @@ func (l *rankListener) serve(zc *Conn) (delivered bool, err error) {
 // reports whether any message was a well-formed [topic, seq(8), payload].
 // Other messages are counted and skipped; a message that does not fit in
 // the queue is dropped and counted.
-func (l *rankListener) receive(zc *Conn, q chan<- queued) (delivered bool, err error) {
+func (l *rankListener) receive(zc *zmtp.Conn, q chan<- queued) (delivered bool, err error) {
 	var frames [][]byte
 	for {
 		frames, err = zc.Recv(frames)
-		if errors.Is(err, ErrExtraFrames) {
+		if errors.Is(err, zmtp.ErrExtraFrames) {
 			l.in.st.extraFrames.Add(1)
 			l.setErr(err)
 			l.lg.LogAt(slog.LevelWarn, "kv message with extra frames; skipped, the connection stays up", "err", err)

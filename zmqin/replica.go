@@ -14,6 +14,7 @@ import (
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/zmqin/internal/budget"
 	"github.com/kvselect/kvselect/zmqin/internal/ratelog"
+	"github.com/kvselect/kvselect/zmqin/zmtp"
 )
 
 // MeshConfig configures a Mesh. Zero fields take the defaults named beside
@@ -151,7 +152,7 @@ type inEvent struct {
 type Mesh struct {
 	cfg   MeshConfig
 	id    uint64
-	pub   *PubSocket
+	pub   *zmtp.PubSocket
 	out   chan []byte
 	in    chan inEvent
 	ctx   context.Context
@@ -177,7 +178,7 @@ type meshPeer struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	live   atomic.Bool
-	conn   atomic.Pointer[Conn]
+	conn   atomic.Pointer[zmtp.Conn]
 	lg     ratelog.Logger
 	// short is set when a snapshot event of this peer could not be
 	// applied because its partition or worker was not registered here
@@ -218,7 +219,7 @@ type meshStats struct {
 	connects, disconnects, dialErrors     atomic.Uint64
 	// limitDrops counts peer connections dropped because a message broke
 	// the Limits, by limitReason.
-	limitDrops [numLimitReasons]atomic.Uint64
+	limitDrops [zmtp.NumLimitReasons]atomic.Uint64
 	// outBytes and inBytes are the bytes in the outbound and inbound
 	// queues (at most MaxQueueBytes each): counted before queueing,
 	// uncounted once handed to the PUB socket or applied.
@@ -286,12 +287,12 @@ func NewMesh(cfg MeshConfig) (*Mesh, error) {
 	}
 	m.ctx, m.stop = context.WithCancel(context.Background())
 	m.mu.peers = map[string]*meshPeer{}
-	pc := PubConfig{Endpoint: cfg.Bind, HWM: cfg.HWM, MaxBytes: cfg.MaxQueueBytes}
+	pc := zmtp.PubConfig{Endpoint: cfg.Bind, HWM: cfg.HWM, MaxBytes: cfg.MaxQueueBytes}
 	if !cfg.NoSnapshot {
 		pc.OnSubscribe = m.sendSnapshot
 	}
 	var err error
-	if m.pub, err = ListenPub(pc); err != nil {
+	if m.pub, err = zmtp.ListenPub(pc); err != nil {
 		return nil, err
 	}
 	m.wg.Add(1)
@@ -414,7 +415,7 @@ func (m *Mesh) sendAffinity(payload []byte) {
 // A booking completed or freed while the snapshot is taken may reach the
 // joiner as a free before its snapshot admission; such a stale mirror
 // lives until the expiry guard, as any lost event of the best-effort mesh.
-func (m *Mesh) sendSnapshot(p *PubPeer, topic string) {
+func (m *Mesh) sendSnapshot(p *zmtp.PubPeer, topic string) {
 	box := m.apply.Load()
 	if topic != SnapshotTopic || box == nil {
 		return
@@ -422,13 +423,20 @@ func (m *Mesh) sendSnapshot(p *PubPeer, topic string) {
 	// A peer gets at most snapshotBurst snapshots per snapshotWindow (the
 	// one at connect and a resync or two after its catalog changed): each
 	// walks the whole ledger, and any TCP peer can subscribe.
+	// When they were sent, oldest first, is the peer's Local state (this
+	// runs on its reader goroutine only).
+	sent, _ := p.Local.(*[snapshotBurst]time.Time)
+	if sent == nil {
+		sent = new([snapshotBurst]time.Time)
+		p.Local = sent
+	}
 	now := time.Now()
-	if now.Sub(p.snapshots[0]) < snapshotWindow {
+	if now.Sub(sent[0]) < snapshotWindow {
 		m.st.snapshotsRefused.Add(1)
 		return
 	}
-	copy(p.snapshots[:], p.snapshots[1:])
-	p.snapshots[snapshotBurst-1] = now
+	copy(sent[:], sent[1:])
+	sent[snapshotBurst-1] = now
 	for _, ev := range box.AppendLocalBookings(nil) {
 		if !p.Send([][]byte{snapshotTopicBytes, AppendEnvelope(make([]byte, 0, envelopeBound(&ev)), &ev, m.id)}) {
 			// The peer's queue is full: the rest of this snapshot is lost

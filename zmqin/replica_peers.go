@@ -15,6 +15,7 @@ import (
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/zmqin/internal/budget"
 	"github.com/kvselect/kvselect/zmqin/internal/ratelog"
+	"github.com/kvselect/kvselect/zmqin/zmtp"
 )
 
 // The SUB side of a Mesh: the peer set and one dial-and-receive loop per
@@ -139,12 +140,12 @@ func (m *Mesh) List() []string {
 func (m *Mesh) receive(ctx context.Context, ep string, p *meshPeer) {
 	defer m.wg.Done()
 	defer close(p.done)
-	lim := Limits{MaxFrames: 2, MaxFrameSize: m.cfg.MaxMessage, MaxMessageSize: m.cfg.MaxMessage + 64}
+	lim := zmtp.Limits{MaxFrames: 2, MaxFrameSize: m.cfg.MaxMessage, MaxMessageSize: m.cfg.MaxMessage + 64}
 	backoff := m.cfg.BackoffMin
 	var frames [][]byte
 	failing := false
 	for ctx.Err() == nil {
-		zc, err := Dial(ctx, ep, Sub, lim)
+		zc, err := zmtp.Dial(ctx, ep, zmtp.Sub, lim)
 		if err == nil {
 			err = zc.Send(append([]byte{1}, replicaTopicBytes...))
 			if err == nil && !m.cfg.NoSnapshot {
@@ -183,7 +184,7 @@ func (m *Mesh) receive(ctx context.Context, ep string, p *meshPeer) {
 		backoff = m.cfg.BackoffMin
 		for {
 			frames, err = zc.Recv(frames)
-			if errors.Is(err, ErrExtraFrames) {
+			if errors.Is(err, zmtp.ErrExtraFrames) {
 				m.st.received.Add(1)
 				m.st.dropped[MeshDropExtraFrames].Add(1)
 				p.lg.LogAt(slog.LevelWarn, "replica message with extra frames; skipped, the connection stays up", "err", err)
@@ -203,7 +204,7 @@ func (m *Mesh) receive(ctx context.Context, ep string, p *meshPeer) {
 		if ctx.Err() == nil {
 			p.lg.LogAt(slog.LevelWarn, "replica peer disconnected; redialing", "err", err)
 		}
-		if limitReason(err) >= 0 {
+		if zmtp.LimitReason(err) >= 0 {
 			// A peer that broke a limit would break it again at once:
 			// redial after the backoff, not in a tight loop.
 			select {
@@ -267,7 +268,7 @@ func (m *Mesh) handle(frames [][]byte, p *meshPeer) {
 
 // countLimit counts a peer connection dropped for breaking the Limits.
 func (m *Mesh) countLimit(err error) {
-	if r := limitReason(err); r >= 0 {
+	if r := zmtp.LimitReason(err); r >= 0 {
 		m.st.limitDrops[r].Add(1)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"time"
+
+	"github.com/kvselect/kvselect/zmqin/zmtp"
 )
 
 // The processing half of a rankListener, run by its goroutine for each
@@ -130,7 +132,7 @@ func (l *rankListener) replay(start uint64, verify bool) (restarted bool, err er
 	l.replays.Add(1)
 	timeout := l.in.cfg.ReplayTimeout
 	ctx, cancel := context.WithTimeout(l.ctx, timeout)
-	zc, err := Dial(ctx, l.src.ReplayEndpoint, Dealer, l.in.replayLimits())
+	zc, err := zmtp.Dial(ctx, l.src.ReplayEndpoint, zmtp.Dealer, l.in.replayLimits())
 	cancel()
 	if err != nil {
 		return false, err
@@ -154,7 +156,7 @@ func (l *rankListener) replay(start uint64, verify bool) (restarted bool, err er
 	for {
 		zc.SetReadDeadline(time.Now().Add(timeout))
 		frames, err = zc.Recv(frames)
-		if errors.Is(err, ErrExtraFrames) {
+		if errors.Is(err, zmtp.ErrExtraFrames) {
 			l.in.st.extraFrames.Add(1) // a malformed reply: the replay fails
 		}
 		if err != nil {

@@ -19,8 +19,6 @@ type (
 var (
 	newRawPeer     = zmqtest.NewRawPeer
 	newRawPeerType = zmqtest.NewRawPeerType
-	rawReady       = zmqtest.Ready
-	rawCommand     = zmqtest.Command
 	rawFrame       = zmqtest.Frame
 	rawFrameHeader = zmqtest.FrameHeader
 	rawMsg         = zmqtest.Msg

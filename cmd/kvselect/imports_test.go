@@ -26,8 +26,9 @@ var allowedInRepo = map[string][]string{
 	"radix":        {},
 	"sched":        {"radix"},
 	"core":         {"radix", "sched"},
-	"zmqin":        {"core", "radix", "zmqin/internal/msgpack", "zmqin/internal/ratelog", "zmqin/internal/budget"},
-	"zmqin/zmqpub": {"zmqin", "core", "radix"},
+	"zmqin":        {"core", "radix", "zmqin/zmtp", "zmqin/internal/msgpack", "zmqin/internal/ratelog", "zmqin/internal/budget"},
+	"zmqin/zmtp":   {"core", "zmqin/internal/budget"}, // core: the one endpoint parser (core.ParseZMQEndpoint)
+	"zmqin/zmqpub": {"zmqin", "zmqin/zmtp", "core", "radix"},
 	"httpapi":      {"core", "perf", "httpapi/internal/jsonscan"},
 	// The client is for callers: the standard library only.
 	"httpapi/client": {},
@@ -38,7 +39,7 @@ var allowedInRepo = map[string][]string{
 	"perf":            {},
 	// perf/promcheck reads expositions for tests only (expfmt).
 	"perf/promcheck": {},
-	"bench":          {"radix", "zmqin", "zmqin/zmqpub"},
+	"bench":          {"radix", "zmqin", "zmqin/zmtp", "zmqin/zmqpub"},
 	"bench/sim":      {"bench", "bench/sim/vllm"},
 	"bench/sim/vllm": {},
 	// bench/plot draws numbers it is handed: no harness, no domain.
@@ -75,8 +76,8 @@ var externalOnly = []struct {
 	prefix string
 	owners []string
 }{
-	{"github.com/go-zeromq/", []string{"zmqin"}},
-	{"github.com/pebbe/zmq4", []string{"zmqin"}},
+	{"github.com/go-zeromq/", []string{"zmqin/zmtp"}},
+	{"github.com/pebbe/zmq4", []string{"zmqin/zmtp"}},
 	{"github.com/valyala/fasthttp", []string{"httpapi", "perf", "bench"}},
 	{"flag", []string{"cmd/kvselect"}},
 	// The Prometheus parser is a test tool: it stays out of the binary.
@@ -242,7 +243,8 @@ func checkNoEnv(t reporter, path string) {
 // TestImportRulesNestedPackages: a nested package is governed by its own
 // entry, not its parent's: zmqin may not import zmqin/zmqpub (the
 // publisher stays out of the ingress), zmqin/zmqpub may import zmqin, and
-// neither may import httpapi; bench/sim reaches the selector and the
+// neither may import httpapi; the transport, zmqin/zmtp, imports neither
+// the ingress nor the index, and is the one importer of a ZMQ library; bench/sim reaches the selector and the
 // engines only through bench (no fasthttp, no ZMQ, no index of its own),
 // and bench may not import the simulator.
 func TestImportRulesNestedPackages(t *testing.T) {
@@ -267,7 +269,13 @@ func TestImportRulesNestedPackages(t *testing.T) {
 		{"bench", "github.com/valyala/fasthttp", false},
 		{"bench", "bench/sim", true},
 		{"zmqin/zmqpub", "github.com/go-zeromq/zmq4", true},
-		{"zmqin", "github.com/go-zeromq/zmq4", false},
+		{"zmqin", "github.com/go-zeromq/zmq4", true},
+		{"zmqin/zmtp", "github.com/go-zeromq/zmq4", false},
+		{"zmqin", "zmqin/zmtp", false},
+		{"zmqin/zmqpub", "zmqin/zmtp", false},
+		{"zmqin/zmtp", "zmqin", true},
+		{"zmqin/zmtp", "radix", true},
+		{"zmqin/zmtp", "zmqin/zmqpub", true},
 	} {
 		path := filepath.Join(dir, "f.go")
 		imp := tc.imp

@@ -8,6 +8,7 @@ import (
 	"github.com/kvselect/kvselect/httpapi"
 	"github.com/kvselect/kvselect/perf"
 	"github.com/kvselect/kvselect/zmqin"
+	"github.com/kvselect/kvselect/zmqin/zmtp"
 )
 
 // ingressDescs describe the families writeIngressMetrics writes.
@@ -136,7 +137,7 @@ func writeMeshMetrics(w io.Writer, st zmqin.MeshStats) {
 	perf.WriteCounter(w, "kvselect_replica_peer_connects_total", st.Connects)
 	perf.WriteCounter(w, "kvselect_replica_peer_disconnects_total", st.Disconnects)
 	for r, n := range st.LimitDrops {
-		perf.WriteCounter(w, perf.Label("kvselect_replica_connections_dropped_total", "reason", zmqin.LimitReasonNames[r]), n)
+		perf.WriteCounter(w, perf.Label("kvselect_replica_connections_dropped_total", "reason", zmtp.LimitReasonNames[r]), n)
 	}
 	perf.WriteCounter(w, "kvselect_replica_peer_dial_errors_total", st.DialErrors)
 	perf.WriteGauge(w, "kvselect_replica_outbound_queue_depth", float64(st.OutboundDepth))

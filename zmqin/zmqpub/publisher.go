@@ -3,10 +3,10 @@
 // ZmqEventPublisher does (vllm-project/vllm:vllm/distributed/kv_events.py),
 // for the tests, the simulated engines of package bench, the demo and
 // `kvselect mocker`. The selector itself never publishes: this package is
-// kept out of zmqin, the ingress, and speaks ZMTP through zmqin.Conn (zmqin
-// remains the only package that imports a ZMQ library).
+// kept out of zmqin, the ingress, and speaks ZMTP through zmtp.Conn
+// (zmqin/zmtp remains the only package that imports a ZMQ library).
 //
-// Goroutines of a Publisher: those of its zmqin.PubSocket (an accept loop;
+// Goroutines of a Publisher: those of its zmtp.PubSocket (an accept loop;
 // per subscriber, a reader and a writer), the replay accept loop and one
 // goroutine per replay client. Close stops all of them and returns when
 // they have exited.
@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 
 	"github.com/kvselect/kvselect/zmqin"
+	"github.com/kvselect/kvselect/zmqin/zmtp"
 )
 
 // Config configures a Publisher: one data-parallel rank of a simulated (or
@@ -51,11 +52,11 @@ type Config struct {
 
 // Validate reports a config that cannot work.
 func (c Config) Validate() error {
-	if _, err := zmqin.ParseEndpoint(c.Endpoint); err != nil {
+	if _, err := zmtp.ParseEndpoint(c.Endpoint); err != nil {
 		return err
 	}
 	if c.ReplayEndpoint != "" {
-		if _, err := zmqin.ParseEndpoint(c.ReplayEndpoint); err != nil {
+		if _, err := zmtp.ParseEndpoint(c.ReplayEndpoint); err != nil {
 			return err
 		}
 	}
@@ -82,7 +83,7 @@ type Stats struct {
 // a request of any other shape gets no answer.
 type Publisher struct {
 	cfg      Config
-	pub      *zmqin.PubSocket
+	pub      *zmtp.PubSocket
 	replayLn net.Listener
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -92,8 +93,8 @@ type Publisher struct {
 		sync.Mutex
 		next   uint64 // the seq of the next batch
 		ring   []ringEntry
-		head   int                      // ring[head] is the oldest entry once the ring is full
-		conns  map[*zmqin.Conn]struct{} // replay clients, for Close
+		head   int                     // ring[head] is the oldest entry once the ring is full
+		conns  map[*zmtp.Conn]struct{} // replay clients, for Close
 		closed bool
 	}
 
@@ -103,7 +104,7 @@ type Publisher struct {
 
 // publisherLimits bound what the replay side reads from its clients:
 // replay requests (two frames) are a few bytes.
-var publisherLimits = zmqin.Limits{MaxFrames: 2, MaxFrameSize: 4 << 10, MaxMessageSize: 8 << 10}
+var publisherLimits = zmtp.Limits{MaxFrames: 2, MaxFrameSize: 4 << 10, MaxMessageSize: 8 << 10}
 
 type ringEntry struct {
 	seq     uint64
@@ -123,9 +124,9 @@ func New(cfg Config) (*Publisher, error) {
 	}
 	p := &Publisher{cfg: cfg}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
-	p.mu.conns = make(map[*zmqin.Conn]struct{})
+	p.mu.conns = make(map[*zmtp.Conn]struct{})
 	var err error
-	if p.pub, err = zmqin.ListenPub(zmqin.PubConfig{Endpoint: cfg.Endpoint, HWM: cfg.HWM}); err != nil {
+	if p.pub, err = zmtp.ListenPub(zmtp.PubConfig{Endpoint: cfg.Endpoint, HWM: cfg.HWM}); err != nil {
 		return nil, err
 	}
 	if cfg.ReplayEndpoint != "" {
@@ -140,7 +141,7 @@ func New(cfg Config) (*Publisher, error) {
 }
 
 func listen(ep string) (net.Listener, error) {
-	z, err := zmqin.ParseEndpoint(ep)
+	z, err := zmtp.ParseEndpoint(ep)
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +157,7 @@ func listen(ep string) (net.Listener, error) {
 func (p *Publisher) Endpoint() string { return p.pub.Endpoint() }
 
 // ReplayEndpoint returns the bound replay address, or "" without replay.
-func (p *Publisher) ReplayEndpoint() string { return zmqin.EndpointOf(p.replayLn) }
+func (p *Publisher) ReplayEndpoint() string { return zmtp.EndpointOf(p.replayLn) }
 
 // Publish encodes b with the configured Encoder and publishes it; it
 // returns the batch's sequence number.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvselect/kvselect/radix"
 	"github.com/kvselect/kvselect/zmqin"
+	"github.com/kvselect/kvselect/zmqin/zmtp"
 )
 
 func newPublisher(t testing.TB, cfg Config) *Publisher {
@@ -62,7 +63,7 @@ func checkNoLeak(t testing.TB) {
 func TestPublisherHWM(t *testing.T) {
 	checkNoLeak(t)
 	p := newPublisher(t, Config{HWM: 8})
-	zc, err := zmqin.Dial(context.Background(), p.Endpoint(), zmqin.Sub, zmqin.Limits{MaxFrames: 3, MaxFrameSize: 1 << 20, MaxMessageSize: 1 << 20})
+	zc, err := zmtp.Dial(context.Background(), p.Endpoint(), zmtp.Sub, zmtp.Limits{MaxFrames: 3, MaxFrameSize: 1 << 20, MaxMessageSize: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

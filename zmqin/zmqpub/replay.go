@@ -6,6 +6,7 @@ import (
 	"net"
 
 	"github.com/kvselect/kvselect/zmqin"
+	"github.com/kvselect/kvselect/zmqin/zmtp"
 )
 
 // The replay side of a Publisher: a ROUTER socket answering each request
@@ -32,7 +33,7 @@ func (p *Publisher) acceptReplay() {
 // connection); anything else is ignored without a reply.
 func (p *Publisher) serveReplay(c net.Conn) {
 	defer p.wg.Done()
-	zc, err := zmqin.Open(p.ctx, c, zmqin.Router, true, publisherLimits)
+	zc, err := zmtp.Open(p.ctx, c, zmtp.Router, true, publisherLimits)
 	if err != nil {
 		return
 	}
@@ -56,7 +57,7 @@ func (p *Publisher) serveReplay(c net.Conn) {
 	var frames [][]byte
 	for {
 		frames, err = zc.Recv(frames)
-		if errors.Is(err, zmqin.ErrExtraFrames) {
+		if errors.Is(err, zmtp.ErrExtraFrames) {
 			continue // not a replay request
 		}
 		if err != nil {

@@ -1,4 +1,4 @@
-package zmqin
+package zmtp
 
 import (
 	"bufio"
@@ -221,9 +221,10 @@ const (
 
 // Conn is one ZMTP 3.0 connection with the NULL mechanism over a buffered
 // net.Conn: zmq4 performs the greeting and handshake, then Conn reads and
-// writes frames itself, reading within its Limits. It is exported for
-// kvselect's other ZMTP endpoints (zmqpub's simulated publisher, and a
-// replica-sync listener). One goroutine may receive while another sends.
+// writes frames itself, reading within its Limits. kvselect's ZMTP
+// endpoints all use it: the KV-event listeners (package zmqin), the
+// replica mesh (zmqin/mesh) and zmqpub's simulated publisher. One
+// goroutine may receive while another sends.
 // Close may be called from any goroutine, any number of times; it makes a
 // blocked Recv return an error.
 //
@@ -524,26 +525,28 @@ func (c *Conn) SetReadDeadline(t time.Time) { _ = c.raw.SetReadDeadline(t) }
 func (c *Conn) Close() error { return c.raw.Close() }
 
 // The reasons a connection is dropped for breaking its Limits, in the
-// order of LimitReasonNames (the metric labels).
+// order of LimitReasonNames (the metric labels): the index of a
+// connection's counter of drops by reason (the mesh's MeshStats.LimitDrops).
 const (
-	limitTooManyFrames = iota
-	limitMessageTooLarge
-	limitFrameTooLarge
-	numLimitReasons
+	LimitTooManyFrames = iota
+	LimitMessageTooLarge
+	LimitFrameTooLarge
+	NumLimitReasons
 )
 
 // LimitReasonNames are the labels of the connection-drop reasons.
-var LimitReasonNames = [numLimitReasons]string{"too_many_frames", "message_too_large", "frame_too_large"}
+var LimitReasonNames = [NumLimitReasons]string{"too_many_frames", "message_too_large", "frame_too_large"}
 
-// limitReason is err's reason, or -1 for an error that breaks no limit.
-func limitReason(err error) int {
+// LimitReason is err's reason (LimitTooManyFrames, ...), or -1 for an
+// error that breaks no limit.
+func LimitReason(err error) int {
 	switch {
 	case errors.Is(err, ErrTooManyFrames):
-		return limitTooManyFrames
+		return LimitTooManyFrames
 	case errors.Is(err, ErrMessageTooLarge):
-		return limitMessageTooLarge
+		return LimitMessageTooLarge
 	case errors.Is(err, ErrFrameTooLarge):
-		return limitFrameTooLarge
+		return LimitFrameTooLarge
 	}
 	return -1
 }

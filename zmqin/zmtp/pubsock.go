@@ -1,4 +1,4 @@
-package zmqin
+package zmtp
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/kvselect/kvselect/zmqin/internal/budget"
 )
@@ -79,9 +78,11 @@ type PubPeer struct {
 	// uncounted by sent once taken out (at most the socket's MaxBytes).
 	bytes atomic.Int64
 
-	// snapshots are when a Mesh last sent this peer snapshots, oldest
-	// first; used only on the peer's reader goroutine (OnSubscribe).
-	snapshots [snapshotBurst]time.Time
+	// Local is the socket owner's state for this peer, for OnSubscribe:
+	// read and written only on the peer's reader goroutine, never by the
+	// socket (a replica mesh keeps there when it last sent the peer
+	// snapshots).
+	Local any
 }
 
 // maxTopics bounds one peer's subscriptions: each costs a prefix

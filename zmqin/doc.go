@@ -154,16 +154,15 @@
 //
 // # Logging
 //
-// Config.Logger (and MeshConfig.Logger) receive state changes, never a
-// line per batch: a listener's first failed dial of a series, its
-// connects and disconnects, gaps (with the missing range), replays and
-// their outcome, a lost replay history, publisher restarts, malformed
-// messages and batches, queue overflow; a mesh peer's connects,
-// disconnects and first failed dial, and the peer set's changes. Each
-// rank listener and each peer has its own token bucket (logging.go:
-// LogBurst lines, then one per LogEvery; the next line says how many were
-// suppressed, and Stats().LogsSuppressed counts them), so a flapping or
-// hostile publisher cannot flood the log (TestFlappingListenerCannotFlood).
+// Config.Logger receives state changes, never a line per batch: a
+// listener's first failed dial of a series, its connects and disconnects,
+// gaps (with the missing range), replays and their outcome, a lost replay
+// history, publisher restarts, malformed messages and batches, queue
+// overflow. Each rank listener has its own token bucket
+// (zmqin/internal/ratelog: LogBurst lines, then one per LogEvery; the
+// next line says how many were suppressed, and Stats().LogsSuppressed
+// counts them), so a flapping or hostile publisher cannot flood the log
+// (TestFlappingListenerCannotFlood).
 //
 // # Goroutines
 //
@@ -178,40 +177,6 @@
 //     Both stop when Sync replaces or removes the rank, on Detach and on
 //     Close: the listener's context is cancelled and its connection
 //     closed, which unblocks any read, dial or wait; stop waits for both.
-//
-// # The replica mesh
-//
-// Mesh (replica.go, replica_peers.go, replica_wire.go) makes a selector a
-// member of a Dynamo selector replica mesh:
-//
-//  1. NewMesh(MeshConfig{Bind: "tcp://*:PORT", Peers: ...}) binds the PUB
-//     socket; pass the Mesh as core.Options.Replica, so every admission,
-//     prefill completion and free of the service is published (encoded on
-//     the caller's goroutine, queued without blocking; output blocks never
-//     are).
-//  2. Start(svc) starts applying peers' events (core.Service.ApplyReplica,
-//     in batches of up to 256 events or 1 ms) and dials the initial peers;
-//     Register and Deregister change the peer set at run time (the
-//     /replica_sync/* routes), List reports it.
-//  3. Close at shutdown.
-//
-// The wire format is the reference's (topic dynamo.slot-tracker.v1, the
-// rmp_serde named-map envelope; see replica_wire.go), so kvselect and
-// Dynamo replicas can share a mesh. A received envelope is dropped (and
-// counted by reason) when it is not [topic, payload], on a topic not
-// subscribed to, undecodable, a legacy tenant_id envelope, or this
-// process's own (router_id); core then drops events of unknown partitions,
-// block sizes, workers and requests. kvselect replicas also answer a
-// subscription to SnapshotTopic with their live local bookings, so a
-// replica that restarts starts with its peers' load instead of zero (the
-// reference has no resync); when those bookings name workers it has not
-// registered yet, it asks again once its catalog has changed and settled.
-//
-// Goroutines of a Mesh: its PubSocket's (accept; per subscriber a reader,
-// which also sends snapshots, and a writer); the publisher (outbound
-// queue to the PubSocket); the drainer (inbound queue to the service;
-// snapshot re-requests); per peer, a dial-and-receive loop. Close stops
-// them all.
 //
 // # Wire format handled
 //

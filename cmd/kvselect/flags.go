@@ -19,7 +19,7 @@ import (
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/httpapi"
 	"github.com/kvselect/kvselect/sched"
-	"github.com/kvselect/kvselect/zmqin"
+	"github.com/kvselect/kvselect/zmqin/mesh"
 )
 
 // serveOptions is everything `kvselect serve` reads from flags and the
@@ -250,7 +250,7 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 			return nil, errors.New("--replica-sync-peers requires --replica-sync-port")
 		}
 		for _, p := range splitList(*replicaPeers) {
-			if err := zmqin.ValidatePeer(p); err != nil {
+			if err := mesh.ValidatePeer(p); err != nil {
 				return nil, fmt.Errorf("--replica-sync-peers: %v", err)
 			}
 			o.replicaPeers = append(o.replicaPeers, p)

@@ -28,6 +28,7 @@ var allowedInRepo = map[string][]string{
 	"core":         {"radix", "sched"},
 	"zmqin":        {"core", "radix", "zmqin/zmtp", "zmqin/internal/msgpack", "zmqin/internal/ratelog", "zmqin/internal/budget"},
 	"zmqin/zmtp":   {"core", "zmqin/internal/budget"}, // core: the one endpoint parser (core.ParseZMQEndpoint)
+	"zmqin/mesh":   {"core", "zmqin/zmtp", "zmqin/internal/msgpack", "zmqin/internal/ratelog", "zmqin/internal/budget"},
 	"zmqin/zmqpub": {"zmqin", "zmqin/zmtp", "core", "radix"},
 	"httpapi":      {"core", "perf", "httpapi/internal/jsonscan"},
 	// The client is for callers: the standard library only.
@@ -244,7 +245,9 @@ func checkNoEnv(t reporter, path string) {
 // entry, not its parent's: zmqin may not import zmqin/zmqpub (the
 // publisher stays out of the ingress), zmqin/zmqpub may import zmqin, and
 // neither may import httpapi; the transport, zmqin/zmtp, imports neither
-// the ingress nor the index, and is the one importer of a ZMQ library; bench/sim reaches the selector and the
+// the ingress nor the index, and is the one importer of a ZMQ library;
+// the mesh, zmqin/mesh, and the ingress import the transport, never each
+// other; bench/sim reaches the selector and the
 // engines only through bench (no fasthttp, no ZMQ, no index of its own),
 // and bench may not import the simulator.
 func TestImportRulesNestedPackages(t *testing.T) {
@@ -276,6 +279,13 @@ func TestImportRulesNestedPackages(t *testing.T) {
 		{"zmqin/zmtp", "zmqin", true},
 		{"zmqin/zmtp", "radix", true},
 		{"zmqin/zmtp", "zmqin/zmqpub", true},
+		{"zmqin/mesh", "zmqin/zmtp", false},
+		{"zmqin/mesh", "core", false},
+		{"zmqin/mesh", "zmqin", true},
+		{"zmqin/mesh", "radix", true},
+		{"zmqin", "zmqin/mesh", true},
+		{"zmqin/zmtp", "zmqin/mesh", true},
+		{"zmqin/mesh", "github.com/go-zeromq/zmq4", true},
 	} {
 		path := filepath.Join(dir, "f.go")
 		imp := tc.imp

@@ -8,6 +8,7 @@ import (
 	"github.com/kvselect/kvselect/httpapi"
 	"github.com/kvselect/kvselect/perf"
 	"github.com/kvselect/kvselect/zmqin"
+	"github.com/kvselect/kvselect/zmqin/mesh"
 	"github.com/kvselect/kvselect/zmqin/zmtp"
 )
 
@@ -118,7 +119,7 @@ var meshDescs = []perf.Desc{
 }
 
 // writeMeshMetrics exports the replica mesh's counters at scrape time.
-func writeMeshMetrics(w io.Writer, st zmqin.MeshStats) {
+func writeMeshMetrics(w io.Writer, st mesh.Stats) {
 	perf.WriteCounter(w, "kvselect_replica_events_published_total", st.Published)
 	perf.WriteCounter(w, `kvselect_replica_events_not_sent_total{reason="outbound_full"}`, st.OutboundDropped)
 	perf.WriteCounter(w, `kvselect_replica_events_not_sent_total{reason="subscriber_queue_full"}`, st.PeerQueueDropped)
@@ -128,7 +129,7 @@ func writeMeshMetrics(w io.Writer, st zmqin.MeshStats) {
 	perf.WriteCounter(w, "kvselect_replica_snapshots_refused_total", st.SnapshotsRefused)
 	perf.WriteCounter(w, "kvselect_replica_messages_received_total", st.Received)
 	for d, n := range st.Dropped {
-		perf.WriteCounter(w, perf.Label("kvselect_replica_messages_dropped_total", "reason", zmqin.MeshDrop(d).String()), n)
+		perf.WriteCounter(w, perf.Label("kvselect_replica_messages_dropped_total", "reason", mesh.Drop(d).String()), n)
 	}
 	perf.WriteCounter(w, "kvselect_replica_apply_batches_total", st.Batches)
 	perf.WriteGauge(w, "kvselect_replica_peers", float64(st.Peers))

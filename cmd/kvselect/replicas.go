@@ -15,6 +15,7 @@ import (
 	"github.com/kvselect/kvselect/httpapi"
 	"github.com/kvselect/kvselect/perf"
 	"github.com/kvselect/kvselect/zmqin"
+	"github.com/kvselect/kvselect/zmqin/mesh"
 )
 
 // inProcessReplicas returns the bench.Config.StartReplicas hook of `kvselect
@@ -22,7 +23,7 @@ import (
 // serve's flags (args) and this process's DYN_* environment like the
 // single in-process server (inprocess.go), each with its own core.Service,
 // KV-event ingress, sweep and HTTP server on a free loopback port. With
-// n > 1 each also has a zmqin.Mesh publishing on tcp://127.0.0.1:0, every
+// n > 1 each also has a mesh.Mesh publishing on tcp://127.0.0.1:0, every
 // other replica registered as its peer (Mesh.Register), and the hook
 // returns only once every replica is connected to and subscribed by every
 // other: a PUB drops what it publishes before a subscription, and a
@@ -117,7 +118,7 @@ type replica struct {
 	n       *node
 	url     string
 	svc     *core.Service
-	mesh    *zmqin.Mesh // nil alone
+	mesh    *mesh.Mesh // nil alone
 	applier *stampedApplier
 }
 
@@ -144,7 +145,7 @@ func startReplica(args []string, meshed, profile bool) (*replica, error) {
 	}
 	var sink core.ReplicaSink = core.NopReplicaSink{}
 	if meshed {
-		if r.mesh, err = zmqin.NewMesh(zmqin.MeshConfig{Bind: "tcp://127.0.0.1:0"}); err != nil {
+		if r.mesh, err = mesh.New(mesh.Config{Bind: "tcp://127.0.0.1:0"}); err != nil {
 			return fail(err)
 		}
 		r.n.onStop("replica mesh", r.mesh.Close)
@@ -185,7 +186,7 @@ func (r *replica) stop() { r.n.stop(0) }
 // became visible.
 type stampedApplier struct {
 	svc    *core.Service
-	mesh   *zmqin.Mesh
+	mesh   *mesh.Mesh
 	stamps bench.ApplyStamps
 }
 
@@ -205,7 +206,7 @@ func (a *stampedApplier) ApplyReplica(evs []core.ReplicaEvent) {
 	}
 }
 
-// CatalogVersion implements zmqin.Applier.
+// CatalogVersion implements mesh.Applier.
 func (a *stampedApplier) CatalogVersion() uint64 { return a.svc.CatalogVersion() }
 
 func (a *stampedApplier) AppendLocalBookings(dst []core.ReplicaEvent) []core.ReplicaEvent {
@@ -239,7 +240,7 @@ func (a *stampedApplier) Counters() map[string]uint64 {
 		c["mesh_published"], c["mesh_outbound_dropped"], c["mesh_peer_queue_dropped"] = ms.Published, ms.OutboundDropped, ms.PeerQueueDropped
 		c["mesh_received"], c["mesh_batches"] = ms.Received, ms.Batches
 		for d, v := range ms.Dropped {
-			c["mesh_dropped_"+zmqin.MeshDrop(d).String()] = v
+			c["mesh_dropped_"+mesh.Drop(d).String()] = v
 		}
 	}
 	return c

@@ -16,6 +16,7 @@ import (
 	"github.com/kvselect/kvselect/perf"
 	"github.com/kvselect/kvselect/radix"
 	"github.com/kvselect/kvselect/zmqin"
+	"github.com/kvselect/kvselect/zmqin/mesh"
 )
 
 // bound is where a serve listens, sent on its ready channel: the API's
@@ -87,18 +88,18 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	}
 
 	// The replica mesh (constructed; started once the catalog is in).
-	var mesh *zmqin.Mesh
+	var zmesh *mesh.Mesh
 	var replica core.ReplicaSink = core.NopReplicaSink{}
 	if opts.replicaPort > 0 {
-		mesh, err = zmqin.NewMesh(zmqin.MeshConfig{
+		zmesh, err = mesh.New(mesh.Config{
 			Bind: "tcp://*:" + strconv.Itoa(opts.replicaPort), Peers: opts.replicaPeers, NoSnapshot: opts.noReplicaSnapshot,
 			Logger: logs.logger("kvselect::mesh"),
 		})
 		if err != nil {
 			return fail(1, "replica sync", err)
 		}
-		replica = mesh
-		n.onStop("replica mesh", mesh.Close)
+		replica = zmesh
+		n.onStop("replica mesh", zmesh.Close)
 	}
 
 	// The service and its HTTP front end.
@@ -109,10 +110,10 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	if opts.randSeed != 0 {
 		copts.Rand = newLockedRand(opts.randSeed)
 	}
-	if mesh != nil && opts.core.SessionAffinity.TTL > 0 {
+	if zmesh != nil && opts.core.SessionAffinity.TTL > 0 {
 		// Session bindings replicate on the mesh, versioned with its
 		// process id; peers' bindings are applied once Start runs.
-		copts.Affinity, copts.WriterID = mesh, mesh.ProcessID()
+		copts.Affinity, copts.WriterID = zmesh, zmesh.ProcessID()
 	}
 	svc, err := core.New(opts.core, copts)
 	if err != nil {
@@ -122,8 +123,8 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	// a handler finish against a live service.
 	n.onStopDo("service", svc.Close)
 	opts.http.Logger = logs.logger("kvselect::httpapi")
-	if mesh != nil {
-		opts.http.Peers = mesh
+	if zmesh != nil {
+		opts.http.Peers = zmesh
 	}
 	srv, err := httpapi.New(svc, opts.http)
 	if err != nil {
@@ -163,16 +164,16 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		reg.Describe(engineScrapeDescs...)
 		reg.OnScrape(func(w io.Writer) { writeEngineScrapeMetrics(w, scrape.sc.Stats()) })
 	}
-	if mesh != nil {
+	if zmesh != nil {
 		reg.Describe(meshDescs...)
-		reg.OnScrape(func(w io.Writer) { writeMeshMetrics(w, mesh.Stats()) })
+		reg.OnScrape(func(w io.Writer) { writeMeshMetrics(w, zmesh.Stats()) })
 		if copts.Affinity != nil {
-			mesh.HandleAffinity(svc)
+			zmesh.HandleAffinity(svc)
 		}
-		if err := mesh.Start(svc); err != nil {
+		if err := zmesh.Start(svc); err != nil {
 			return fail(1, "replica sync", err)
 		}
-		log.Info("replica sync publishing", "endpoint", mesh.Endpoint(), "process_id", mesh.ProcessID(), "peers", opts.replicaPeers)
+		log.Info("replica sync publishing", "endpoint", zmesh.Endpoint(), "process_id", zmesh.ProcessID(), "peers", opts.replicaPeers)
 	}
 
 	// Listeners: profiles, then the API.

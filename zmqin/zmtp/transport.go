@@ -526,7 +526,7 @@ func (c *Conn) Close() error { return c.raw.Close() }
 
 // The reasons a connection is dropped for breaking its Limits, in the
 // order of LimitReasonNames (the metric labels): the index of a
-// connection's counter of drops by reason (the mesh's MeshStats.LimitDrops).
+// connection's counter of drops by reason (mesh.Stats.LimitDrops).
 const (
 	LimitTooManyFrames = iota
 	LimitMessageTooLarge

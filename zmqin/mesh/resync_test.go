@@ -1,4 +1,4 @@
-package zmqin
+package mesh
 
 import (
 	"testing"
@@ -13,9 +13,9 @@ import (
 // for the catalog to move past the version the snapshot fell short
 // against (it asked again every settle period, forever).
 func TestResyncWithoutCatalogChange(t *testing.T) {
-	a := newReplica(t, MeshConfig{})
+	a := newReplica(t, Config{})
 	a.book(t, "early", 2)
-	joiner := newBareReplica(t, MeshConfig{ResyncSettle: 10 * time.Millisecond}) // serves nothing of A's partition, never changes
+	joiner := newBareReplica(t, Config{ResyncSettle: 10 * time.Millisecond}) // serves nothing of A's partition, never changes
 	if err := joiner.mesh.Start(joiner.svc); err != nil {
 		t.Fatal(err)
 	}

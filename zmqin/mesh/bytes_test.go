@@ -1,4 +1,4 @@
-package zmqin
+package mesh
 
 import (
 	"strconv"
@@ -26,7 +26,7 @@ func bigAdd(i int) *core.ReplicaEvent {
 func TestMeshOutboundBytesBound(t *testing.T) {
 	checkNoLeak(t)
 	const limit = 64 << 10
-	m, err := NewMesh(MeshConfig{Bind: "tcp://127.0.0.1:0", PublishWait: time.Hour, MaxQueueBytes: limit, MaxMessage: limit})
+	m, err := New(Config{Bind: "tcp://127.0.0.1:0", PublishWait: time.Hour, MaxQueueBytes: limit, MaxMessage: limit})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,8 +61,8 @@ func (g gatedApplier) ApplyReplica(evs []core.ReplicaEvent) {
 func TestMeshInboundBytesBound(t *testing.T) {
 	checkNoLeak(t)
 	const limit = 256 << 10
-	a := newReplica(t, MeshConfig{})
-	b := newBareReplica(t, MeshConfig{MaxQueueBytes: limit, MaxMessage: limit})
+	a := newReplica(t, Config{})
+	b := newBareReplica(t, Config{MaxQueueBytes: limit, MaxMessage: limit})
 	gate := make(chan struct{})
 	openGate := sync.OnceFunc(func() { close(gate) })
 	t.Cleanup(openGate) // before the meshes close (cleanups run in reverse)
@@ -79,8 +79,8 @@ func TestMeshInboundBytesBound(t *testing.T) {
 	}
 	waitFor(t, "every event received", func() bool { return b.mesh.Stats().Received == n })
 	st := b.mesh.Stats()
-	if st.InboundBytes > limit || st.InboundBytes < 0 || st.Dropped[MeshDropFull] == 0 || st.InboundDepth > limit/17000 {
-		t.Fatalf("inbound %d bytes (limit %d), depth %d, dropped full %d", st.InboundBytes, limit, st.InboundDepth, st.Dropped[MeshDropFull])
+	if st.InboundBytes > limit || st.InboundBytes < 0 || st.Dropped[DropFull] == 0 || st.InboundDepth > limit/17000 {
+		t.Fatalf("inbound %d bytes (limit %d), depth %d, dropped full %d", st.InboundBytes, limit, st.InboundDepth, st.Dropped[DropFull])
 	}
 	openGate()
 	waitFor(t, "applied", func() bool { st := b.mesh.Stats(); return st.InboundBytes == 0 && st.InboundDepth == 0 })

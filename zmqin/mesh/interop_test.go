@@ -1,4 +1,4 @@
-package zmqin
+package mesh
 
 import (
 	"fmt"
@@ -21,7 +21,7 @@ func TestMeshInteropLibzmq(t *testing.T) {
 	requireDebianPyzmq(t)
 	checkNoLeak(t)
 	const id = 99
-	k := newReplica(t, MeshConfig{ProcessID: id})
+	k := newReplica(t, Config{ProcessID: id})
 	stdin, out := pyScript(t, "testdata/replica_peer.py", k.mesh.Endpoint(), fmt.Sprint(id))
 	line, err := out.ReadString('\n')
 	if err != nil {
@@ -113,7 +113,7 @@ func TestMeshInteropLibzmq(t *testing.T) {
 	ask("send py_free")
 	wantLoads(t, k, "the peer's free", 0, 0, 0)
 	st := k.mesh.Stats()
-	if st.Dropped[MeshDropLegacy] != 1 || st.Dropped[MeshDropOwn] != 1 || st.Dropped[MeshDropUndecodable] != 0 || st.Dropped[MeshDropExtraFrames] != 1 {
+	if st.Dropped[DropLegacy] != 1 || st.Dropped[DropOwn] != 1 || st.Dropped[DropUndecodable] != 0 || st.Dropped[DropExtraFrames] != 1 {
 		t.Fatalf("drops %v", st.Dropped)
 	}
 	if st.Connects != connects || st.Disconnects != 0 {

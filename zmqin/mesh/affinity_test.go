@@ -1,4 +1,4 @@
-package zmqin
+package mesh
 
 import (
 	"bytes"
@@ -91,14 +91,14 @@ func TestAffinityDecodeForms(t *testing.T) {
 // peers' when handle is set.
 func affinityReplica(t *testing.T, handle bool) *replica {
 	t.Helper()
-	return affinityReplicaWith(t, handle, MeshConfig{})
+	return affinityReplicaWith(t, handle, Config{})
 }
 
 // affinityReplicaWith is affinityReplica with cfg (Bind is set here).
-func affinityReplicaWith(t *testing.T, handle bool, cfg MeshConfig) *replica {
+func affinityReplicaWith(t *testing.T, handle bool, cfg Config) *replica {
 	t.Helper()
 	cfg.Bind = "tcp://127.0.0.1:0"
-	m, err := NewMesh(cfg)
+	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestMeshReplicatesAffinity(t *testing.T) {
 	if st := c.svc.AffinityStats(); st.Applied != [core.NumAffinityApply]uint64{} {
 		t.Fatalf("C applied %v without a handler", st.Applied)
 	}
-	if st := c.mesh.Stats(); st.Dropped[MeshDropTopic] != 0 {
+	if st := c.mesh.Stats(); st.Dropped[DropTopic] != 0 {
 		t.Fatalf("C received affinity messages: %+v", st.Dropped)
 	}
 	st := a.mesh.Stats()
@@ -186,7 +186,7 @@ func TestMeshReplicatesAffinity(t *testing.T) {
 // and has not seen the booking.
 func TestAffinityNotHeldByBookingBatch(t *testing.T) {
 	checkNoLeak(t)
-	a := affinityReplicaWith(t, true, MeshConfig{PublishWait: time.Hour})
+	a := affinityReplicaWith(t, true, Config{PublishWait: time.Hour})
 	b := affinityReplica(t, true)
 	if _, err := b.mesh.Register(a.mesh.Endpoint()); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package zmqin
+package mesh
 
 import (
 	"context"
@@ -186,7 +186,7 @@ func (m *Mesh) receive(ctx context.Context, ep string, p *meshPeer) {
 			frames, err = zc.Recv(frames)
 			if errors.Is(err, zmtp.ErrExtraFrames) {
 				m.st.received.Add(1)
-				m.st.dropped[MeshDropExtraFrames].Add(1)
+				m.st.dropped[DropExtraFrames].Add(1)
 				p.lg.LogAt(slog.LevelWarn, "replica message with extra frames; skipped, the connection stays up", "err", err)
 				continue
 			}
@@ -227,7 +227,7 @@ func jitter(d time.Duration) time.Duration {
 // handle decodes one message of peer p and queues its event.
 func (m *Mesh) handle(frames [][]byte, p *meshPeer) {
 	if len(frames) != 2 {
-		m.st.dropped[MeshDropFrames].Add(1)
+		m.st.dropped[DropFrames].Add(1)
 		return
 	}
 	topic := string(frames[0])
@@ -237,20 +237,20 @@ func (m *Mesh) handle(frames [][]byte, p *meshPeer) {
 		m.handleAffinity(frames[1])
 		return
 	default:
-		m.st.dropped[MeshDropTopic].Add(1)
+		m.st.dropped[DropTopic].Add(1)
 		return
 	}
 	var ev core.ReplicaEvent
 	if err := DecodeEnvelope(frames[1], &ev); err != nil {
 		if errors.Is(err, ErrLegacyEnvelope) {
-			m.st.dropped[MeshDropLegacy].Add(1)
+			m.st.dropped[DropLegacy].Add(1)
 		} else {
-			m.st.dropped[MeshDropUndecodable].Add(1)
+			m.st.dropped[DropUndecodable].Add(1)
 		}
 		return
 	}
 	if uint64(ev.Origin) == m.id {
-		m.st.dropped[MeshDropOwn].Add(1)
+		m.st.dropped[DropOwn].Add(1)
 		return
 	}
 	// The event keeps its hashes, and its strings alias the frame.
@@ -263,7 +263,7 @@ func (m *Mesh) handle(frames [][]byte, p *meshPeer) {
 			m.st.inBytes.Add(-n)
 		}
 	}
-	m.st.dropped[MeshDropFull].Add(1)
+	m.st.dropped[DropFull].Add(1)
 }
 
 // countLimit counts a peer connection dropped for breaking the Limits.

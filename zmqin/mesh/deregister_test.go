@@ -1,4 +1,4 @@
-package zmqin
+package mesh
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 // the endpoint first (InvalidEndpoint: 400 with validate_endpoint's text);
 // only a valid unknown endpoint is 404 "peer not found".
 func TestDeregisterValidates(t *testing.T) {
-	r := newBareReplica(t, MeshConfig{})
+	r := newBareReplica(t, Config{})
 	err := r.mesh.Deregister("not-an-endpoint")
 	if !errors.Is(err, core.ErrBadRequest) {
 		t.Fatalf("deregister of an invalid endpoint: %v (class %v), want bad request %q", err, core.ClassOf(err), ValidatePeer("not-an-endpoint"))

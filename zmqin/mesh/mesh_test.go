@@ -1,4 +1,4 @@
-package zmqin
+package mesh
 
 import (
 	"errors"
@@ -17,7 +17,7 @@ type replica struct {
 	mesh *Mesh
 }
 
-func newReplica(t *testing.T, cfg MeshConfig) *replica {
+func newReplica(t *testing.T, cfg Config) *replica {
 	t.Helper()
 	r := newBareReplica(t, cfg)
 	r.registerWorkers(t)
@@ -29,12 +29,12 @@ func newReplica(t *testing.T, cfg MeshConfig) *replica {
 
 // newBareReplica is a replica with no worker registered and its mesh not
 // started.
-func newBareReplica(t *testing.T, cfg MeshConfig) *replica {
+func newBareReplica(t *testing.T, cfg Config) *replica {
 	t.Helper()
 	if cfg.Bind == "" {
 		cfg.Bind = "tcp://127.0.0.1:0"
 	}
-	m, err := NewMesh(cfg)
+	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,8 +111,8 @@ func wantLoads(t *testing.T, r *replica, what string, prefill, blocks, reqs int6
 // own events are dropped by process id.
 func TestMeshPropagatesLifecycle(t *testing.T) {
 	checkNoLeak(t)
-	a := newReplica(t, MeshConfig{})
-	b := newReplica(t, MeshConfig{})
+	a := newReplica(t, Config{})
+	b := newReplica(t, Config{})
 	if _, err := a.mesh.Register(b.mesh.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestMeshPropagatesLifecycle(t *testing.T) {
 		st := a.svc.Stats()
 		return st.ReplicaFreed == 1 && st.Reservations == 0
 	})
-	if st := a.mesh.Stats(); st.Dropped[MeshDropOwn] != 0 || st.Published < 4 {
+	if st := a.mesh.Stats(); st.Dropped[DropOwn] != 0 || st.Published < 4 {
 		t.Fatalf("A mesh %+v", st)
 	}
 }
@@ -172,7 +172,7 @@ func TestMeshPropagatesLifecycle(t *testing.T) {
 // comes up.
 func TestMeshDynamicPeers(t *testing.T) {
 	checkNoLeak(t)
-	a := newReplica(t, MeshConfig{})
+	a := newReplica(t, Config{})
 	for ep, want := range map[string]string{
 		"10.0.0.1:5":      "invalid ZMQ endpoint `10.0.0.1:5`: missing scheme",
 		"tcp://":          "invalid ZMQ endpoint `tcp://`: missing address",
@@ -194,7 +194,7 @@ func TestMeshDynamicPeers(t *testing.T) {
 	}
 
 	// A peer that is not up yet: registered, redialed, delivers once up.
-	b := newReplica(t, MeshConfig{})
+	b := newReplica(t, Config{})
 	bEP := b.mesh.Endpoint()
 	_ = b.mesh.Close()
 	if added, err := a.mesh.Register(bEP); !added || err != nil {
@@ -204,7 +204,7 @@ func TestMeshDynamicPeers(t *testing.T) {
 		t.Fatal("a second registration added the peer again")
 	}
 	waitFor(t, "dial errors while the peer is down", func() bool { return a.mesh.Stats().DialErrors > 0 })
-	c := newReplica(t, MeshConfig{Bind: bEP})
+	c := newReplica(t, Config{Bind: bEP})
 	c.book(t, "x", 1)
 	waitFor(t, "the restarted peer's booking", func() bool { _, _, n := a.loads(); return n == 1 })
 	if got := a.mesh.List(); len(got) != 1 || got[0] != bEP {
@@ -230,7 +230,7 @@ func TestMeshDynamicPeers(t *testing.T) {
 // with the snapshot turned off it starts at zero and sees only new events.
 func TestMeshSnapshotCatchUp(t *testing.T) {
 	checkNoLeak(t)
-	a := newReplica(t, MeshConfig{})
+	a := newReplica(t, Config{})
 	for i := range 20 {
 		a.book(t, fmt.Sprintf("s%d", i), 1+i%3)
 	}
@@ -239,7 +239,7 @@ func TestMeshSnapshotCatchUp(t *testing.T) {
 	}
 	ap, ab, an := a.loads()
 
-	joiner := newReplica(t, MeshConfig{})
+	joiner := newReplica(t, Config{})
 	if _, err := joiner.mesh.Register(a.mesh.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func TestMeshSnapshotCatchUp(t *testing.T) {
 		t.Fatalf("snapshot events %d, want 20", st.SnapshotEvents)
 	}
 
-	cold := newReplica(t, MeshConfig{NoSnapshot: true})
+	cold := newReplica(t, Config{NoSnapshot: true})
 	if _, err := cold.mesh.Register(a.mesh.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
@@ -263,11 +263,11 @@ func TestMeshSnapshotCatchUp(t *testing.T) {
 // peer again and catches up.
 func TestMeshSnapshotAfterLateRegistration(t *testing.T) {
 	checkNoLeak(t)
-	a := newReplica(t, MeshConfig{})
+	a := newReplica(t, Config{})
 	a.book(t, "early", 2)
 	a.flushed(t) // the joiner's one drop is the snapshot's, not the live event's
 	ap, ab, an := a.loads()
-	joiner := newBareReplica(t, MeshConfig{})
+	joiner := newBareReplica(t, Config{})
 	if err := joiner.mesh.Start(joiner.svc); err != nil {
 		t.Fatal(err)
 	}
@@ -289,9 +289,9 @@ func TestMeshSnapshotAfterLateRegistration(t *testing.T) {
 // full (here PublishBatch 1) goes without waiting even for an hour-long
 // PublishWait. Either way a booking and its free reach the peer.
 func TestMeshPublishBatchShapes(t *testing.T) {
-	for _, cfg := range []MeshConfig{{PublishWait: -1}, {PublishWait: time.Hour, PublishBatch: 1}} {
+	for _, cfg := range []Config{{PublishWait: -1}, {PublishWait: time.Hour, PublishBatch: 1}} {
 		a := newReplica(t, cfg)
-		b := newReplica(t, MeshConfig{})
+		b := newReplica(t, Config{})
 		if _, err := b.mesh.Register(a.mesh.Endpoint()); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package zmqin
+package mesh
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package zmqin
+package mesh
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 func TestMeshLimitDrop(t *testing.T) {
 	checkNoLeak(t)
 	peer := newRawPeer(t)
-	r := newReplica(t, MeshConfig{})
+	r := newReplica(t, Config{})
 	if _, err := r.mesh.Register(peer.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func TestMeshLimitDrop(t *testing.T) {
 		st := r.mesh.Stats()
 		return st.LimitDrops[zmtp.LimitTooManyFrames] == 1 && st.Disconnects == 1
 	})
-	if st := r.mesh.Stats(); st.Dropped[MeshDropExtraFrames] != 0 || st.Disconnects != 1 {
+	if st := r.mesh.Stats(); st.Dropped[DropExtraFrames] != 0 || st.Disconnects != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }

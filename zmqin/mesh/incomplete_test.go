@@ -1,4 +1,4 @@
-package zmqin
+package mesh
 
 import (
 	"fmt"
@@ -14,11 +14,11 @@ import (
 // the workers become schedulable the joiner asks again and catches up (it
 // used to drop them as a block-size mismatch and never ask again).
 func TestSnapshotShortOnIncompletePartition(t *testing.T) {
-	a := newReplica(t, MeshConfig{})
+	a := newReplica(t, Config{})
 	a.book(t, "early", 2)
 	a.flushed(t) // the joiner's one drop is the snapshot's, not the live event's
 	ap, ab, an := a.loads()
-	joiner := newBareReplica(t, MeshConfig{})
+	joiner := newBareReplica(t, Config{})
 	for _, id := range []uint64{1, 2} {
 		ep, dp := fmt.Sprintf("http://w%d", id), uint32(2)
 		rec, err := joiner.svc.UpsertWorker(&core.WorkerSpec{WorkerID: id, WorkerFields: core.WorkerFields{Endpoint: &ep, DataParallelSize: &dp}})

@@ -1,4 +1,4 @@
-package zmqin
+package mesh
 
 import (
 	"errors"
@@ -145,16 +145,16 @@ func (m *Mesh) PublishAffinity(ev *core.AffinityEvent) {
 func (m *Mesh) handleAffinity(payload []byte) {
 	box := m.aff.Load()
 	if box == nil {
-		m.st.dropped[MeshDropTopic].Add(1)
+		m.st.dropped[DropTopic].Add(1)
 		return
 	}
 	var evs [1]core.AffinityEvent
 	if err := DecodeAffinity(payload, &evs[0]); err != nil {
-		m.st.dropped[MeshDropUndecodable].Add(1)
+		m.st.dropped[DropUndecodable].Add(1)
 		return
 	}
 	if evs[0].WriterID == m.id {
-		m.st.dropped[MeshDropOwn].Add(1)
+		m.st.dropped[DropOwn].Add(1)
 		return
 	}
 	m.ast.applied.Add(1)

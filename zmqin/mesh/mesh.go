@@ -1,4 +1,4 @@
-package zmqin
+package mesh
 
 import (
 	"context"
@@ -17,10 +17,10 @@ import (
 	"github.com/kvselect/kvselect/zmqin/zmtp"
 )
 
-// MeshConfig configures a Mesh. Zero fields take the defaults named beside
+// Config configures a Mesh. Zero fields take the defaults named beside
 // them (the reference's, ai-dynamo/dynamo:
 // lib/kv-router/src/services/common/replica_sync.rs and zmq.rs).
-type MeshConfig struct {
+type Config struct {
 	// Bind is the PUB address, e.g. "tcp://*:9092" for --replica-sync-port
 	// 9092 (required).
 	Bind string
@@ -76,12 +76,12 @@ type MeshConfig struct {
 	// million blocks).
 	MaxMessage int
 	// Logger receives the peers' connects, disconnects and dial failures
-	// and the peer set's changes, each peer's lines rate-limited as a
-	// listener's (Config.LogBurst); nil discards them.
+	// and the peer set's changes, each peer's lines rate-limited as a KV
+	// listener's (10 lines, then one per 10 s); nil discards them.
 	Logger *slog.Logger
 }
 
-func (c MeshConfig) withDefaults() MeshConfig {
+func (c Config) withDefaults() Config {
 	def := func(v *int, d int) {
 		if *v == 0 {
 			*v = d
@@ -112,7 +112,7 @@ func (c MeshConfig) withDefaults() MeshConfig {
 		c.BackoffMax = 5 * time.Second
 	}
 	if c.Logger == nil {
-		c.Logger = discard
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
 }
@@ -150,7 +150,7 @@ type inEvent struct {
 // dial-and-receive loop per peer (which also applies peers' bindings, when
 // a handler is installed). Close stops them all.
 type Mesh struct {
-	cfg   MeshConfig
+	cfg   Config
 	id    uint64
 	pub   *zmtp.PubSocket
 	out   chan []byte
@@ -160,7 +160,7 @@ type Mesh struct {
 	wg    sync.WaitGroup
 	apply atomic.Pointer[applierBox]
 	// aff, affOut and ast are the session-affinity channel
-	// (replica_affinity.go).
+	// (affinity.go).
 	aff    atomic.Pointer[affinityBox]
 	affOut chan []byte
 	ast    affinityStats
@@ -189,24 +189,24 @@ type meshPeer struct {
 	shortAt uint64
 }
 
-// MeshDrop is why the mesh skipped a received message.
-type MeshDrop uint8
+// Drop is why the mesh skipped a received message.
+type Drop uint8
 
 const (
-	MeshDropFrames      MeshDrop = iota // not [topic, payload]
-	MeshDropTopic                       // a topic this mesh did not subscribe to
-	MeshDropUndecodable                 // not an envelope
-	MeshDropLegacy                      // a tenant_id envelope
-	MeshDropOwn                         // this process's own event
-	MeshDropFull                        // the inbound queue was full
-	MeshDropExtraFrames                 // more than 2 frames: read to its end and skipped, the connection kept (ErrExtraFrames)
-	NumMeshDrops
+	DropFrames      Drop = iota // not [topic, payload]
+	DropTopic                   // a topic this mesh did not subscribe to
+	DropUndecodable             // not an envelope
+	DropLegacy                  // a tenant_id envelope
+	DropOwn                     // this process's own event
+	DropFull                    // the inbound queue was full
+	DropExtraFrames             // more than 2 frames: read to its end and skipped, the connection kept (zmtp.ErrExtraFrames)
+	NumDrops
 )
 
-var meshDropNames = [NumMeshDrops]string{"frame_count", "unknown_topic", "undecodable", "legacy_tenant_id", "own_process", "inbound_full", "too_many_frames"}
+var dropNames = [NumDrops]string{"frame_count", "unknown_topic", "undecodable", "legacy_tenant_id", "own_process", "inbound_full", "too_many_frames"}
 
 // String is the drop's metric label.
-func (d MeshDrop) String() string { return meshDropNames[d] }
+func (d Drop) String() string { return dropNames[d] }
 
 type meshStats struct {
 	published, outDropped, snapshotEvents atomic.Uint64
@@ -215,10 +215,10 @@ type meshStats struct {
 	resyncChecks                          atomic.Uint64 // drainer ticks (tests wait on it)
 	sent                                  atomic.Uint64 // events handed to the PUB socket (tests wait on it)
 	received, batches                     atomic.Uint64
-	dropped                               [NumMeshDrops]atomic.Uint64
+	dropped                               [NumDrops]atomic.Uint64
 	connects, disconnects, dialErrors     atomic.Uint64
 	// limitDrops counts peer connections dropped because a message broke
-	// the Limits, by limitReason.
+	// the Limits, by zmtp.LimitReason.
 	limitDrops [zmtp.NumLimitReasons]atomic.Uint64
 	// outBytes and inBytes are the bytes in the outbound and inbound
 	// queues (at most MaxQueueBytes each): counted before queueing,
@@ -226,8 +226,8 @@ type meshStats struct {
 	outBytes, inBytes atomic.Int64
 }
 
-// MeshStats is a snapshot of a Mesh's counters (cumulative) and gauges.
-type MeshStats struct {
+// Stats is a snapshot of a Mesh's counters (cumulative) and gauges.
+type Stats struct {
 	ProcessID uint64
 	// Published: events queued for the peers; OutboundDropped: dropped at
 	// a full outbound queue; PeerQueueDropped: dropped at a full
@@ -240,10 +240,10 @@ type MeshStats struct {
 	// queue; SnapshotsRefused: snapshot subscriptions refused by the
 	// per-peer rate limit.
 	SnapshotsTruncated, SnapshotsRefused uint64
-	// Received: messages read from peers; Dropped: by MeshDrop; Batches:
+	// Received: messages read from peers; Dropped: by Drop; Batches:
 	// apply batches handed to the service.
 	Received uint64
-	Dropped  [NumMeshDrops]uint64
+	Dropped  [NumDrops]uint64
 	Batches  uint64
 	// Peers and PeersLive: configured peers, and those connected.
 	// Subscribers: peers subscribed to this process's PUB.
@@ -251,7 +251,7 @@ type MeshStats struct {
 	Connects, Disconnects, DialErrors uint64
 	// LimitDrops: peer connections dropped because a message broke the
 	// receive Limits: past the hard frame budget, over the message size,
-	// over the frame size (LimitReasonNames).
+	// over the frame size (indexed as zmtp.LimitReasonNames).
 	LimitDrops                  [3]uint64
 	OutboundDepth, InboundDepth int
 	OutboundLimit, InboundLimit int
@@ -269,9 +269,9 @@ type MeshStats struct {
 	AffinitySubscribers int
 }
 
-// NewMesh binds the PUB socket. Events published before Start are queued
+// New binds the PUB socket. Events published before Start are queued
 // (bounded); peers are dialed from Start.
-func NewMesh(cfg MeshConfig) (*Mesh, error) {
+func New(cfg Config) (*Mesh, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Bind == "" {
 		return nil, errors.New("zmqin: replica mesh needs a bind address")
@@ -552,8 +552,8 @@ func (m *Mesh) resync(peers []*meshPeer, version uint64) []*meshPeer {
 }
 
 // Stats returns the mesh's counters and gauges.
-func (m *Mesh) Stats() MeshStats {
-	st := MeshStats{
+func (m *Mesh) Stats() Stats {
+	st := Stats{
 		ProcessID:          m.id,
 		Published:          m.st.published.Load(),
 		OutboundDropped:    m.st.outDropped.Load(),

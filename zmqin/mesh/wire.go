@@ -1,4 +1,4 @@
-package zmqin
+package mesh
 
 import (
 	"errors"
@@ -39,7 +39,7 @@ const (
 	// ReplicaTopic carries active-sequence lifecycle events (Dynamo's).
 	ReplicaTopic = "dynamo.slot-tracker.v1"
 	// AffinityTopic carries session bindings (Dynamo's; see
-	// replica_affinity.go), subscribed to only with a handler installed.
+	// affinity.go), subscribed to only with a handler installed.
 	AffinityTopic = "dynamo.session-affinity.v1"
 	// SnapshotTopic is kvselect's own: a peer that subscribes to it gets the
 	// live local bookings once, so a joining replica catches up. Dynamo's

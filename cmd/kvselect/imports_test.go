@@ -88,14 +88,20 @@ var externalOnly = []struct {
 	{"gopkg.in/yaml.v3", []string{"cmd/kvselect"}},
 }
 
-// TestImportDirection enforces the import rules above on every non-test Go
-// file of the repository, so a wrong arrow fails CI.
+// testOnly are the in-repo packages only test files may import, with
+// what is nested in them: test tools and helpers, which stay out of every
+// binary (cmd/kvselect's non-test files included).
+var testOnly = []string{"perf/promcheck", "zmqin/internal/zmqtest"}
+
+// TestImportDirection enforces the import rules above on every Go file of
+// the repository, so a wrong arrow fails CI: non-test files by the tables
+// (checkFile), test files by the looser rule of tests (checkTestFile).
 func TestImportDirection(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	checked := 0
+	checked, tests := 0, 0
 	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -107,11 +113,16 @@ func TestImportDirection(t *testing.T) {
 			}
 			return nil
 		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+		if !strings.HasSuffix(path, ".go") {
 			return nil
 		}
 		rel, _ := filepath.Rel(root, filepath.Dir(path))
 		pkg := filepath.ToSlash(rel)
+		if strings.HasSuffix(path, "_test.go") {
+			checkTestFile(t, path)
+			tests++
+			return nil
+		}
 		checkFile(t, path, pkg)
 		checked++
 		return nil
@@ -119,8 +130,45 @@ func TestImportDirection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if checked == 0 {
-		t.Fatal("no Go files found: the walk is broken")
+	if checked == 0 || tests == 0 {
+		t.Fatalf("%d Go files and %d test files found: the walk is broken", checked, tests)
+	}
+}
+
+// inRepo returns import path p relative to the repository, and whether p
+// is a package of the repository.
+func inRepo(p string) (string, bool) { return strings.CutPrefix(p, module+"/") }
+
+// under reports whether package path pkg is one of dirs or nested in one.
+func under(pkg string, dirs ...string) bool {
+	for _, d := range dirs {
+		if pkg == d || strings.HasPrefix(pkg, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// checkTestFile holds a test file to the rule of tests, looser than the
+// tables: a test may import any package of the repository, since it
+// drives its package from outside as well as from inside (zmqin's
+// external tests publish with zmqin/zmqpub, which imports zmqin; bench's
+// build core services; httpapi/client's run the server it calls), and the
+// test-only helpers (testOnly); never a package under cmd/, which are
+// programs, not libraries. The third-party, environment and edge-name
+// rules are the binary's and do not apply: a test may read CI, define a
+// test flag, validate a schema or assert a status.
+func checkTestFile(t reporter, path string) {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, imp := range f.Imports {
+		p, _ := strconv.Unquote(imp.Path.Value)
+		if dep, ok := inRepo(p); ok && under(dep, "cmd") {
+			t.Errorf("%s: a test may not import %s: the packages under cmd/ are programs", path, dep)
+		}
 	}
 }
 
@@ -157,6 +205,9 @@ func checkFile(t reporter, path, pkg string) {
 	}
 	for _, imp := range f.Imports {
 		p, _ := strconv.Unquote(imp.Path.Value)
+		if dep, ok := inRepo(p); ok && under(dep, testOnly...) {
+			t.Errorf("%s: only test files may import %s (testOnly)", path, dep)
+		}
 		if pkg != "cmd/kvselect" {
 			if dep, ok := strings.CutPrefix(p, module+"/"); ok {
 				key, known := tableKey(pkg)
@@ -300,6 +351,50 @@ func TestImportRulesNestedPackages(t *testing.T) {
 		checkFile(rec, path, tc.pkg)
 		if (rec.n > 0) != tc.bad {
 			t.Errorf("%s importing %s: %d violations %v, want bad=%v", tc.pkg, tc.imp, rec.n, rec.msgs, tc.bad)
+		}
+	}
+}
+
+// TestImportRulesTestFiles: a test file may import what its package's
+// non-test files may not (zmqin's tests import zmqin/zmqpub, the zmqin
+// packages' tests their helpers, bench's core), but nothing under cmd/; a
+// non-test file, even cmd/kvselect's, may not import a test helper.
+func TestImportRulesTestFiles(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		pkg, imp string
+		test     bool
+		bad      bool
+	}{
+		{"zmqin", "zmqin/zmqpub", true, false},
+		{"zmqin/zmtp", "zmqin/internal/zmqtest", true, false},
+		{"zmqin/mesh", "zmqin/internal/zmqtest", true, false},
+		{"bench", "core", true, false},
+		{"httpapi", "perf/promcheck", true, false},
+		{"zmqin", "cmd/kvselect", true, true},
+		{"bench", "cmd/kvselect", true, true},
+		{"zmqin/mesh", "zmqin/internal/zmqtest", false, true},
+		{"cmd/kvselect", "zmqin/internal/zmqtest", false, true},
+		{"cmd/kvselect", "perf/promcheck", false, true},
+		{"cmd/kvselect", "zmqin/zmqpub", false, false},
+	} {
+		name := "f.go"
+		if tc.test {
+			name = "f_test.go"
+		}
+		path := filepath.Join(dir, name)
+		src := fmt.Sprintf("package x\nimport _ %q\n", module+"/"+tc.imp)
+		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rec := &recorder{T: t}
+		if tc.test {
+			checkTestFile(rec, path)
+		} else {
+			checkFile(rec, path, tc.pkg)
+		}
+		if (rec.n > 0) != tc.bad {
+			t.Errorf("%s (test file %v) importing %s: %d violations %v, want bad=%v", tc.pkg, tc.test, tc.imp, rec.n, rec.msgs, tc.bad)
 		}
 	}
 }

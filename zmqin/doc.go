@@ -7,6 +7,13 @@
 // Limits), the only package that imports a ZMQ library. The publishing
 // side that the simulated engines and tests use is package zmqpub.
 //
+// The packages under zmqin: zmtp (the ZMTP transport and PUB socket),
+// mesh (the selector replica mesh, which shares the transport but not the
+// ingress), zmqpub (the simulated publisher), and internal ones: msgpack
+// (the msgpack reader and writers of the KV batches and the mesh
+// envelopes), ratelog (rate-limited logging), budget (queue budgets) and
+// zmqtest (the helpers of their tests).
+//
 // # Using an Ingress (the host's duties)
 //
 //  1. New(Config) starts the writer goroutines. Config's zero value is
@@ -17,9 +24,9 @@
 //     by rank (see Ingress.Sync). A rank's replay endpoint is honoured only
 //     when the worker has exactly one rank (data_parallel_size 1). Validate
 //     endpoints beforehand (core validates them at registration with
-//     core.ParseZMQEndpoint, the parser zmtp.ParseEndpoint wraps): Sync cannot fail, and a
-//     listener with an unusable endpoint keeps retrying with its error in
-//     Status.
+//     core.ParseZMQEndpoint, the parser zmtp.ParseEndpoint wraps): Sync
+//     cannot fail, and a listener with an unusable endpoint keeps
+//     retrying with its error in Status.
 //  3. Detach(worker) on DELETE or when the worker leaves its partition; on
 //     return no event of the worker will reach its sink, so the host may
 //     then drop the worker's blocks.

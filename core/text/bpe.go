@@ -1,0 +1,294 @@
+package text
+
+import (
+	"hash/maphash"
+	"strings"
+	"sync"
+)
+
+// bpe is a byte-level BPE model (tokenizers' models/bpe): a vocabulary of
+// byte-level spelled tokens and ranked merges. A pre-token's bytes start
+// as one symbol each (byteID); the adjacent pair of lowest rank merges
+// first (leftmost among equals), until no pair merges. With ignoreMerges a
+// pre-token that is itself in the vocabulary is that one token.
+type bpe struct {
+	// tokens are the vocabulary by id ("" for an id it lacks), index
+	// finds an id by its text: an open-addressing table of id+1 (0 free),
+	// a quarter of the heap a map of the vocabulary would take.
+	tokens       []string
+	index        []uint32
+	seed         maphash.Seed
+	merges       map[uint64]mergeTo
+	byteID       [256]uint32
+	ignoreMerges bool
+	cache        wordCache
+}
+
+// mergeTo is a merge's rank and the id of the token it makes.
+type mergeTo struct{ rank, id uint32 }
+
+func pairKey(a, b uint32) uint64 { return uint64(a)<<32 | uint64(b) }
+
+// scratch is one encode's working memory, pooled.
+type scratch struct {
+	spans, tmp []span
+	syms       []sym
+	heap       []cand
+	buf        []byte
+}
+
+// sym is one symbol of a word being merged: its token id and its
+// neighbours (-1 none); dead symbols were merged into their left one.
+type sym struct {
+	id         uint32
+	prev, next int32
+	dead       bool
+}
+
+// cand is a candidate merge of the symbol at pos with its right
+// neighbour, valid while both still hold left and right.
+type cand struct {
+	rank, id    uint32
+	pos         int32
+	left, right uint32
+}
+
+func less(a, b cand) bool { return a.rank < b.rank || a.rank == b.rank && a.pos < b.pos }
+
+func (sc *scratch) push(c cand) {
+	h := append(sc.heap, c)
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !less(h[i], h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+	sc.heap = h
+}
+
+func (sc *scratch) pop() cand {
+	h := sc.heap
+	top := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	h = h[:n]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && less(h[l], h[m]) {
+			m = l
+		}
+		if r < n && less(h[r], h[m]) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	sc.heap = h
+	return top
+}
+
+// encode appends the ids of one pre-token (its raw bytes) to dst.
+func (m *bpe) encode(piece string, dst []uint32, sc *scratch) []uint32 {
+	if m.ignoreMerges {
+		sc.buf = appendByteLevel(sc.buf[:0], piece)
+		if id, ok := m.lookup(string(sc.buf)); ok {
+			return append(dst, id)
+		}
+	}
+	if len(piece) == 1 {
+		return append(dst, m.byteID[piece[0]])
+	}
+	if ids, ok := m.cache.get(piece); ok {
+		return append(dst, ids...)
+	}
+	start := len(dst)
+	dst = m.merge(piece, dst, sc)
+	m.cache.put(piece, dst[start:])
+	return dst
+}
+
+// merge runs the merges over piece's bytes.
+func (m *bpe) merge(piece string, dst []uint32, sc *scratch) []uint32 {
+	n := len(piece)
+	syms := sc.syms[:0]
+	for i := 0; i < n; i++ {
+		syms = append(syms, sym{id: m.byteID[piece[i]], prev: int32(i - 1), next: int32(i + 1)})
+	}
+	syms[n-1].next = -1
+	sc.heap = sc.heap[:0]
+	for i := 0; i+1 < n; i++ {
+		if mt, ok := m.merges[pairKey(syms[i].id, syms[i+1].id)]; ok {
+			sc.push(cand{rank: mt.rank, id: mt.id, pos: int32(i), left: syms[i].id, right: syms[i+1].id})
+		}
+	}
+	for len(sc.heap) > 0 {
+		c := sc.pop()
+		s := &syms[c.pos]
+		if s.dead || s.id != c.left || s.next < 0 || syms[s.next].id != c.right {
+			continue
+		}
+		r := &syms[s.next]
+		s.id = c.id
+		r.dead = true
+		s.next = r.next
+		if r.next >= 0 {
+			syms[r.next].prev = c.pos
+		}
+		if s.prev >= 0 {
+			p := &syms[s.prev]
+			if mt, ok := m.merges[pairKey(p.id, s.id)]; ok {
+				sc.push(cand{rank: mt.rank, id: mt.id, pos: s.prev, left: p.id, right: s.id})
+			}
+		}
+		if s.next >= 0 {
+			if mt, ok := m.merges[pairKey(s.id, syms[s.next].id)]; ok {
+				sc.push(cand{rank: mt.rank, id: mt.id, pos: c.pos, left: s.id, right: syms[s.next].id})
+			}
+		}
+	}
+	for i := int32(0); i >= 0; i = syms[i].next {
+		dst = append(dst, syms[i].id)
+	}
+	sc.syms = syms
+	return dst
+}
+
+// appendByteLevel appends s spelled in the byte-level alphabet.
+func appendByteLevel(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		dst = append(dst, byteChar[s[i]]...)
+	}
+	return dst
+}
+
+// wordCache remembers the ids of recent pre-tokens: a conversation's
+// earlier turns and a shared system prompt are split into the same
+// pre-tokens again. It is bounded (maxCacheBytes over its shards: a shard
+// past its share is emptied), and holds pieces of at most maxCachedPiece
+// bytes.
+type wordCache struct {
+	shards [cacheShards]cacheShard
+	hits   [cacheShards]paddedCount
+}
+
+const (
+	cacheShards    = 16
+	maxCacheBytes  = 8 << 20
+	maxCachedPiece = 64
+)
+
+type cacheShard struct {
+	mu    sync.Mutex
+	m     map[string][]uint32
+	bytes int
+	_     [40]byte
+}
+
+type paddedCount struct {
+	hits, misses uint64
+	_            [48]byte
+}
+
+func shardOf(s string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint32(s[i])) * 16777619
+	}
+	return int(h % cacheShards)
+}
+
+func (c *wordCache) get(piece string) ([]uint32, bool) {
+	if len(piece) > maxCachedPiece {
+		return nil, false
+	}
+	i := shardOf(piece)
+	sh := &c.shards[i]
+	sh.mu.Lock()
+	ids, ok := sh.m[piece]
+	if ok {
+		c.hits[i].hits++
+	} else {
+		c.hits[i].misses++
+	}
+	sh.mu.Unlock()
+	return ids, ok
+}
+
+func (c *wordCache) put(piece string, ids []uint32) {
+	if len(piece) > maxCachedPiece {
+		return
+	}
+	sh := &c.shards[shardOf(piece)]
+	cost := len(piece) + 4*len(ids) + 64 // key, ids, map entry overhead
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.m == nil || sh.bytes+cost > maxCacheBytes/cacheShards {
+		sh.m, sh.bytes = make(map[string][]uint32, 256), 0
+	}
+	if _, ok := sh.m[piece]; ok {
+		return
+	}
+	sh.m[strings.Clone(piece)] = append([]uint32(nil), ids...)
+	sh.bytes += cost
+}
+
+// CacheStats are the word cache's counters and size.
+type CacheStats struct {
+	Hits, Misses uint64
+	Bytes, Limit int
+}
+
+func (c *wordCache) stats() CacheStats {
+	st := CacheStats{Limit: maxCacheBytes}
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		st.Hits += c.hits[i].hits
+		st.Misses += c.hits[i].misses
+		st.Bytes += sh.bytes
+		sh.mu.Unlock()
+	}
+	return st
+}
+
+// buildIndex indexes tokens by text (at most half the slots in use).
+func (m *bpe) buildIndex() {
+	m.seed = maphash.MakeSeed()
+	n := 1
+	for n < 2*len(m.tokens) {
+		n <<= 1
+	}
+	m.index = make([]uint32, n)
+	mask := uint64(n - 1)
+	for id, s := range m.tokens {
+		if s == "" {
+			continue
+		}
+		for i := maphash.String(m.seed, s) & mask; ; i = (i + 1) & mask {
+			if m.index[i] == 0 {
+				m.index[i] = uint32(id) + 1
+				break
+			}
+		}
+	}
+}
+
+// lookup is the id of the vocabulary token s.
+func (m *bpe) lookup(s string) (uint32, bool) {
+	mask := uint64(len(m.index) - 1)
+	for i := maphash.String(m.seed, s) & mask; ; i = (i + 1) & mask {
+		v := m.index[i]
+		if v == 0 {
+			return 0, false
+		}
+		if m.tokens[v-1] == s {
+			return v - 1, true
+		}
+	}
+}

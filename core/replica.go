@@ -48,7 +48,7 @@ type ReplicaEvent struct {
 }
 
 // ReplicaSink receives the outbound replica events of every booking path.
-// zmqin's replica PUB will implement it; NopReplicaSink drops everything.
+// zmqin/mesh's Mesh implements it; NopReplicaSink drops everything.
 // Publish must not block (drop when full) and is called without core locks
 // held, from request goroutines, concurrently.
 type ReplicaSink interface {

@@ -126,7 +126,7 @@
 //     indexes (a worker always maps to the same writer). Started by
 //     Ingress.Sync on registration, stopped by Detach or by Ingress.Close at
 //     the end of the shutdown. zmqin/doc.go has the details.
-//   - replica mesh (zmqin.Mesh, with --replica-sync-port): the PUB socket's
+//   - replica mesh (mesh.Mesh of zmqin/mesh, with --replica-sync-port): the PUB socket's
 //     accept loop and, per subscribed peer, a reader and a writer; one
 //     publisher draining the outbound queue; one drainer applying peers'
 //     events to the service; one dial-and-receive loop per peer. Closed
@@ -162,8 +162,8 @@
 // bench --replicas N (replicas.go) instead runs one replica, then N meshed
 // replicas, each a core.Service with its own KV-event ingress, sweep
 // goroutine, HTTP server (serve's goroutines above) and, when meshed, a
-// zmqin.Mesh (its publisher, drainer and one receive loop per peer, plus
-// its PUB socket's; zmqin.Mesh lists them), all stopped when the bench
+// mesh.Mesh (its publisher, drainer and one receive loop per peer, plus
+// its PUB socket's; mesh.Mesh lists them), all stopped when the bench
 // run ends with it. bench --simulate (package bench/sim) runs the
 // in-process serve (with a seeded picker, --rand-seed) without idle
 // engines: the simulation creates its own engine models, and for each run

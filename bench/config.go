@@ -117,6 +117,9 @@ type Config struct {
 	// between arrivals, its hash ids offset so that no copy shares content
 	// with another (RepeatTrace).
 	TraceRepeat int
+	// TraceLimit replays only a trace's first TraceLimit records (0: all),
+	// before TraceRepeat.
+	TraceLimit int
 	// Seed makes the synthetic workload reproducible.
 	Seed int64
 	// BlockSize is the registered KV block size in tokens; it must divide the
@@ -317,6 +320,9 @@ func (c *Config) Validate() error {
 	}
 	if _, ok := c.synthetic(); !ok && !strings.HasPrefix(c.Workload, "trace:") {
 		return bad("workload %q (want synthetic, synthetic:chat, synthetic:agent or trace:FILE)", c.Workload)
+	}
+	if c.TraceLimit < 0 {
+		return bad("trace limit %d < 0", c.TraceLimit)
 	}
 	if c.TraceRepeat < 0 {
 		return bad("trace repeat %d < 0", c.TraceRepeat)

@@ -132,7 +132,7 @@ func TestRunReportsLeaks(t *testing.T) {
 	srv := startCountingTestServer(t, func(s *countingTestServer) { s.leakDeletes = true })
 	cfg := smallRun(srv.url)
 	cfg.Mix = MixReserve
-	cfg.Workload = "trace:" + mooncakePath
+	cfg.Workload, cfg.TraceLimit = "trace:"+mooncakePath, mooncakeLimit
 	rep, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -141,6 +141,10 @@ func LoadWorkload(cfg *Config) ([]Prompt, string, error) {
 		if len(recs) == 0 {
 			return nil, "", fmt.Errorf("bench: workload %s: no records", path)
 		}
+		if cfg.TraceLimit > 0 && cfg.TraceLimit < len(recs) {
+			recs = recs[:cfg.TraceLimit]
+			path = fmt.Sprintf("%s (first %d)", path, cfg.TraceLimit)
+		}
 		if cfg.TraceRepeat > 1 {
 			recs = RepeatTrace(recs, cfg.TraceRepeat)
 			path = fmt.Sprintf("%s x%d", path, cfg.TraceRepeat)

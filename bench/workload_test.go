@@ -11,10 +11,12 @@ import (
 	"github.com/kvselect/kvselect/radix"
 )
 
-// mooncakePath is the first 200 requests of the public Mooncake trace
-// (mooncake_trace_1000.jsonl), kept in the repository so that the trace
-// tests run on a clean checkout.
-const mooncakePath = "testdata/mooncake_trace_200.jsonl"
+// mooncakePath is the public Mooncake trace's first 1,000 requests, the
+// one copy in the repository; the tests replay its first mooncakeLimit.
+const (
+	mooncakePath  = "testdata/mooncake_trace_1000.jsonl"
+	mooncakeLimit = 200
+)
 
 func smallSynthetic() SyntheticConfig {
 	c := DefaultSynthetic()
@@ -171,9 +173,10 @@ func TestMooncakeTraceFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs) != 200 {
-		t.Fatalf("%d records, want 200", len(recs))
+	if len(recs) != 1000 {
+		t.Fatalf("%d records, want 1000", len(recs))
 	}
+	recs = recs[:mooncakeLimit]
 	const bs = 16
 	ps, err := ExpandTrace(recs, bs)
 	if err != nil {

@@ -254,11 +254,14 @@ func benchMixed(b *testing.B, shards, writers int) {
 }
 
 // mooncakeTrace is the Mooncake JSONL trace BenchmarkMooncakeReplay
-// replays: by default the first 200 requests of the public
-// mooncake_trace_1000.jsonl, kept in testdata so the benchmark runs on a
-// clean checkout; -mooncake-trace FILE replays another (e.g. the whole
-// 1,000-request file).
-var mooncakeTrace = flag.String("mooncake-trace", "../bench/testdata/mooncake_trace_200.jsonl", "Mooncake JSONL trace for BenchmarkMooncakeReplay (the one copy is bench's)")
+// replays, by default its first mooncakeRequests requests: the public
+// mooncake_trace_1000.jsonl of bench/testdata (the repository's one
+// copy); -mooncake-trace FILE replays another, -mooncake-requests 0 all
+// of it.
+var (
+	mooncakeTrace    = flag.String("mooncake-trace", "../bench/testdata/mooncake_trace_1000.jsonl", "Mooncake JSONL trace for BenchmarkMooncakeReplay")
+	mooncakeRequests = flag.Int("mooncake-requests", 200, "requests of -mooncake-trace BenchmarkMooncakeReplay replays (0: all)")
+)
 
 // BenchmarkMooncakeReplay replays *mooncakeTrace into 8 simulated workers: each request's 512-token hash ids are expanded to
 // 16-token blocks (32 per id), matched against the index, routed to the
@@ -290,6 +293,9 @@ func loadTrace(b *testing.B, path string, factor uint64) [][]uint64 {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
+		if *mooncakeRequests > 0 && len(out) == *mooncakeRequests {
+			break
+		}
 		var rec struct {
 			HashIDs []uint64 `json:"hash_ids"`
 		}

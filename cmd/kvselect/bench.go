@@ -70,6 +70,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "warm-up before the measured window (not recorded)")
 	fs.IntVar(&cfg.OutputBlocks, "output-blocks", cfg.OutputBlocks, "output_block calls per lifecycle")
 	fs.StringVar(&cfg.Workload, "workload", cfg.Workload, "synthetic, synthetic:chat (multi-turn chat), synthetic:agent (agentic sessions with tool calls) or trace:FILE (Mooncake JSONL)")
+	fs.IntVar(&cfg.TraceLimit, "trace-limit", 0, "replay only the trace's first N requests (0: all), e.g. a quick look at the bundled trace")
 	fs.IntVar(&cfg.TraceRepeat, "trace-repeat", 0, "replay a trace this many times, each copy after the previous one with its own content (e.g. 12 turns mooncake_trace_1000.jsonl into 12,000 requests)")
 	fs.IntVar(&synthetic.Prompts, "prompts", synthetic.Prompts, "synthetic workload: prompts generated (the run cycles over them)")
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the synthetic workload; with --simulate also of the random policy, the think times and, with the in-process selector, of its tie-breaks (--rand-seed)")

@@ -184,7 +184,7 @@ func TestBenchSimulateEndToEnd(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sim.json")
 	var out, errw bytes.Buffer
 	plotPath := filepath.Join(t.TempDir(), "sim.html")
-	args := []string{"--simulate", "--time-scale", "0.5", "--workload", "trace:../../bench/testdata/mooncake_trace_200.jsonl", "--json", path, "--plot", plotPath}
+	args := []string{"--simulate", "--time-scale", "0.5", "--workload", "trace:../../bench/testdata/mooncake_trace_1000.jsonl", "--trace-limit", "200", "--json", path, "--plot", plotPath}
 	if code := benchMain(context.Background(), args, &out, &errw); code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, errw.String(), out.String())
 	}
@@ -379,7 +379,7 @@ func TestBenchSimulateFlags(t *testing.T) {
 		{"--simulate", "--loads", "0.5,x"},
 		{"--simulate", "--policies", "kvselect,nope"},
 		{"--simulate", "--workers", "0"},
-		{"--simulate", "--block-size", "48", "--workload", "trace:../../bench/testdata/mooncake_trace_200.jsonl"},
+		{"--simulate", "--block-size", "48", "--workload", "trace:../../bench/testdata/mooncake_trace_1000.jsonl", "--trace-limit", "200"},
 	} {
 		errw.Reset()
 		if code := benchMain(context.Background(), append(args, "--target", "http://127.0.0.1:1"), io.Discard, &errw); code != 2 {

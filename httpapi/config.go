@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/kvselect/kvselect/core/text"
 )
 
 // DefaultMaxRequestBodySize is the reference's REQUEST_BODY_LIMIT_BYTES.
@@ -40,6 +42,9 @@ type Config struct {
 	// connection errors) and one line per catalog change made over HTTP
 	// (LogCatalogChange); nil discards them.
 	Logger *slog.Logger
+	// Tokenizers are the models' tokenizers by model name (--model-path):
+	// POST /tokenize and /detokenize use them. nil: none.
+	Tokenizers map[string]*text.Tokenizer
 	// IndexerTestEndpoints mounts the standalone indexer's listener-control
 	// test routes, POST /test/pause_listener and /test/resume_listener
 	// (DYN_KV_INDEXER_TEST_ENDPOINTS); never in production.

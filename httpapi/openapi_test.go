@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/core/text"
 	"github.com/kvselect/kvselect/httpapi"
 )
 
@@ -21,7 +22,9 @@ const prompt8 = `"token_ids":[1,2,3,4,5,6,7,8]`
 // lists is produced by some case: the description cannot drift.
 func TestOpenAPIDescribesResponses(t *testing.T) {
 	peers := &fakePeers{set: map[string]bool{}}
+	tok := miniTokenizer(t)
 	h := start(t, func(c *core.Config, hc *httpapi.Config) {
+		hc.Tokenizers = map[string]*text.Tokenizer{"m": tok}
 		hc.AuthToken, hc.Peers, hc.MaxRequestBodySize = []byte(apiToken), peers, 64<<10
 		threshold := 0.5
 		c.Sched.DecodeBusyThreshold, c.Sched.PrefillBusyThreshold = &threshold, &threshold
@@ -95,6 +98,17 @@ func apiCases() []apiCase {
 	add("GET /metrics", "", "", 200)
 	add("GET /openapi.json", "", "", 200)
 	add("POST /select", "", `{"model_name":"m",`+prompt8+`}`, 503)
+	// The tokenizer routes.
+	add("POST /tokenize", "", `{"model":"m","prompt":"ab b","return_token_strs":true}`, 200)
+	add("POST /tokenize", "", `{"model":"x","prompt":"ab"}`, 400)
+	add("POST /tokenize", "", `{"model":"m"}`, 422)
+	add("POST /tokenize", "", big, 413)
+	cs = append(cs, apiCase{route: "POST /tokenize", body: `{}`, ct: "text/plain", status: 415})
+	add("POST /detokenize", "", `{"model":"m","tokens":[257,256]}`, 200)
+	add("POST /detokenize", "", `{"tokens":[99999]}`, 400)
+	add("POST /detokenize", "", `{"tokens":"x"}`, 422)
+	add("POST /detokenize", "", big, 413)
+	cs = append(cs, apiCase{route: "POST /detokenize", body: `{}`, ct: "text/plain", status: 415})
 	// Workers.
 	add("POST /workers", "", worker(1, "default", ""), 201)
 	add("POST /workers", "", worker(2, "default", `,"data_parallel_size":2,"taints":["gpu"],"topology_domains":{"zone":"a"},"kv_transfer_domain":"d1","kv_transfer_enforcement":"preferred"`), 201)

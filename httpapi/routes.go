@@ -37,6 +37,8 @@ const (
 	rDisaggGet
 	rMetrics
 	rOpenAPI
+	rTokenize
+	rDetokenize
 	rUnmatched
 	rDraining
 	rUnauthorized
@@ -72,6 +74,8 @@ var routeNames = [numRoutes]string{
 	rDisaggGet:             "GET /disagg/{selection_id}",
 	rMetrics:               "GET /metrics",
 	rOpenAPI:               "GET /openapi.json",
+	rTokenize:              "POST /tokenize",
+	rDetokenize:            "POST /detokenize",
 	rUnmatched:             "unmatched",
 	rDraining:              "shutting down",
 	rUnauthorized:          "unauthorized",
@@ -102,6 +106,18 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx) int {
 		}
 		s.handleSelect(ctx, false)
 		return rSelect
+	case "/tokenize":
+		if !post {
+			return s.notAllowed(ctx)
+		}
+		s.handleTokenize(ctx)
+		return rTokenize
+	case "/detokenize":
+		if !post {
+			return s.notAllowed(ctx)
+		}
+		s.handleDetokenize(ctx)
+		return rDetokenize
 	case "/reservations":
 		if !post {
 			return s.notAllowed(ctx)

@@ -32,7 +32,7 @@ var allowedInRepo = map[string][]string{
 	"zmqin/zmtp":   {"core", "zmqin/internal/budget"}, // core: the one endpoint parser (core.ParseZMQEndpoint)
 	"zmqin/mesh":   {"core", "zmqin/zmtp", "zmqin/internal/msgpack", "zmqin/internal/ratelog", "zmqin/internal/budget"},
 	"zmqin/zmqpub": {"zmqin", "zmqin/zmtp", "core", "radix"},
-	"httpapi":      {"core", "perf", "httpapi/internal/jsonscan"},
+	"httpapi":      {"core", "core/text", "perf", "httpapi/internal/jsonscan"},
 	// The client is for callers: the standard library only.
 	"httpapi/client": {},
 	// httpapi's JSON scanner, internal to it: the standard library only.

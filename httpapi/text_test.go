@@ -1,0 +1,72 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/core/text"
+	"github.com/kvselect/kvselect/httpapi"
+)
+
+// miniTokenizer is a real byte-level BPE tokenizer.json, small: GPT-2's
+// byte alphabet (tokens 0-255, in byte order), "ab" (256) by one merge,
+// the special token <s> (257) added first by a TemplateProcessing, the
+// Llama 3 pre-tokenizer.
+func miniTokenizer(t testing.TB) *text.Tokenizer {
+	t.Helper()
+	vocab := map[string]int{}
+	n := 0
+	for b := 0; b < 256; b++ {
+		r := rune(b)
+		if !((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)) {
+			r = rune(256 + n)
+			n++
+		}
+		vocab[string(r)] = b
+	}
+	vocab["ab"] = 256
+	v, _ := json.Marshal(vocab)
+	pre := `{"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":false}]}`
+	tj := `{"added_tokens":[{"id":257,"content":"<s>","special":true}],"normalizer":null,"pre_tokenizer":` + pre +
+		`,"post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}},{"Sequence":{"id":"A","type_id":0}}]},"decoder":{"type":"ByteLevel"},"model":{"type":"BPE","vocab":` + string(v) + `,"merges":["a b"]}}`
+	tok, err := text.Load([]byte(tj), []byte(`{"model_max_length":4096}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func withTokenizer(t testing.TB) opt {
+	tok := miniTokenizer(t)
+	return func(_ *core.Config, hc *httpapi.Config) { hc.Tokenizers = map[string]*text.Tokenizer{"m": tok} }
+}
+
+// TestTokenizeRoutes: /tokenize and /detokenize answer vLLM's shapes with
+// the configured tokenizer; a model without one is a 400 naming the flag.
+func TestTokenizeRoutes(t *testing.T) {
+	h := start(t, withTokenizer(t))
+	h.want(h.do("POST", "/tokenize", `{"model":"m","prompt":"ab b"}`), 200, `{"count":4,"max_model_len":4096,"tokens":[257,256,32,98],"token_strs":null}`)
+	h.want(h.do("POST", "/tokenize", `{"prompt":"ab","add_special_tokens":false,"return_token_strs":true}`), 200, `{"count":1,"max_model_len":4096,"tokens":[256],"token_strs":["ab"]}`)
+	h.want(h.do("POST", "/tokenize", `{"model":"other","prompt":"x"}`), 400, "--model-path other=DIR")
+	h.want(h.do("POST", "/tokenize", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`), 400, "chat templates")
+	h.want(h.do("POST", "/tokenize", `{"model":"m"}`), 422, "missing field `prompt`")
+	h.want(h.do("POST", "/detokenize", `{"model":"m","tokens":[257,256,32,98]}`), 200, `{"prompt":"<s>ab b"}`)
+	h.want(h.do("POST", "/detokenize", `{"tokens":[999]}`), 400, "outside the vocabulary")
+	h.want(h.do("POST", "/detokenize", `{"model":"m"}`), 422, "missing field `tokens`")
+	none := start(t)
+	h.want(none.do("POST", "/tokenize", `{"prompt":"x"}`), 400, "start kvselect with --model-path NAME=DIR")
+	// Round trip of a long prompt.
+	long := strings.Repeat("abc déf 123 ", 500)
+	r := h.do("POST", "/tokenize", `{"prompt":`+strconv.Quote(long)+`,"add_special_tokens":false}`)
+	var got struct{ Tokens []uint32 }
+	if err := json.Unmarshal([]byte(r.raw), &got); err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := json.Marshal(got.Tokens)
+	if d := h.do("POST", "/detokenize", `{"tokens":`+string(ids)+`}`); d.obj()["prompt"] != long {
+		t.Fatalf("round trip: %.80s", d.raw)
+	}
+}

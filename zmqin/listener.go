@@ -311,7 +311,9 @@ func (l *rankListener) wait(d time.Duration, paced bool) bool {
 // published before this subscription.
 func (l *rankListener) serve(zc *zmtp.Conn) (delivered bool, err error) {
 	l.mu.Lock()
-	if l.mu.stopped {
+	if l.mu.stopped || l.mu.paused {
+		// stop or pause came between the dial and here: nothing would
+		// close this connection for them.
 		l.mu.Unlock()
 		_ = zc.Close()
 		return false, context.Canceled

@@ -69,8 +69,8 @@ func (s *Service) narrowLora(sn *snapshot, lora string, allowed []uint64, hasAll
 		return nil, false, buf
 	}
 	base := allowed
+	buf = buf[:0] // reused per request: nothing of the last one is kept
 	if !hasAllowed {
-		buf = buf[:0]
 		for i := range sn.workers {
 			buf = append(buf, sn.workers[i].ID)
 		}
@@ -104,6 +104,25 @@ func (s *Service) narrowLora(sn *snapshot, lora string, allowed []uint64, hasAll
 		return nil, false, buf
 	}
 	return buf[start:], true, buf
+}
+
+// allowedFor is the allow-set of a request naming a LoRA adapter on
+// snapshot sn: its allowed_worker_ids narrowed to the workers serving the
+// adapter (or unchanged, see narrowLora), in sc's buffer.
+func (s *Service) allowedFor(sn *snapshot, req *SelectRequest, sc *scratch) []uint64 {
+	allowed := req.AllowedWorkerIDs
+	if req.HasAllowedWorkerIDs && allowed == nil {
+		allowed = []uint64{}
+	}
+	narrowed, ok, buf := s.narrowLora(sn, req.Prompt.LoraName, allowed, req.HasAllowedWorkerIDs, req.PinnedWorker, sc.lora)
+	sc.lora = buf
+	if !ok {
+		if !req.HasAllowedWorkerIDs {
+			return nil
+		}
+		return allowed
+	}
+	return narrowed
 }
 
 // SetEngineAdapters records the adapters worker id's engine reports

@@ -260,6 +260,11 @@ func (s *Service) admit(ctx context.Context, p *partition, q *scored, req *Selec
 	if len(sn.workers) == 0 {
 		return true, errorf(ErrNotReady, "no schedulable workers for model=%s routing_group=%s", p.model, p.group)
 	}
+	if req.Prompt.LoraName != "" {
+		// The workers may have changed while it waited: narrow again,
+		// from the request's own allow-set, on the current snapshot.
+		cons.AllowedWorkerIDs = s.allowedFor(sn, req, sc)
+	}
 	cands, err = sched.AppendCandidates(sc.cands[:0], sn.workers, cons)
 	sc.cands = cands
 	if err != nil {

@@ -279,11 +279,7 @@ func (s *Service) selectWorker(ctx context.Context, req *SelectRequest, out *Sel
 	sc := s.getScratch()
 	defer s.putScratch(sc)
 	if req.Prompt.LoraName != "" {
-		var narrowed []uint64
-		var ok bool
-		if narrowed, ok, sc.lora = s.narrowLora(sn, req.Prompt.LoraName, cons.AllowedWorkerIDs, req.HasAllowedWorkerIDs, req.PinnedWorker, sc.lora); ok {
-			cons.AllowedWorkerIDs = narrowed
-		}
+		cons.AllowedWorkerIDs = s.allowedFor(sn, req, sc)
 	}
 	q, err := s.prepare(p, sn, &req.Prompt, req.Override, &cons, sc)
 	if err != nil {

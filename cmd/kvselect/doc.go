@@ -60,10 +60,8 @@
 // a bearer token is required); every catalog change is one line, from
 // HTTP (httpapi), the workers file (its reconciler's observer) or --demo.
 //
-// SIGINT or SIGTERM: serve's stop stack runs. The demo engines close, the
-// workers file's poll, the affinity reaper and the sweep stop (the
-// catalog stays as it is); waiting requests end as shutting down; then
-// the HTTP server drains (httpapi.Server.Shutdown): it
+// SIGINT or SIGTERM: serve's stop stack runs. Waiting requests end as
+// shutting down; then the HTTP server drains (httpapi.Server.Shutdown): it
 // stops accepting, requests already in the handler finish against the live
 // service, requests that start later get 503 "selection service is
 // shutting down", every response carries Connection: close, and idle
@@ -71,9 +69,11 @@
 // rest are cut (exit 1). Requests waiting in a router queue or on another
 // booking's session end first, as shutting down (core.Service.CancelWaits),
 // so that they do not hold the drain. Then the debug listener stops (up
-// to 5 s for a profile in flight), the engine scrape and the workers
-// file's reconciler stop, the service turns not-ready, the mesh and the
-// ingress close, exit 0.
+// to 5 s for a profile in flight), the workers file's poll, the affinity
+// reaper and the sweep stop (the catalog stays as it is), the engine
+// scrape and the workers file's reconciler stop, the service turns
+// not-ready, the mesh and the ingress close, the demo engines last, exit
+// 0.
 //
 // # Goroutine inventory (serve)
 //
@@ -94,7 +94,7 @@
 //     reservations and of the pending cache's entries) and, with an
 //     approximate or predicted-TTL index, a 100 ms ticker calling
 //     core.Service.ExpireIndex; owns nothing; stopped by cancelling its
-//     context just before the HTTP drain.
+//     context after the HTTP drain.
 //   - affinity reaper (one, with --session-affinity-ttl-secs): a ticker of
 //     min(TTL, 30 s) calling core.Service.ReapAffinity (idle bindings past
 //     their TTL); owns nothing; stopped with the sweep.
@@ -108,8 +108,8 @@
 //     sender on the source's channel (one snapshot slot, a newer snapshot
 //     replacing one not yet taken); the reconciler (core.CatalogReconciler.Run)
 //     receives the snapshots and applies them to the catalog, retrying a
-//     failed pass 5 s later. The poll's ticker stops before the HTTP
-//     drain, the loops after it, keeping the catalog; if the poll loop stops on
+//     failed pass 5 s later. Both stop after the HTTP drain, keeping the
+//     catalog; if the poll loop stops on
 //     its own it sends an empty membership and closes the channel, and the
 //     reconciler deletes the file's workers and returns.
 //   - debug listener (one, with --debug-addr unless --pprof=false):
@@ -135,7 +135,7 @@
 //     the workers' {endpoint}/metrics, at most 16 requests in flight
 //     (httpapi/engines); stopped after the HTTP drain.
 //   - --demo engines: each simulated engine's publisher runs an accept loop
-//     and one goroutine per subscriber (zmqpub.Publisher); closed first.
+//     and one goroutine per subscriber (zmqpub.Publisher); closed last.
 //
 // With --remote-indexer-url the primary index is a standalone indexer
 // (httpapi.RemoteIndex, --remote-indexer-timeout, --remote-indexer-max-conns):

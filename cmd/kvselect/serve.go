@@ -60,6 +60,15 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		log.Warn(s)
 	}
 	n := newNode("serve", log)
+	// The demo engines (--demo) are the workers' side: they close last,
+	// after the ingress stopped listening to them, so that neither the
+	// drain nor /ready sees them go.
+	var demo *demoEngines
+	n.onStopDo("demo engines", func() {
+		if demo != nil {
+			demo.Close()
+		}
+	})
 	fail := func(code int, what string, err error) int {
 		log.Error("serve: "+what, "err", err)
 		return n.stop(code)
@@ -182,6 +191,18 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		log.Info("replica sync publishing", "endpoint", zmesh.Endpoint(), "process_id", zmesh.ProcessID(), "peers", opts.replicaPeers)
 	}
 
+	// Background work, stopped after the HTTP drain (pushed before it):
+	// the periodic sweep, affinity reaping, the workers file's polling.
+	n.loop("sweep", func(ctx context.Context) { sweep(ctx, svc, core.DefaultSweepInterval) })
+	if d := opts.core.SessionAffinity.ReapInterval(); d > 0 {
+		n.every("affinity reaping", d, func(now time.Time) { svc.ReapAffinity(now) })
+	}
+	if members != nil {
+		poll := time.NewTicker(workersFilePoll)
+		n.onStopDo("workers file poll", poll.Stop)
+		members.start(poll.C)
+	}
+
 	// Listeners: profiles, then the API.
 	debug, err := n.serveDebug(opts.debugAddr, opts.debugExplicit)
 	if err != nil {
@@ -204,23 +225,12 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	// shutting down, rather than hold it.
 	n.onStopDo("router queue waits", svc.CancelWaits)
 
-	// Background work: the periodic sweep, affinity reaping, the workers
-	// file's polling, the demo engines.
-	n.loop("sweep", func(ctx context.Context) { sweep(ctx, svc, core.DefaultSweepInterval) })
-	if d := opts.core.SessionAffinity.ReapInterval(); d > 0 {
-		n.every("affinity reaping", d, func(now time.Time) { svc.ReapAffinity(now) })
-	}
-	if members != nil {
-		poll := time.NewTicker(workersFilePoll)
-		n.onStopDo("workers file poll", poll.Stop)
-		members.start(poll.C)
-	}
 	if opts.demo > 0 {
-		demo, err := startDemo(svc, opts.demo, opts.demoBlockSize, logs.logger("kvselect::demo"))
+		d, err := startDemo(svc, opts.demo, opts.demoBlockSize, logs.logger("kvselect::demo"))
 		if err != nil {
 			return fail(1, "--demo", err)
 		}
-		n.onStopDo("demo engines", demo.Close)
+		demo = d
 		log.Info("demo: simulated engines registered as workers 1..N; try: curl -s localhost:"+strconv.Itoa(int(opts.port))+"/ready", "engines", opts.demo)
 	}
 	if ready != nil {

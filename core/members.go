@@ -25,6 +25,9 @@ type members struct {
 	blockSize uint32
 	isEagle   bool
 	workers   map[uint64]*member
+	// ranks is the sum of the members' rankSize, kept by attach and
+	// detach (the listener limit reads it on every registration).
+	ranks int
 	// loads are the attached ranks' load accounting. A rank that leaves
 	// is retired and deleted; a rank that comes back gets a fresh
 	// WorkerLoad. Invariant: every rank of every member has one.
@@ -60,11 +63,7 @@ func (p *partition) memberRanks(id uint64) int {
 func (p *partition) heldRanks() int {
 	p.m.mu.Lock()
 	defer p.m.mu.Unlock()
-	n := 0
-	for _, m := range p.m.workers {
-		n += int(m.rankSize)
-	}
-	return n
+	return p.m.ranks
 }
 
 // blockSize is the partition's block size, 0 while none is fixed.
@@ -136,7 +135,11 @@ func (p *partition) attach(id uint64, e *catalogEntry, cfg *sched.Config) (retir
 			p.m.loads[k] = sched.NewWorkerLoad(k, cfg)
 		}
 	}
+	if old != nil {
+		p.m.ranks -= int(old.rankSize)
+	}
 	p.m.workers[id] = &member{e: e, rankStart: start, rankSize: size}
+	p.m.ranks += int(size)
 	return retired
 }
 
@@ -151,6 +154,7 @@ func (p *partition) detach(id uint64) bool {
 		return false
 	}
 	delete(p.m.workers, id)
+	p.m.ranks -= int(m.rankSize)
 	for r := m.rankStart; r < m.rankStart+m.rankSize; r++ {
 		p.retireLocked(radix.WorkerKey{WorkerID: id, DPRank: r})
 	}

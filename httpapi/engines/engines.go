@@ -292,6 +292,9 @@ func (s *Scraper) Once(ctx context.Context) {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			smp, err := s.scrape(ctx, tg.URL)
+			if ctx.Err() != nil {
+				return // stopping: a cancelled scrape says nothing of the engine
+			}
 			if err != nil {
 				s.failed.Add(1)
 			} else {

@@ -3,16 +3,14 @@ package zmqpub
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kvselect/kvselect/radix"
 	"github.com/kvselect/kvselect/zmqin"
+	"github.com/kvselect/kvselect/zmqin/internal/zmqtest"
 	"github.com/kvselect/kvselect/zmqin/zmtp"
 )
 
@@ -28,35 +26,20 @@ func newPublisher(t testing.TB, cfg Config) *Publisher {
 	return p
 }
 
-// waitFor polls cond until it holds, failing the test after 10 s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
+// The waits and the libzmq harness of zmqin/internal/zmqtest, under this
+// package's names.
+var (
+	waitFor     = zmqtest.WaitFor
+	checkNoLeak = zmqtest.CheckNoLeak
+)
 
-// checkNoLeak fails the test if goroutines started during it are still
-// running after cleanup; register it first so it runs last.
-func checkNoLeak(t testing.TB) {
-	base := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > base {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<16)
-				n := runtime.Stack(buf, true)
-				t.Errorf("goroutine leak: %d running, %d before\n%s", runtime.NumGoroutine(), base, buf[:n])
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	})
-}
+// debianPython is Debian's interpreter, which python3-zmq and python3-msgpack
+// install into (the python3 on PATH may be another one).
+const debianPython = zmqtest.DebianPython
+
+// requireDebianPyzmq skips a libzmq interop test without Debian's pyzmq,
+// and fails it instead under CI (CI=true).
+func requireDebianPyzmq(t *testing.T) { zmqtest.RequireDebianPyzmq(t, os.Getenv("CI") == "true") }
 
 // TestPublisherHWM: a subscriber that stops reading loses messages at its
 // high-water mark, counted, while the Publisher never blocks.
@@ -90,26 +73,6 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-// debianPython is Debian's interpreter, which python3-zmq and python3-msgpack
-// install into (the python3 on PATH may be another one).
-const debianPython = "/usr/bin/python3"
-
-// requireDebianPyzmq skips the test, loudly, when Debian's python cannot
-// import zmq and msgpack; under CI (CI=true, where .ci/run installs them) it
-// fails instead, so the interoperability test never passes silently.
-func requireDebianPyzmq(t *testing.T) {
-	t.Helper()
-	out, err := exec.Command(debianPython, "-c", "import zmq, msgpack").CombinedOutput()
-	if err == nil {
-		return
-	}
-	msg := fmt.Sprintf("libzmq interop test needs %s with python3-zmq and python3-msgpack "+
-		"(apt-get install -y python3-zmq python3-msgpack): %v: %s", debianPython, err, strings.TrimSpace(string(out)))
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip("SKIPPING: " + msg)
-}
 
 // TestInteropLibzmqSubscriber: a libzmq SUB (pyzmq, like vLLM's example
 // subscriber) reads our Publisher, and a libzmq DEALER replays from our

@@ -73,7 +73,6 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-
 // TestInteropLibzmqSubscriber: a libzmq SUB (pyzmq, like vLLM's example
 // subscriber) reads our Publisher, and a libzmq DEALER replays from our
 // ROUTER: what the mocker publishes is readable by libzmq consumers.

@@ -54,6 +54,10 @@ func (s *Server) handleSelect(ctx *fasthttp.RequestCtx, book bool) {
 		s.writeErr(ctx, err)
 		return
 	}
+	if msg := s.promptTokens(r); msg != "" {
+		s.writeErrMsg(ctx, fasthttp.StatusBadRequest, msg)
+		return
+	}
 	var wctx context.Context = context.Background()
 	if s.svc.MayWait() {
 		// The selection may wait: it ends when the client goes away. The
@@ -137,6 +141,10 @@ func (s *Server) handleQuery(ctx *fasthttp.RequestCtx, overlap bool) {
 	defer s.releaseSelect(r)
 	if err := decodeSelectAs(body, r, queryFields); err != nil {
 		s.writeErr(ctx, err)
+		return
+	}
+	if msg := s.promptTokens(r); msg != "" {
+		s.writeErrMsg(ctx, fasthttp.StatusBadRequest, msg)
 		return
 	}
 	q := core.QueryRequest{ModelName: r.req.ModelName, RoutingGroup: r.req.RoutingGroup, Prompt: r.req.Prompt, Override: r.req.Override}

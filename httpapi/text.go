@@ -214,3 +214,24 @@ func (s *Server) handleDetokenize(ctx *fasthttp.RequestCtx) {
 }
 
 func itoa(v uint64) string { return string(appendUint(nil, v)) }
+
+// promptTokens turns a selection or query body's prompt into its
+// token_ids with the model's tokenizer, special tokens added as vLLM's
+// completions endpoint adds them (add_special_tokens defaults to true
+// there), so that the blocks hashed are the engine's. A body with
+// token_ids or block_hashes keeps them and its prompt is ignored, and so
+// is every prompt when no tokenizer is configured: a reference caller,
+// to whom prompt is an unknown field, sees no change. It returns an error
+// message for a model without a tokenizer, else "".
+func (s *Server) promptTokens(r *selectReq) string {
+	p := &r.req.Prompt
+	if !r.hasText || len(s.cfg.Tokenizers) == 0 || p.HasTokenIDs || p.HasBlockHashes {
+		return ""
+	}
+	tok, _, msg := s.tokenizer(r.req.ModelName, r.req.ModelName != "")
+	if tok == nil {
+		return msg
+	}
+	p.TokenIDs, p.HasTokenIDs = tok.Encode(p.TokenIDs[:0], r.text, true), true
+	return ""
+}

@@ -70,3 +70,36 @@ func TestTokenizeRoutes(t *testing.T) {
 		t.Fatalf("round trip: %.80s", d.raw)
 	}
 }
+
+// TestPromptOnSelection: with a tokenizer, prompt stands in for token_ids
+// on /select, /select_and_reserve, /overlap_scores and /potential_loads:
+// the answer is the one the prompt's token ids (BOS included, as vLLM's
+// completions endpoint adds it) get. token_ids win over a prompt; without
+// a tokenizer a prompt is the unknown field it is to the reference.
+func TestPromptOnSelection(t *testing.T) {
+	h := start(t, withTokenizer(t))
+	h.want(h.do("POST", "/workers", `{"worker_id":1,"model_name":"m","endpoint":"http://w1","block_size":4}`), 201)
+	h.want(h.do("POST", "/workers", `{"worker_id":2,"model_name":"m","endpoint":"http://w2","block_size":4}`), 201)
+	text := "ab ab ab ab ab ab ab"
+	var tok struct{ Tokens []uint32 }
+	if err := json.Unmarshal([]byte(h.do("POST", "/tokenize", `{"prompt":`+strconv.Quote(text)+`}`).raw), &tok); err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := json.Marshal(tok.Tokens)
+	for _, route := range []string{"/overlap_scores", "/potential_loads"} {
+		byText := h.do("POST", route, `{"model_name":"m","prompt":`+strconv.Quote(text)+`}`)
+		byIDs := h.do("POST", route, `{"model_name":"m","token_ids":`+string(ids)+`}`)
+		h.want(byText, 200)
+		if byText.raw != byIDs.raw {
+			t.Fatalf("%s: by text %s, by ids %s", route, byText.raw, byIDs.raw)
+		}
+	}
+	r := h.do("POST", "/select_and_reserve", `{"model_name":"m","selection_id":"p1","prompt":`+strconv.Quote(text)+`}`)
+	h.want(r, 200, `"isl_tokens":`+strconv.Itoa(len(tok.Tokens)))
+	// token_ids win; a model without a tokenizer is a 400 naming the flag.
+	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"prompt":"ignored"}`), 200, `"worker_id"`)
+	h.want(h.do("POST", "/select", `{"model_name":"x","prompt":"ab"}`), 400, "--model-path x=DIR")
+	none := start(t)
+	none.want(none.do("POST", "/workers", `{"worker_id":1,"endpoint":"http://w1","block_size":4}`), 201)
+	none.want(none.do("POST", "/select", `{"prompt":"ab"}`), 400, "block_hashes is required without token_ids")
+}

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/httpapi/internal/jsonscan"
+	"slices"
 )
 
 // selectReq is a pooled decoded selection body: the core request plus the
@@ -22,6 +23,10 @@ type selectReq struct {
 	// rawSeq is the sequence_hashes array as the body spelled it (validated
 	// i64s); nil when absent. It aliases the body.
 	rawSeq []byte
+	// text is the body's prompt (kvselect's extension), hasText whether
+	// it had one; it aliases the body.
+	text    string
+	hasText bool
 }
 
 // promptFields are the fields of the reference's PromptRequest, which every
@@ -32,10 +37,14 @@ var promptFields = []string{"token_ids", "mm_routing_info", "block_mm_infos", "b
 // The field sets of the selection bodies
 // (ai-dynamo/dynamo:lib/kv-router/src/services/selection/types.rs): a key
 // outside a route's set is an unknown field there, skipped unread.
+//
+// prompt (text) is kvselect's extension of the selection and query bodies
+// (text.go: tokenized with the model's --model-path tokenizer when the
+// body has no token_ids and no block_hashes).
 var (
-	selectFields      = jsonscan.NewFieldSet(append(promptFields, selectOwn...)...)
-	reserveFields     = jsonscan.NewFieldSet(append(promptFields, selectOwn[:len(selectOwn)-1]...)...) // SelectAndReserveRequest: no advisory
-	queryFields       = jsonscan.NewFieldSet(append(promptFields, "model_name", "routing_group", "router_config_override")...)
+	selectFields      = jsonscan.NewFieldSet(slices.Concat(promptFields, []string{"prompt"}, selectOwn)...)
+	reserveFields     = jsonscan.NewFieldSet(slices.Concat(promptFields, []string{"prompt"}, selectOwn[:len(selectOwn)-1])...) // SelectAndReserveRequest: no advisory
+	queryFields       = jsonscan.NewFieldSet(slices.Concat(promptFields, []string{"prompt", "model_name", "routing_group", "router_config_override"})...)
 	reservationFields = jsonscan.NewFieldSet(append(promptFields, "model_name", "routing_group", "selection_id", "worker_id", "dp_rank",
 		"router_config_override", "expected_output_tokens", "effective_prefill_tokens", "track_prefill_tokens")...)
 )
@@ -55,6 +64,7 @@ func decodeSelect(body []byte, r *selectReq) error {
 // (/potential_loads, /overlap_scores).
 func decodeSelectAs(body []byte, r *selectReq, fs *jsonscan.FieldSet) error {
 	r.req.Reset()
+	r.text, r.hasText = "", false
 	q := &r.req
 	s := &r.sc
 	s.Reset(body)
@@ -72,6 +82,8 @@ func decodeSelectAs(body []byte, r *selectReq, fs *jsonscan.FieldSet) error {
 			q.ModelName, _, err = s.Str("model_name")
 		case "routing_group":
 			q.RoutingGroup, _, err = s.Str("routing_group")
+		case "prompt":
+			r.text, r.hasText, err = s.Str("prompt")
 		case "selection_id":
 			q.SelectionID, q.HasSelectionID, err = s.Str("selection_id")
 		case "session_id":

@@ -33,6 +33,15 @@ func TestServeModelPath(t *testing.T) {
 	if got := s.must("POST", "/detokenize", `{"tokens":[9906,1917]}`, 200); got != `{"prompt":"Hello world"}` {
 		t.Fatalf("detokenize: %s", got)
 	}
+	// prompt stands in for token_ids on the selection routes.
+	s.must("POST", "/workers", `{"worker_id":1,"model_name":"llama3","endpoint":"http://w1","block_size":16,"kv_events_endpoint":"tcp://127.0.0.1:1"}`, 201)
+	long := strings.Repeat("Hello world ", 40)
+	byText := s.must("POST", "/potential_loads", `{"model_name":"llama3","prompt":"`+long+`"}`, 200)
+	ids := s.must("POST", "/tokenize", `{"model":"llama3","prompt":"`+long+`"}`, 200)
+	tokens := ids[strings.Index(ids, `"tokens":`)+9 : strings.Index(ids, `,"token_strs"`)]
+	if byIDs := s.must("POST", "/potential_loads", `{"model_name":"llama3","token_ids":`+tokens+`}`, 200); byIDs != byText {
+		t.Fatalf("potential_loads by text %s, by ids %s", byText, byIDs)
+	}
 	if !strings.Contains(s.logs.String(), "tokenizer loaded") {
 		t.Fatalf("no start-up line:\n%s", s.logs.String())
 	}

@@ -27,6 +27,9 @@
 // --max-connections (default (soft RLIMIT_NOFILE - 128) * 3/4, see
 // defaultMaxConnections), --auth-token-file (bearer token on every route
 // but /health, /ready and /metrics) and --tls-cert/--tls-key (HTTPS),
+// --model-path NAME=DIR (a model's tokenizer files, read at start-up:
+// tokenizers.go), --engine-metrics-interval (scrape the workers' engine
+// metrics for their LoRA adapters: enginemetrics.go),
 // --disagg-order and --disagg-prefill-failure (the defaults of the /disagg
 // routes' plans) and --workers-file (the catalog's only source: a JSON file
 // of POST /workers bodies, polled every second; workersfile.go). The

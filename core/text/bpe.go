@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // bpe is a byte-level BPE model (tokenizers' models/bpe): a vocabulary of
@@ -22,6 +23,13 @@ type bpe struct {
 	byteID       [256]uint32
 	ignoreMerges bool
 	cache        wordCache
+	// sentencePiece: the vocabulary is spelled in characters, not bytes
+	// (Llama 2, Mistral): a word starts as one symbol per character; a
+	// character outside the vocabulary becomes its UTF-8 bytes' <0xXX>
+	// tokens (byte fallback, byteID) or, without them, unk (consecutive
+	// unks fused into one with fuseUnk).
+	sentencePiece, byteFallback, fuseUnk bool
+	unk                                  int64 // -1: none
 }
 
 // mergeTo is a merge's rank and the id of the token it makes.
@@ -101,7 +109,7 @@ func (m *bpe) encode(piece string, dst []uint32, sc *scratch) []uint32 {
 			return append(dst, id)
 		}
 	}
-	if len(piece) == 1 {
+	if len(piece) == 1 && !m.sentencePiece {
 		return append(dst, m.byteID[piece[0]])
 	}
 	if ids, ok := m.cache.get(piece); ok {
@@ -113,12 +121,24 @@ func (m *bpe) encode(piece string, dst []uint32, sc *scratch) []uint32 {
 	return dst
 }
 
-// merge runs the merges over piece's bytes.
+// merge runs the merges over piece's symbols: its bytes, or its
+// characters (sentencePiece).
 func (m *bpe) merge(piece string, dst []uint32, sc *scratch) []uint32 {
-	n := len(piece)
 	syms := sc.syms[:0]
-	for i := 0; i < n; i++ {
-		syms = append(syms, sym{id: m.byteID[piece[i]], prev: int32(i - 1), next: int32(i + 1)})
+	if m.sentencePiece {
+		syms = m.charSymbols(piece, syms)
+		if len(syms) == 0 {
+			sc.syms = syms
+			return dst
+		}
+	} else {
+		for i := 0; i < len(piece); i++ {
+			syms = append(syms, sym{id: m.byteID[piece[i]]})
+		}
+	}
+	n := len(syms)
+	for i := range syms {
+		syms[i].prev, syms[i].next = int32(i-1), int32(i+1)
 	}
 	syms[n-1].next = -1
 	sc.heap = sc.heap[:0]
@@ -291,4 +311,37 @@ func (m *bpe) lookup(s string) (uint32, bool) {
 			return v - 1, true
 		}
 	}
+}
+
+// charSymbols appends the initial symbols of a sentencePiece word: one per
+// character in the vocabulary, else its bytes' fallback tokens, else unk.
+func (m *bpe) charSymbols(piece string, syms []sym) []sym {
+	lastUnk := false
+	for i, r := range piece {
+		w := utf8.RuneLen(r)
+		if r == utf8.RuneError {
+			_, w = utf8.DecodeRuneInString(piece[i:])
+		}
+		if id, ok := m.lookup(piece[i : i+w]); ok {
+			syms = append(syms, sym{id: id})
+			lastUnk = false
+			continue
+		}
+		if m.byteFallback {
+			for j := i; j < i+w; j++ {
+				syms = append(syms, sym{id: m.byteID[piece[j]]})
+			}
+			lastUnk = false
+			continue
+		}
+		if m.unk < 0 {
+			continue // no unk token: the character is dropped, as tokenizers drops it
+		}
+		if m.fuseUnk && lastUnk {
+			continue
+		}
+		syms = append(syms, sym{id: uint32(m.unk)})
+		lastUnk = true
+	}
+	return syms
 }

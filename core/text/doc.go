@@ -9,11 +9,14 @@
 // alphabet, ranked merges, ignore_merges) with the Split pre-tokenizer
 // patterns of Llama 3.x, Qwen 2.5/3, DeepSeek V3 and GPT-OSS, matched by
 // hand with Oniguruma's semantics (look-ahead and ordered alternation,
-// which Go's regexp lacks: pretok.go); NFC and NFKC normalizers; added
-// tokens matched before the model as tokenizers' AddedVocabulary matches
-// them; the TemplateProcessing and ByteLevel post-processors and the BOS
-// rule of LlamaTokenizerFast; the ByteLevel decoder with Rust's lossy
-// UTF-8. Anything else in a file (another model type, pre-tokenizer,
+// which Go's regexp lacks: pretok.go); SentencePiece-style BPE over
+// characters with byte fallback and unk fusing, normalized by Prepend and
+// Replace (Llama 2, Mistral: no pre-tokenizer); NFC and NFKC normalizers;
+// added tokens matched before the model as tokenizers' AddedVocabulary
+// matches them; the TemplateProcessing and ByteLevel post-processors and
+// the BOS rule of LlamaTokenizerFast; the ByteLevel decoder with Rust's
+// lossy UTF-8, the SentencePiece decoder (▁, ByteFallback, Fuse, Strip),
+// and transformers' clean_up_tokenization_spaces. Anything else in a file (another model type, pre-tokenizer,
 // pattern or normalizer) makes Load fail with ErrUnsupported naming it:
 // never an approximation.
 //

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -31,6 +33,9 @@ type Tokenizer struct {
 	// ModelMaxLength is tokenizer_config.json's model_max_length (0
 	// unknown).
 	ModelMaxLength int64
+	// cleanUp is clean_up_tokenization_spaces: Decode drops the space
+	// transformers drops before punctuation and contractions.
+	cleanUp bool
 	scratch        sync.Pool
 }
 
@@ -47,6 +52,8 @@ type file struct {
 	Decoder       json.RawMessage `json:"decoder"`
 	Model         struct {
 		Type                    string            `json:"type"`
+		UnkToken                *string           `json:"unk_token"`
+		FuseUnk                 bool              `json:"fuse_unk"`
 		Vocab                   map[string]uint32 `json:"vocab"`
 		Merges                  json.RawMessage   `json:"merges"`
 		IgnoreMerges            bool              `json:"ignore_merges"`
@@ -70,6 +77,7 @@ type config struct {
 	EOSToken       json.RawMessage `json:"eos_token"`
 	ChatTemplate   json.RawMessage `json:"chat_template"`
 	ModelMaxLength float64         `json:"model_max_length"`
+	CleanUp        *bool           `json:"clean_up_tokenization_spaces"`
 }
 
 // Load builds a tokenizer from a model's tokenizer.json and
@@ -81,20 +89,26 @@ func Load(tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
 		return nil, fmt.Errorf("text: tokenizer.json: %w", err)
 	}
 	t := &Tokenizer{BOS: -1, EOS: -1}
+	var err error
+	// No pre-tokenizer: a SentencePiece-style BPE over characters (Llama
+	// 2, Mistral); else byte-level.
+	sp := len(f.PreTokenizer) == 0 || string(f.PreTokenizer) == "null"
+	if !sp {
+		if t.split, err = loadPreTokenizer(f.PreTokenizer); err != nil {
+			return nil, err
+		}
+	}
+	t.model.sentencePiece = sp
 	if err := t.loadModel(&f); err != nil {
 		return nil, err
 	}
-	var err error
 	if t.normalize, err = loadNormalizer(f.Normalizer); err != nil {
-		return nil, err
-	}
-	if t.split, err = loadPreTokenizer(f.PreTokenizer); err != nil {
 		return nil, err
 	}
 	if err := t.added.load(f.AddedTokens); err != nil {
 		return nil, err
 	}
-	if err := checkDecoder(f.Decoder); err != nil {
+	if err := checkDecoder(f.Decoder, t.model.sentencePiece); err != nil {
 		return nil, err
 	}
 	var cfg config
@@ -106,6 +120,7 @@ func Load(tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
 	if err := t.loadPostProcessor(f.PostProcessor, &cfg); err != nil {
 		return nil, err
 	}
+	t.cleanUp = cfg.CleanUp != nil && *cfg.CleanUp
 	t.ModelMaxLength = int64(cfg.ModelMaxLength)
 	if cfg.ModelMaxLength > 1e15 { // transformers' VERY_LARGE_INTEGER: unknown
 		t.ModelMaxLength = 0
@@ -120,8 +135,8 @@ func (t *Tokenizer) loadModel(f *file) error {
 	switch {
 	case m.Type != "BPE":
 		return fmt.Errorf("%w: model type %q (only BPE)", ErrUnsupported, m.Type)
-	case m.ByteFallback:
-		return fmt.Errorf("%w: BPE with byte_fallback (SentencePiece style)", ErrUnsupported)
+	case m.ByteFallback && !t.model.sentencePiece:
+		return fmt.Errorf("%w: byte-level BPE with byte_fallback", ErrUnsupported)
 	case m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "", m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "":
 		return fmt.Errorf("%w: BPE with a subword prefix or word suffix", ErrUnsupported)
 	case m.Dropout != nil && *m.Dropout != 0:
@@ -141,10 +156,24 @@ func (t *Tokenizer) loadModel(f *file) error {
 		b.tokens[id] = s
 	}
 	b.buildIndex()
+	b.unk = -1
+	if m.UnkToken != nil {
+		if id, ok := m.Vocab[*m.UnkToken]; ok {
+			b.unk = int64(id)
+		}
+	}
+	b.byteFallback, b.fuseUnk = m.ByteFallback, m.FuseUnk
 	for c := 0; c < 256; c++ {
-		id, ok := m.Vocab[byteChar[c]]
+		name := byteChar[c]
+		if b.sentencePiece {
+			if !b.byteFallback {
+				break
+			}
+			name = fmt.Sprintf("<0x%02X>", c)
+		}
+		id, ok := m.Vocab[name]
 		if !ok {
-			return fmt.Errorf("%w: byte-level BPE without the token of byte %#x", ErrUnsupported, c)
+			return fmt.Errorf("%w: BPE without the token %q of byte %#x", ErrUnsupported, name, c)
 		}
 		b.byteID[c] = id
 	}
@@ -186,6 +215,11 @@ func loadNormalizer(raw json.RawMessage) (func(string) string, error) {
 	var n struct {
 		Type        string            `json:"type"`
 		Normalizers []json.RawMessage `json:"normalizers"`
+		Prepend     string            `json:"prepend"`
+		Pattern     struct {
+			String *string `json:"String"`
+		} `json:"pattern"`
+		Content string `json:"content"`
 	}
 	if err := json.Unmarshal(raw, &n); err != nil {
 		return nil, fmt.Errorf("text: normalizer: %w", err)
@@ -195,6 +229,21 @@ func loadNormalizer(raw json.RawMessage) (func(string) string, error) {
 		return norm.NFC.String, nil
 	case "NFKC":
 		return norm.NFKC.String, nil
+	case "Prepend":
+		// tokenizers' Prepend: only a non-empty string gets the prefix.
+		pre := n.Prepend
+		return func(s string) string {
+			if s == "" {
+				return s
+			}
+			return pre + s
+		}, nil
+	case "Replace":
+		if n.Pattern.String == nil {
+			return nil, fmt.Errorf("%w: Replace normalizer with a regex pattern", ErrUnsupported)
+		}
+		from, to := *n.Pattern.String, n.Content
+		return func(s string) string { return strings.ReplaceAll(s, from, to) }, nil
 	case "Sequence":
 		var fs []func(string) string
 		for _, r := range n.Normalizers {
@@ -272,7 +321,18 @@ func loadPreTokenizer(raw json.RawMessage) ([]splitter, error) {
 	return out, nil
 }
 
-func checkDecoder(raw json.RawMessage) error {
+// sentencePieceDecoder is the decoder of Llama 2 / Mistral files, the one
+// Decode implements for a SentencePiece-style model.
+const sentencePieceDecoder = `{"type":"Sequence","decoders":[{"type":"Replace","pattern":{"String":"▁"},"content":" "},{"type":"ByteFallback"},{"type":"Fuse"},{"type":"Strip","content":" ","start":1,"stop":0}]}`
+
+func checkDecoder(raw json.RawMessage, sentencePiece bool) error {
+	if sentencePiece {
+		var got, want any
+		if json.Unmarshal(raw, &got) != nil || json.Unmarshal([]byte(sentencePieceDecoder), &want) != nil || !reflect.DeepEqual(got, want) {
+			return fmt.Errorf("%w: decoder %s (only %s)", ErrUnsupported, raw, sentencePieceDecoder)
+		}
+		return nil
+	}
 	var d typed
 	if err := json.Unmarshal(raw, &d); err != nil {
 		return fmt.Errorf("text: decoder: %w", err)
@@ -401,12 +461,31 @@ func (t *Tokenizer) encodeSegment(seg string, dst []uint32, sc *scratch) []uint3
 	return dst
 }
 
-// Decode is the text of ids as the ByteLevel decoder makes it: tokens'
-// byte-level spelling back to bytes, then UTF-8 with each invalid
-// sequence replaced by U+FFFD as Rust's String::from_utf8_lossy does.
-// skipSpecial leaves the special added tokens out. An id outside the
-// vocabulary is skipped.
+// Decode is the text of ids as transformers' decode makes it: the
+// decoder's text (byte-level: tokens' spelling back to bytes, then UTF-8
+// with each invalid sequence replaced by U+FFFD as Rust's
+// String::from_utf8_lossy does; SentencePiece: decodeSentencePiece), then,
+// with clean_up_tokenization_spaces, transformers' clean-up. skipSpecial
+// leaves the special added tokens out. An id outside the vocabulary is
+// skipped.
 func (t *Tokenizer) Decode(ids []uint32, skipSpecial bool) string {
+	var s string
+	if t.model.sentencePiece {
+		s = t.decodeSentencePiece(ids, skipSpecial)
+	} else {
+		s = t.decodeByteLevel(ids, skipSpecial)
+	}
+	if t.cleanUp {
+		s = cleanUp.Replace(s)
+	}
+	return s
+}
+
+// cleanUp is transformers' clean_up_tokenization: the spaces a word
+// tokenizer leaves before punctuation and English contractions.
+var cleanUp = strings.NewReplacer(" .", ".", " ?", "?", " !", "!", " ,", ",", " ' ", "'", " n't", "n't", " 'm", "'m", " 's", "'s", " 've", "'ve", " 're", "'re")
+
+func (t *Tokenizer) decodeByteLevel(ids []uint32, skipSpecial bool) string {
 	var b []byte
 	for _, id := range ids {
 		if a, ok := t.added.byID[id]; ok {
@@ -491,3 +570,46 @@ func (t *Tokenizer) CacheStats() CacheStats { return t.model.cache.stats() }
 
 // VocabSize is the number of ids (the vocabulary and the added tokens).
 func (t *Tokenizer) VocabSize() int { return len(t.model.tokens) }
+
+// decodeSentencePiece is the Llama 2 / Mistral decoder: ▁ back to spaces,
+// runs of <0xXX> tokens back to their bytes (each byte a U+FFFD when the
+// run is not valid UTF-8, as tokenizers' ByteFallback does), the pieces
+// fused, one leading space stripped.
+func (t *Tokenizer) decodeSentencePiece(ids []uint32, skipSpecial bool) string {
+	var out strings.Builder
+	var run []byte // pending byte-fallback bytes
+	flush := func() {
+		if utf8.Valid(run) {
+			out.Write(run)
+		} else {
+			for range run {
+				out.WriteRune(utf8.RuneError)
+			}
+		}
+		run = run[:0]
+	}
+	for _, id := range ids {
+		if a, ok := t.added.byID[id]; ok {
+			if skipSpecial && a.Special {
+				continue
+			}
+			flush()
+			out.WriteString(strings.ReplaceAll(a.Content, "▁", " "))
+			continue
+		}
+		if int(id) >= len(t.model.tokens) {
+			continue
+		}
+		tok := t.model.tokens[id]
+		if len(tok) == 6 && strings.HasPrefix(tok, "<0x") && tok[5] == '>' {
+			if v, err := strconv.ParseUint(tok[3:5], 16, 8); err == nil {
+				run = append(run, byte(v))
+				continue
+			}
+		}
+		flush()
+		out.WriteString(strings.ReplaceAll(tok, "▁", " "))
+	}
+	flush()
+	return strings.TrimPrefix(out.String(), " ")
+}

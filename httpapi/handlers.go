@@ -124,6 +124,10 @@ func (s *Server) handleReserve(ctx *fasthttp.RequestCtx) {
 		s.writeErr(ctx, err)
 		return
 	}
+	if msg := s.textTokens(&r.req.Prompt, r.req.ModelName, r.text, r.hasText); msg != "" {
+		s.writeErrMsg(ctx, fasthttp.StatusBadRequest, msg)
+		return
+	}
 	res, err := s.svc.Reserve(&r.req)
 	if err != nil {
 		s.writeErr(ctx, err)
@@ -273,6 +277,10 @@ func (s *Server) handleDisaggPlan(ctx *fasthttp.RequestCtx) {
 	}()
 	if err := decodeDisagg(body, r); err != nil {
 		s.writeErr(ctx, err)
+		return
+	}
+	if msg := s.textTokens(&r.req.Prompt, r.req.ModelName, r.text, r.hasText); msg != "" {
+		s.writeErrMsg(ctx, fasthttp.StatusBadRequest, msg)
 		return
 	}
 	v, err := s.svc.PlanDisagg(&r.req)

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/core/text"
 	"github.com/kvselect/kvselect/httpapi/internal/jsonscan"
 	"github.com/valyala/fasthttp"
@@ -224,14 +225,18 @@ func itoa(v uint64) string { return string(appendUint(nil, v)) }
 // to whom prompt is an unknown field, sees no change. It returns an error
 // message for a model without a tokenizer, else "".
 func (s *Server) promptTokens(r *selectReq) string {
-	p := &r.req.Prompt
-	if !r.hasText || len(s.cfg.Tokenizers) == 0 || p.HasTokenIDs || p.HasBlockHashes {
+	return s.textTokens(&r.req.Prompt, r.req.ModelName, r.text, r.hasText)
+}
+
+// textTokens is promptTokens for any body's prompt p of model.
+func (s *Server) textTokens(p *core.Prompt, model, text string, hasText bool) string {
+	if !hasText || len(s.cfg.Tokenizers) == 0 || p.HasTokenIDs || p.HasBlockHashes {
 		return ""
 	}
-	tok, _, msg := s.tokenizer(r.req.ModelName, r.req.ModelName != "")
+	tok, _, msg := s.tokenizer(model, model != "")
 	if tok == nil {
 		return msg
 	}
-	p.TokenIDs, p.HasTokenIDs = tok.Encode(p.TokenIDs[:0], r.text, true), true
+	p.TokenIDs, p.HasTokenIDs = tok.Encode(p.TokenIDs[:0], text, true), true
 	return ""
 }

@@ -96,6 +96,14 @@ func TestPromptOnSelection(t *testing.T) {
 	}
 	r := h.do("POST", "/select_and_reserve", `{"model_name":"m","selection_id":"p1","prompt":`+strconv.Quote(text)+`}`)
 	h.want(r, 200, `"isl_tokens":`+strconv.Itoa(len(tok.Tokens)))
+	// An explicit reservation and a disaggregated plan take a prompt too.
+	h.want(h.do("POST", "/reservations", `{"selection_id":"p2","model_name":"m","worker_id":2,"prompt":`+strconv.Quote(text)+`}`), 201)
+	// (without the prompt's tokens it would be a 400: block_hashes is
+	// required without token_ids)
+	h.want(h.do("POST", "/workers", `{"worker_id":3,"model_name":"m","routing_group":"prefill","endpoint":"http://w3","block_size":4}`), 201)
+	h.want(h.do("POST", "/workers", `{"worker_id":4,"model_name":"m","routing_group":"decode","endpoint":"http://w4","block_size":4}`), 201)
+	h.want(h.do("POST", "/disagg/plan", `{"selection_id":"d1","model_name":"m","prompt":`+strconv.Quote(text)+`}`), 200, `"selection_id":"d1"`)
+	h.want(h.do("POST", "/disagg/plan", `{"selection_id":"d2","model_name":"x","prompt":"ab"}`), 400, "--model-path x=DIR")
 	// token_ids win; a model without a tokenizer is a 400 naming the flag.
 	h.want(h.do("POST", "/select", `{"model_name":"m","token_ids":[1,2,3,4],"prompt":"ignored"}`), 200, `"worker_id"`)
 	h.want(h.do("POST", "/select", `{"model_name":"x","prompt":"ab"}`), 400, "--model-path x=DIR")

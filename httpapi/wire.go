@@ -45,7 +45,7 @@ var (
 	selectFields      = jsonscan.NewFieldSet(slices.Concat(promptFields, []string{"prompt"}, selectOwn)...)
 	reserveFields     = jsonscan.NewFieldSet(slices.Concat(promptFields, []string{"prompt"}, selectOwn[:len(selectOwn)-1])...) // SelectAndReserveRequest: no advisory
 	queryFields       = jsonscan.NewFieldSet(slices.Concat(promptFields, []string{"prompt", "model_name", "routing_group", "router_config_override"})...)
-	reservationFields = jsonscan.NewFieldSet(append(promptFields, "model_name", "routing_group", "selection_id", "worker_id", "dp_rank",
+	reservationFields = jsonscan.NewFieldSet(append(promptFields, "prompt", "model_name", "routing_group", "selection_id", "worker_id", "dp_rank",
 		"router_config_override", "expected_output_tokens", "effective_prefill_tokens", "track_prefill_tokens")...)
 )
 
@@ -210,11 +210,15 @@ type reserveReq struct {
 	override core.Override
 	track    bool
 	sc       jsonscan.Scanner
+	// text and hasText are the body's prompt (text.go), aliasing it.
+	text    string
+	hasText bool
 }
 
 // decodeReservation reads a ReservationRequest; selection_id is required.
 func decodeReservation(body []byte, r *reserveReq) error {
 	r.req.Reset()
+	r.text, r.hasText = "", false
 	q := &r.req
 	s := &r.sc
 	s.Reset(body)
@@ -234,6 +238,8 @@ func decodeReservation(body []byte, r *reserveReq) error {
 			q.ModelName, _, err = s.Str("model_name")
 		case "routing_group":
 			q.RoutingGroup, _, err = s.Str("routing_group")
+		case "prompt":
+			r.text, r.hasText, err = s.Str("prompt")
 		case "selection_id":
 			q.SelectionID, hasID, err = s.Str("selection_id")
 		case "worker_id":

@@ -18,11 +18,14 @@ type disaggReq struct {
 	affinity            core.AffinityTarget
 	prefs               map[string]float64
 	sc                  jsonscan.Scanner
+	// text and hasText are the body's prompt (text.go), aliasing it.
+	text    string
+	hasText bool
 }
 
 // disaggFields are DisaggPlanRequest's fields: the prompt flattened in, as
 // in /select_and_reserve.
-var disaggFields = jsonscan.NewFieldSet(append(promptFields, "selection_id", "model_name", "prefill_routing_group",
+var disaggFields = jsonscan.NewFieldSet(append(promptFields, "prompt", "selection_id", "model_name", "prefill_routing_group",
 	"decode_routing_group", "expected_output_tokens", "session_context", "session_id", "affinity_target",
 	"pinned_prefill_worker", "allowed_worker_ids", "routing_constraints", "prefill_router_config_override",
 	"decode_router_config_override", "order", "prefill_failure", "defer_decode")...)
@@ -38,6 +41,7 @@ func (r *disaggReq) reset() {
 	*q = core.DisaggRequest{Prompt: pr, AllowedWorkerIDs: q.AllowedWorkerIDs[:0],
 		RequiredTaints: q.RequiredTaints[:0], PreferredTaints: q.PreferredTaints[:0]}
 	r.sc.Reset(nil)
+	r.text, r.hasText = "", false
 }
 
 // retained is what the pooled request keeps between requests.
@@ -67,6 +71,8 @@ func decodeDisagg(body []byte, r *disaggReq) error {
 		var err error
 		var n bool
 		switch string(key) {
+		case "prompt":
+			r.text, r.hasText, err = s.Str("prompt")
 		case "selection_id":
 			q.SelectionID, hasID, err = s.Str("selection_id")
 		case "model_name":

@@ -5,8 +5,11 @@ package client
 // pointers. Names follow the API's fields.
 
 // Prompt is a request's prompt: TokenIDs (the selector hashes them), or
-// the precomputed hash-only form (BlockHashes, SequenceHashes, ISLTokens).
+// the precomputed hash-only form (BlockHashes, SequenceHashes, ISLTokens),
+// or Text (kvselect's extension: the selector tokenizes it with the
+// model's --model-path tokenizer; without TokenIDs and BlockHashes only).
 type Prompt struct {
+	Text           string   `json:"prompt,omitempty"`
 	TokenIDs       []uint32 `json:"token_ids,omitempty"`
 	BlockHashes    []int64  `json:"block_hashes,omitempty"`
 	SequenceHashes []int64  `json:"sequence_hashes,omitempty"`

@@ -117,81 +117,71 @@ func corpus() []string {
 	return append(out, b.String())
 }
 
-// references runs tokenizers.js over inputs with family's files.
-func references(t testing.TB, family string, inputs []string, addSpecial bool) [][]uint32 {
+// runRef runs testdata/npm/ref.mjs (tokenizers.js) with family's files
+// over values, one JSON value a line, and returns its output lines, one
+// for each value. mode "decode" decodes id lists; "" encodes strings,
+// with special tokens when special.
+func runRef[T any](t testing.TB, family, mode string, values []T, special bool) [][]byte {
 	t.Helper()
-	dir := t.TempDir()
 	var in bytes.Buffer
-	for _, s := range inputs {
-		b, _ := json.Marshal(s)
+	for _, v := range values {
+		b, _ := json.Marshal(v)
 		in.Write(b)
 		in.WriteByte('\n')
 	}
-	path := filepath.Join(dir, "corpus.jsonl")
+	path := filepath.Join(t.TempDir(), "in.jsonl")
 	if err := os.WriteFile(path, in.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	special := "0"
-	if addSpecial {
-		special = "1"
+	flag := "0"
+	if special {
+		flag = "1"
 	}
 	abs, _ := filepath.Abs(modelDir(family))
-	cmd := exec.Command("node", "ref.mjs", abs, path, special)
-	cmd.Dir = npmDir
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("node ref.mjs: %v", err)
-	}
-	var refs [][]uint32
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
-		var ids []uint32
-		if err := json.Unmarshal(sc.Bytes(), &ids); err != nil {
-			t.Fatalf("reference line %d: %v", len(refs), err)
-		}
-		refs = append(refs, ids)
-	}
-	if len(refs) != len(inputs) {
-		t.Fatalf("%d references for %d inputs", len(refs), len(inputs))
-	}
-	return refs
-}
-
-// decodeReferences runs tokenizers.js's decode over each id list.
-func decodeReferences(t testing.TB, family string, all [][]uint32) []string {
-	t.Helper()
-	var in bytes.Buffer
-	for _, ids := range all {
-		b, _ := json.Marshal(ids)
-		in.Write(b)
-		in.WriteByte('\n')
-	}
-	path := filepath.Join(t.TempDir(), "ids.jsonl")
-	if err := os.WriteFile(path, in.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	abs, _ := filepath.Abs(modelDir(family))
-	cmd := exec.Command("node", "ref.mjs", abs, path, "0")
-	cmd.Dir, cmd.Env = npmDir, append(os.Environ(), "MODE=decode")
+	cmd := exec.Command("node", "ref.mjs", abs, path, flag)
+	cmd.Dir, cmd.Env = npmDir, append(os.Environ(), "MODE="+mode)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("node ref.mjs decode: %v: %s", err, stderr.String())
+		t.Fatalf("node ref.mjs (mode %q): %v: %s", mode, err, stderr.String())
 	}
-	var texts []string
+	var lines [][]byte
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
+		lines = append(lines, slices.Clone(sc.Bytes()))
+	}
+	if len(lines) != len(values) {
+		t.Fatalf("%d reference lines for %d inputs", len(lines), len(values))
+	}
+	return lines
+}
+
+// references is tokenizers.js's ids of inputs.
+func references(t testing.TB, family string, inputs []string, addSpecial bool) [][]uint32 {
+	t.Helper()
+	var refs [][]uint32
+	for i, l := range runRef(t, family, "", inputs, addSpecial) {
+		var ids []uint32
+		if err := json.Unmarshal(l, &ids); err != nil {
+			t.Fatalf("reference line %d: %v", i, err)
+		}
+		refs = append(refs, ids)
+	}
+	return refs
+}
+
+// decodeReferences is tokenizers.js's text of each id list.
+func decodeReferences(t testing.TB, family string, all [][]uint32) []string {
+	t.Helper()
+	var texts []string
+	for i, l := range runRef(t, family, "decode", all, false) {
 		var s string
-		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
-			t.Fatalf("decode line %d: %v", len(texts), err)
+		if err := json.Unmarshal(l, &s); err != nil {
+			t.Fatalf("decode line %d: %v", i, err)
 		}
 		texts = append(texts, s)
-	}
-	if len(texts) != len(all) {
-		t.Fatalf("%d decodes for %d inputs", len(texts), len(all))
 	}
 	return texts
 }

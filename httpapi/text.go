@@ -74,23 +74,23 @@ func decodeTokenize(body []byte) (tokenizeReq, error) {
 }
 
 // tokenizer is the tokenizer of the request's model: the one named, or
-// the only one configured when none is; an error message otherwise.
-func (s *Server) tokenizer(model string, has bool) (*text.Tokenizer, string, string) {
+// the only one configured when none is; else nil and the error message.
+func (s *Server) tokenizer(model string, has bool) (*text.Tokenizer, string) {
 	if !has || model == "" {
 		if len(s.cfg.Tokenizers) == 1 {
-			for name, t := range s.cfg.Tokenizers {
-				return t, name, ""
+			for _, t := range s.cfg.Tokenizers {
+				return t, ""
 			}
 		}
 		if len(s.cfg.Tokenizers) == 0 {
-			return nil, "", "no tokenizer is configured: start kvselect with --model-path NAME=DIR (a model's Hugging Face tokenizer.json and tokenizer_config.json)"
+			return nil, "no tokenizer is configured: start kvselect with --model-path NAME=DIR (a model's Hugging Face tokenizer.json and tokenizer_config.json)"
 		}
-		return nil, "", "model is required: " + strings.Join(tokenizerNames(s.cfg.Tokenizers), ", ") + " have tokenizers"
+		return nil, "model is required: " + strings.Join(tokenizerNames(s.cfg.Tokenizers), ", ") + " have tokenizers"
 	}
 	if t, ok := s.cfg.Tokenizers[model]; ok {
-		return t, model, ""
+		return t, ""
 	}
-	return nil, "", "model " + model + " has no tokenizer: give it one with --model-path " + model + "=DIR"
+	return nil, "model " + model + " has no tokenizer: give it one with --model-path " + model + "=DIR"
 }
 
 func tokenizerNames(m map[string]*text.Tokenizer) []string {
@@ -112,7 +112,7 @@ func (s *Server) handleTokenize(ctx *fasthttp.RequestCtx) {
 		s.writeErr(ctx, err)
 		return
 	}
-	tok, _, msg := s.tokenizer(r.model, r.hasModel)
+	tok, msg := s.tokenizer(r.model, r.hasModel)
 	if tok == nil {
 		s.writeErrMsg(ctx, fasthttp.StatusBadRequest, msg)
 		return
@@ -194,7 +194,7 @@ func (s *Server) handleDetokenize(ctx *fasthttp.RequestCtx) {
 		s.writeErrMsg(ctx, fasthttp.StatusUnprocessableEntity, "Failed to deserialize the JSON body into the target type: missing field `tokens`")
 		return
 	}
-	tok, _, msg := s.tokenizer(model, hasModel)
+	tok, msg := s.tokenizer(model, hasModel)
 	if tok == nil {
 		s.writeErrMsg(ctx, fasthttp.StatusBadRequest, msg)
 		return
@@ -233,7 +233,7 @@ func (s *Server) textTokens(p *core.Prompt, model, text string, hasText bool) st
 	if !hasText || len(s.cfg.Tokenizers) == 0 || p.HasTokenIDs || p.HasBlockHashes {
 		return ""
 	}
-	tok, _, msg := s.tokenizer(model, model != "")
+	tok, msg := s.tokenizer(model, model != "")
 	if tok == nil {
 		return msg
 	}

@@ -58,21 +58,26 @@ func (v *addedVocab) load(toks []addedToken) error {
 }
 
 // split encodes s: added tokens by their ids, the text around them
-// (normalized when normalize is set) by encode.
-func (v *addedVocab) split(s string, normalize func(string) string, dst []uint32, encode func(string, []uint32) []uint32) []uint32 {
-	return v.pass(s, v.raw, dst, func(seg string, dst []uint32) []uint32 {
+// (normalized when normalize is set) by encode. encode's first is true
+// for the one segment that starts s itself, tokenizers' "offsets_original
+// start at 0" (Metaspace's prepend_scheme "first" reads it): the first
+// segment of the first segment, when no added token starts s.
+func (v *addedVocab) split(s string, normalize func(string) string, dst []uint32, encode func(seg string, first bool, dst []uint32) []uint32) []uint32 {
+	return v.pass(s, v.raw, dst, func(seg string, first bool, dst []uint32) []uint32 {
 		if normalize != nil {
 			seg = normalize(seg)
 		}
-		return v.pass(seg, v.norm, dst, encode)
+		return v.pass(seg, v.norm, dst, func(seg string, inner bool, dst []uint32) []uint32 {
+			return encode(seg, first && inner, dst)
+		})
 	})
 }
 
 // pass finds idx's tokens in s, appending their ids and encoding the text
-// between them with rest.
-func (v *addedVocab) pass(s string, idx map[byte][]*addedToken, dst []uint32, rest func(string, []uint32) []uint32) []uint32 {
+// between them with rest (first: the text starts s).
+func (v *addedVocab) pass(s string, idx map[byte][]*addedToken, dst []uint32, rest func(seg string, first bool, dst []uint32) []uint32) []uint32 {
 	if len(idx) == 0 {
-		return rest(s, dst)
+		return rest(s, true, dst)
 	}
 	from := 0 // start of the text not yet emitted
 	for i := 0; i < len(s); i++ {
@@ -99,7 +104,7 @@ func (v *addedVocab) pass(s string, idx map[byte][]*addedToken, dst []uint32, re
 				}
 			}
 			if start > from {
-				dst = rest(s[from:start], dst)
+				dst = rest(s[from:start], from == 0, dst)
 			}
 			dst = append(dst, a.ID)
 			from = end
@@ -108,7 +113,7 @@ func (v *addedVocab) pass(s string, idx map[byte][]*addedToken, dst []uint32, re
 		}
 	}
 	if from < len(s) {
-		dst = rest(s[from:], dst)
+		dst = rest(s[from:], from == 0, dst)
 	}
 	return dst
 }

@@ -43,6 +43,7 @@ type scratch struct {
 	syms       []sym
 	heap       []cand
 	buf        []byte
+	meta       []byte // metaspace.apply's output
 }
 
 // sym is one symbol of a word being merged: its token id and its

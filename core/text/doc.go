@@ -11,7 +11,10 @@
 // hand with Oniguruma's semantics (look-ahead and ordered alternation,
 // which Go's regexp lacks: pretok.go); SentencePiece-style BPE over
 // characters with byte fallback and unk fusing, normalized by Prepend and
-// Replace (Llama 2, Mistral: no pre-tokenizer); NFC and NFKC normalizers;
+// Replace (Llama 2, Mistral: no pre-tokenizer) or pre-tokenized by
+// Metaspace with split false and any prepend scheme (the non-legacy form
+// transformers' LlamaConverter writes: metaspace.go); NFC and NFKC
+// normalizers;
 // added tokens matched before the model as tokenizers' AddedVocabulary
 // matches them; the TemplateProcessing and ByteLevel post-processors and
 // the BOS rule of LlamaTokenizerFast; the ByteLevel decoder with Rust's

@@ -118,7 +118,7 @@ func corpus() []string {
 }
 
 // runRef runs testdata/npm/ref.mjs (tokenizers.js) with family's files
-// over values, one JSON value a line, and returns its output lines, one
+// (or, when family is an absolute path, that directory's) over values, one JSON value a line, and returns its output lines, one
 // for each value. mode "decode" decodes id lists; "" encodes strings,
 // with special tokens when special.
 func runRef[T any](t testing.TB, family, mode string, values []T, special bool) [][]byte {
@@ -138,6 +138,9 @@ func runRef[T any](t testing.TB, family, mode string, values []T, special bool) 
 		flag = "1"
 	}
 	abs, _ := filepath.Abs(modelDir(family))
+	if filepath.IsAbs(family) {
+		abs = family
+	}
 	cmd := exec.Command("node", "ref.mjs", abs, path, flag)
 	cmd.Dir, cmd.Env = npmDir, append(os.Environ(), "MODE="+mode)
 	var stderr bytes.Buffer

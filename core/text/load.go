@@ -68,7 +68,13 @@ func Load(tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
 	// No pre-tokenizer: a SentencePiece-style BPE over characters (Llama
 	// 2, Mistral); else byte-level.
 	sp := len(f.PreTokenizer) == 0 || string(f.PreTokenizer) == "null"
-	if !sp {
+	var pre typed
+	if !sp && json.Unmarshal(f.PreTokenizer, &pre) == nil && pre.Type == "Metaspace" {
+		if t.metaspace, err = loadMetaspace(f.PreTokenizer); err != nil {
+			return nil, err
+		}
+		sp = true
+	} else if !sp {
 		if t.split, err = loadPreTokenizer(f.PreTokenizer); err != nil {
 			return nil, err
 		}

@@ -14,6 +14,9 @@ type Tokenizer struct {
 	model     bpe
 	normalize func(string) string // nil: none
 	split     []splitter          // the Split pre-tokenizers, in order
+	// metaspace is a SentencePiece file's Metaspace pre-tokenizer (nil:
+	// none, the Replace/Prepend normalizer form or byte-level).
+	metaspace *metaspace
 	added     addedVocab
 	// bos and eos are prepended and appended by Encode with special
 	// tokens (the post-processor, or the tokenizer class's
@@ -40,7 +43,10 @@ func (t *Tokenizer) Encode(dst []uint32, s string, addSpecial bool) []uint32 {
 	if addSpecial {
 		dst = append(dst, t.bos...)
 	}
-	dst = t.added.split(s, t.normalize, dst, func(seg string, dst []uint32) []uint32 {
+	dst = t.added.split(s, t.normalize, dst, func(seg string, first bool, dst []uint32) []uint32 {
+		if t.metaspace != nil {
+			seg = t.metaspace.apply(seg, first, sc)
+		}
 		return t.encodeSegment(seg, dst, sc)
 	})
 	if addSpecial {

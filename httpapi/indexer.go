@@ -41,6 +41,8 @@ const (
 	ixrOpenAPI
 	ixrTestPause
 	ixrTestResume
+	ixrTokenize
+	ixrDetokenize
 	ixrUnmatched
 	ixrDraining
 	ixrUnauthorized
@@ -54,7 +56,8 @@ var ixRouteNames = [numIxRoutes]string{
 	ixrQuery: "POST /query", ixrQueryByHash: "POST /query_by_hash", ixrQueryTiered: "POST /query_tiered_by_hash",
 	ixrDump: "GET /dump", ixrRegisterPeer: "POST /register_peer", ixrDeregisterPeer: "POST /deregister_peer",
 	ixrPeers: "GET /peers", ixrHealth: "GET /health", ixrReopenLogs: "POST /reopen_logs", ixrMetrics: "GET /metrics",
-	ixrOpenAPI: "GET /openapi.json", ixrTestPause: "POST /test/pause_listener", ixrTestResume: "POST /test/resume_listener", ixrUnmatched: "unmatched", ixrDraining: "shutting down", ixrUnauthorized: "unauthorized",
+	ixrOpenAPI: "GET /openapi.json", ixrTestPause: "POST /test/pause_listener", ixrTestResume: "POST /test/resume_listener",
+	ixrTokenize: "POST /tokenize", ixrDetokenize: "POST /detokenize", ixrUnmatched: "unmatched", ixrDraining: "shutting down", ixrUnauthorized: "unauthorized",
 }
 
 // Body limits: the query routes take 8 MiB (a million tokens as JSON), the
@@ -119,6 +122,10 @@ func (s *Server) dispatchIndexer(ctx *fasthttp.RequestCtx) int {
 		route, wantPost = ixrMetrics, false
 	case "/openapi.json":
 		route, wantPost = ixrOpenAPI, false
+	case "/tokenize":
+		route = ixrTokenize
+	case "/detokenize":
+		route = ixrDetokenize
 	case "/test/pause_listener":
 		if s.cfg.IndexerTestEndpoints {
 			route = ixrTestPause
@@ -165,6 +172,10 @@ func (s *Server) dispatchIndexer(ctx *fasthttp.RequestCtx) int {
 		s.writeRaw(ctx, 200, appendDump(nil, s.ix.Dump()))
 	case ixrPeers:
 		s.writeValue(ctx, 200, s.ix.Peers())
+	case ixrTokenize:
+		s.handleTokenize(ctx)
+	case ixrDetokenize:
+		s.handleDetokenize(ctx)
 	default:
 		limit := ixBodyLimit
 		if route == ixrQuery || route == ixrQueryByHash || route == ixrQueryTiered {
@@ -272,11 +283,22 @@ func (s *Server) handleIxQuery(ctx *fasthttp.RequestCtx, route int, body []byte)
 		q.reset(nil)
 		ixQueryPool.Put(q)
 	}()
-	if err := decodeIxQuery(body, q, route != ixrQuery); err != nil {
+	if err := decodeIxQuery(body, q, route != ixrQuery, len(s.cfg.Tokenizers) > 0); err != nil {
 		writeIxDecodeErr(ctx, err)
 		return
 	}
 	s.setModel(ctx, q.model)
+	if route == ixrQuery && !q.hasData {
+		// A prompt in place of token_ids (decodeIxQuery let it through
+		// only with a tokenizer configured): its ids as vLLM's
+		// completions endpoint computes them.
+		tok, msg := s.tokenizer(q.model, true)
+		if tok == nil {
+			s.writeErrMsg(ctx, fasthttp.StatusBadRequest, msg)
+			return
+		}
+		q.tokens = tok.Encode(q.tokens[:0], q.text, true)
+	}
 	var err error
 	if route == ixrQuery {
 		err = s.ix.Query(q.model, q.group, q.tokens, q.lora, q.salt, &q.match)

@@ -16,7 +16,7 @@ import (
 var (
 	ixRegisterFields   = jsonscan.NewFieldSet("instance_id", "endpoint", "model_name", "routing_group", "tenant_id", "block_size", "dp_rank", "replay_endpoint", "additional_salt", "additionalsalt")
 	ixUnregisterFields = jsonscan.NewFieldSet("instance_id", "model_name", "routing_group", "tenant_id", "dp_rank")
-	ixQueryFields      = jsonscan.NewFieldSet("token_ids", "model_name", "routing_group", "tenant_id", "lora_name", "cache_salt")
+	ixQueryFields      = jsonscan.NewFieldSet("token_ids", "model_name", "routing_group", "tenant_id", "lora_name", "cache_salt", "prompt")
 	ixByHashFields     = jsonscan.NewFieldSet("block_hashes", "model_name", "routing_group", "tenant_id", "cache_salt")
 	ixPeerFields       = jsonscan.NewFieldSet("url")
 	ixControlFields    = jsonscan.NewFieldSet("instance_id", "dp_rank")
@@ -143,7 +143,8 @@ type ixQuery struct {
 	hashes            []uint64
 	model, group      string
 	lora, salt        string
-	hasSalt           bool
+	text              string // prompt: read only with a tokenizer configured
+	hasSalt, hasText  bool
 	s                 jsonscan.Scanner
 	match             core.IndexerMatch
 	hasModel, hasData bool
@@ -156,8 +157,12 @@ func (q *ixQuery) reset(body []byte) {
 }
 
 // decodeIxQuery reads a QueryRequest (byHash false: token_ids) or a
-// QueryByHashRequest (block_hashes, i64 bits as u64) into q.
-func decodeIxQuery(body []byte, q *ixQuery, byHash bool) error {
+// QueryByHashRequest (block_hashes, i64 bits as u64) into q. With
+// prompts (a tokenizer is configured), a QueryRequest's prompt may stand
+// in for its token_ids (a kvselect extension; q.hasData stays false and
+// the handler tokenizes q.text); without, prompt is an unknown field, as
+// the reference sees it.
+func decodeIxQuery(body []byte, q *ixQuery, byHash, prompts bool) error {
 	q.reset(body)
 	s := &q.s
 	fields, typ, data := ixQueryFields, "struct QueryRequest", "token_ids"
@@ -195,6 +200,11 @@ func decodeIxQuery(body []byte, q *ixQuery, byHash bool) error {
 			q.lora, _, err = s.Str("lora_name")
 		case "cache_salt":
 			q.salt, q.hasSalt, err = s.Str("cache_salt")
+		case "prompt":
+			if !prompts {
+				return s.Skip()
+			}
+			q.text, q.hasText, err = s.Str("prompt")
 		}
 		return err
 	})
@@ -205,7 +215,7 @@ func decodeIxQuery(body []byte, q *ixQuery, byHash bool) error {
 	if err := s.End(); err != nil {
 		return bodyErr(err)
 	}
-	if !q.hasData {
+	if !q.hasData && !q.hasText {
 		return bodyErr(jsonscan.MissingField(body, objEnd, data))
 	}
 	if !q.hasModel {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/core/text"
 	"github.com/kvselect/kvselect/httpapi"
 )
 
@@ -23,8 +24,10 @@ import (
 // route, and every status an operation lists is produced, in each of its
 // media types, by some case: the description cannot drift.
 func TestIndexerOpenAPIDescribesResponses(t *testing.T) {
+	tok := miniTokenizer(t)
 	h := startIndexer(t, func(c *core.IndexerConfig, hc *httpapi.Config) {
 		c.MaxPeers, hc.AuthToken = 2, []byte(apiToken)
+		hc.Tokenizers = map[string]*text.Tokenizer{"m": tok}
 	})
 	raw := do(t, h.base, apiCase{route: "GET /openapi.json"}).body
 	if !bytes.Equal(raw, httpapi.IndexerOpenAPI()) {
@@ -113,6 +116,8 @@ func ixAPICases(hashes string) []apiCase {
 	add("POST /query", "", `{"token_ids":[1,2,3,4,5,6,7,8,9,10,11,12,13],"model_name":"m","routing_group":"default","tenant_id":"t","lora_name":null,"cache_salt":null}`, 200)
 	add("POST /query", "", `{"token_ids":[1,2,3,4],"model_name":"m","lora_name":"a","cache_salt":"b"}`, 200)
 	add("POST /query", "", `{"token_ids":[1,2,3,4],"model_name":"x"}`, 404)
+	add("POST /query", "", `{"prompt":"abababab","model_name":"m"}`, 200)
+	add("POST /query", "", `{"prompt":"ab","model_name":"x"}`, 400)
 	rejections("POST /query", `{"token_ids":[1,`, `{"model_name":"m"}`, bigQuery)
 	for _, route := range []string{"POST /query_by_hash", "POST /query_tiered_by_hash"} {
 		add(route, "", `{"block_hashes":`+hashes+`,"model_name":"m","routing_group":"default","tenant_id":"t","cache_salt":null}`, 200)
@@ -122,6 +127,17 @@ func ixAPICases(hashes string) []apiCase {
 		rejections(route, `[`, `{"block_hashes":null,"model_name":"m"}`, bigQuery)
 	}
 	add("GET /dump", "", "", 200)
+	// The tokenizer routes (--model-path).
+	add("POST /tokenize", "", `{"model":"m","prompt":"ab b","return_token_strs":true}`, 200)
+	add("POST /tokenize", "", `{"model":"x","prompt":"ab"}`, 400)
+	add("POST /tokenize", "", `{"model":"m"}`, 422)
+	add("POST /tokenize", "", bigQuery, 413)
+	cs = append(cs, apiCase{route: "POST /tokenize", body: `{}`, ct: "text/plain", status: 415})
+	add("POST /detokenize", "", `{"model":"m","tokens":[257,256]}`, 200)
+	add("POST /detokenize", "", `{"tokens":[99999]}`, 400)
+	add("POST /detokenize", "", `{"tokens":"x"}`, 422)
+	add("POST /detokenize", "", bigQuery, 413)
+	cs = append(cs, apiCase{route: "POST /detokenize", body: `{}`, ct: "text/plain", status: 415})
 	// Recovery peers (at most 2 here).
 	add("POST /register_peer", "", `{"url":"http://a:8090"}`, 201)
 	add("POST /register_peer", "", `{"url":"http://a:8090"}`, 201)

@@ -134,13 +134,7 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 	fs.StringVar(&o.workersFile, "workers-file", "", "JSON file of the complete worker membership ({\"workers\": [POST /workers bodies]}), polled every second; it then owns the catalog (POST, PATCH and DELETE /workers answer 409)")
 	fs.Uint64Var(&o.randSeed, "rand-seed", 0, "seed of the picker's random source (tie-breaks, softmax sampling), for reproducible decisions in benchmarks and simulations; 0 (default) uses the runtime's per-thread randomness, which needs no lock")
 	routingPolicy := fs.String("routing-policy", sched.SelectionDefault, "selection policy of every partition: default (the reference's cost function and picker, Dynamo's decisions) or cache_balance (kvselect's own, see sched.CacheBalancePolicy); a request may choose either with router_config_override.routing_policy")
-	fs.Func("model-path", "NAME=DIR: model NAME's Hugging Face tokenizer (DIR/tokenizer.json and DIR/tokenizer_config.json), read at start-up, for POST /tokenize and /detokenize; repeatable", func(v string) error {
-		mp, err := parseModelPath(v)
-		if err == nil {
-			o.modelPaths = append(o.modelPaths, mp)
-		}
-		return err
-	})
+	addModelPathFlag(fs, &o.modelPaths, "POST /tokenize and /detokenize, and prompt in place of token_ids on the selection routes")
 	fs.DurationVar(&o.engineMetrics, "engine-metrics-interval", 0, "scrape each worker's engine metrics ({endpoint}/metrics, vLLM's or SGLang's) this often for the LoRA adapters it serves (vllm:lora_requests_info), which narrow requests naming one beside the records' lora_adapters; 0 (default) never scrapes")
 	fs.IntVar(&o.pprofMutexFraction, "pprof-mutex-fraction", 0, "runtime.SetMutexProfileFraction for the mutex profile (0 = off)")
 	fs.IntVar(&o.pprofBlockRate, "pprof-block-rate", 0, "runtime.SetBlockProfileRate in ns for the block profile (0 = off)")

@@ -48,6 +48,8 @@ type indexerOptions struct {
 	// trace-id header, accessLocal its local-time switch.
 	accessLog, traceHeader string
 	accessLocal            bool
+	// modelPaths are the --model-path entries (serve's flag).
+	modelPaths []modelPath
 }
 
 // indexerWorker is one --workers entry.
@@ -79,6 +81,7 @@ func parseIndexer(args []string, env func(string) (string, bool), stderr io.Writ
 	fs.IntVar(&o.core.MaxListeners, "max-kv-listeners", o.core.MaxListeners, "registered ranks (one KV-event listener each) at most; past it /register answers 409")
 	fs.IntVar(&o.core.MaxPeers, "max-peers", o.core.MaxPeers, "registered peer URLs at most; past it /register_peer answers 503")
 	networks := fs.String("kv-endpoint-networks", "", "comma-separated CIDRs the registered ZMQ endpoints must be inside (empty: any, as the reference)")
+	addModelPathFlag(fs, &o.modelPaths, "POST /tokenize and /detokenize, and prompt in place of token_ids on POST /query")
 	maxConns := fs.Int("max-connections", -1, "cap on open HTTP connections (0 = no cap); default as serve's")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -245,6 +248,9 @@ func runIndexer(ctx context.Context, args []string, env func(string) (string, bo
 		}
 		n.onStop("access log", al.Close) // after the drain: the last requests are logged
 		opts.http.AccessLog = al
+	}
+	if opts.http.Tokenizers, err = startTokenizers(log, opts.modelPaths); err != nil {
+		return fail(2, "invalid configuration", err)
 	}
 	if opts.http.IndexerTestEndpoints {
 		log.Warn("Mounting listener-control test endpoints (/test/pause_listener, /test/resume_listener). These manipulate worker listener state and must never be enabled in production.")

@@ -132,11 +132,8 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	// a handler finish against a live service.
 	n.onStopDo("service", svc.Close)
 	opts.http.Logger = logs.logger("kvselect::httpapi")
-	if opts.http.Tokenizers, err = loadTokenizers(opts.modelPaths); err != nil {
+	if opts.http.Tokenizers, err = startTokenizers(log, opts.modelPaths); err != nil {
 		return fail(2, "invalid configuration", err)
-	}
-	for name, t := range opts.http.Tokenizers {
-		log.Info("tokenizer loaded", "model", name, "vocab", t.VocabSize(), "chat_template", t.ChatTemplate != "")
 	}
 	if zmesh != nil {
 		opts.http.Peers = zmesh

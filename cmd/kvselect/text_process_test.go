@@ -1,11 +1,16 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kvselect/kvselect/radix"
+	"github.com/kvselect/kvselect/zmqin"
+	"github.com/kvselect/kvselect/zmqin/zmqpub"
 )
 
 // llama3Dir is the real Llama 3 tokenizer files make installs for
@@ -17,12 +22,7 @@ var llama3Dir, _ = filepath.Abs("../../core/text/testdata/npm/node_modules/@lenm
 // /detokenize with the engine's ids; a file it cannot use stops the
 // start-up with an error naming the model and the file.
 func TestServeModelPath(t *testing.T) {
-	if _, err := os.Stat(filepath.Join(llama3Dir, "tokenizer.json")); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip("SKIPPING: make tokenizer-refs installs the tokenizer files: " + err.Error())
-	}
+	requireLlama3(t)
 	s := &selector{t: t, http: freePort(t)}
 	s.base = fmt.Sprintf("http://127.0.0.1:%d", s.http)
 	s.args = []string{"serve", "--port", fmt.Sprint(s.http), "--model-path", "llama3=" + llama3Dir}
@@ -54,5 +54,59 @@ func TestServeModelPath(t *testing.T) {
 	code := serve(t.Context(), []string{"--host", "127.0.0.1", "--port", "0", "--pprof=false", "--model-path", "bert=" + bad}, envOf(nil), &logs, nil)
 	if code != 2 || !strings.Contains(logs.String(), "--model-path bert") || !strings.Contains(logs.String(), "WordPiece") {
 		t.Fatalf("exit %d:\n%s", code, logs.String())
+	}
+}
+
+func requireLlama3(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(llama3Dir, "tokenizer.json")); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip("SKIPPING: make tokenizer-refs installs the tokenizer files: " + err.Error())
+	}
+}
+
+// TestIndexerModelPath: `kvselect indexer --model-path NAME=DIR` serves
+// /tokenize, and its /query takes a prompt in place of token_ids. A real
+// engine's blocks (published over ZMQ with the prompt's Llama 3 ids) are
+// found by the prompt as by its ids; a model without a tokenizer is a 400
+// naming the flag; without --model-path, prompt stays an unknown field.
+func TestIndexerModelPath(t *testing.T) {
+	requireLlama3(t)
+	pub, err := zmqpub.New(zmqpub.Config{Endpoint: "tcp://127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	ix := startProc(t, "indexer", "--workers", "1="+pub.Endpoint(), "--block-size", "4", "--model-name", "llama3", "--model-path", "llama3="+llama3Dir)
+	waitFor(t, "the listener", func() bool { return pub.Stats().Subscribers == 1 })
+	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 4)
+	st, body := httpDo(t, "POST", ix+"/tokenize", `{"model":"llama3","prompt":"`+prompt+`"}`)
+	if st != 200 {
+		t.Fatalf("tokenize: %d %s", st, body)
+	}
+	var tk struct{ Tokens []uint32 }
+	if err := json.Unmarshal([]byte(body), &tk); err != nil || len(tk.Tokens) < 12 {
+		t.Fatalf("tokenize: %s (%v)", body, err)
+	}
+	// The engine stores the prompt's first three blocks.
+	pub.Publish(&zmqin.WireBatch{Events: []zmqin.WireEvent{{Kind: radix.Stored, BlockHashes: []uint64{1, 2, 3}, TokenIDs: tk.Tokens[:12], BlockSize: 4, Medium: "GPU"}}})
+	ids, _ := json.Marshal(tk.Tokens)
+	byIDs := `{"model_name":"llama3","token_ids":` + string(ids) + `}`
+	waitFor(t, "the blocks applied", func() bool {
+		_, b := httpDo(t, "POST", ix+"/query", byIDs)
+		return strings.Contains(b, `"scores":{"1":{"0":12}}`) // tokens matched
+	})
+	_, want := httpDo(t, "POST", ix+"/query", byIDs)
+	if st, got := httpDo(t, "POST", ix+"/query", `{"model_name":"llama3","prompt":"`+prompt+`"}`); st != 200 || got != want {
+		t.Fatalf("query by prompt: %d %s, by ids %s", st, got, want)
+	}
+	if st, got := httpDo(t, "POST", ix+"/query", `{"model_name":"other","prompt":"hi"}`); st != 400 || !strings.Contains(got, "--model-path") {
+		t.Fatalf("model without a tokenizer: %d %s", st, got)
+	}
+	plain := startProc(t, "indexer")
+	if st, got := httpDo(t, "POST", plain+"/query", `{"model_name":"llama3","prompt":"hi"}`); st != 422 || !strings.Contains(got, "token_ids") {
+		t.Fatalf("without --model-path: %d %s", st, got)
 	}
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +21,27 @@ func parseModelPath(v string) (modelPath, error) {
 		return modelPath{}, fmt.Errorf("%q: want NAME=DIR", v)
 	}
 	return modelPath{strings.TrimSpace(name), strings.TrimSpace(dir)}, nil
+}
+
+// addModelPathFlag adds the repeatable --model-path to fs, appending to
+// dst; routes says what the tokenizers serve on that subcommand.
+func addModelPathFlag(fs *flag.FlagSet, dst *[]modelPath, routes string) {
+	fs.Func("model-path", "NAME=DIR: model NAME's Hugging Face tokenizer (DIR/tokenizer.json and DIR/tokenizer_config.json), read at start-up, for "+routes+"; repeatable", func(v string) error {
+		mp, err := parseModelPath(v)
+		if err == nil {
+			*dst = append(*dst, mp)
+		}
+		return err
+	})
+}
+
+// startTokenizers is loadTokenizers with one log line a model.
+func startTokenizers(log *slog.Logger, paths []modelPath) (map[string]*text.Tokenizer, error) {
+	toks, err := loadTokenizers(paths)
+	for name, t := range toks {
+		log.Info("tokenizer loaded", "model", name, "vocab", t.VocabSize(), "chat_template", t.ChatTemplate != "")
+	}
+	return toks, err
 }
 
 // loadTokenizers reads every --model-path's tokenizer files, once, at

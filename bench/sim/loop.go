@@ -16,7 +16,7 @@ import (
 type router interface {
 	// pick returns the worker index (0-based) for request i, arriving
 	// now. The engines are as they are at that instant.
-	pick(i int, r *simRequest) (int, error)
+	pick(now float64, i int, r *simRequest) (int, error)
 	// prefillDone and finished report request i's first token and end.
 	prefillDone(i int) error
 	finished(i int) error
@@ -38,6 +38,15 @@ func simulatePolicy(ctx context.Context, name, base string, load *bench.Config, 
 		rt = &roundRobin{n: load.Workers}
 	case PolicyRandom:
 		rt = &randomPick{n: load.Workers, rng: newSimRand(load.Seed)}
+	case PolicySGLang, PolicySMG, PolicyLLMD, PolicyLLMDPrecise, PolicyProdStack, PolicyAIBrix:
+		p, err := newPeerRouter(name, load, cfg, engines, w)
+		if err != nil {
+			return nil, err
+		}
+		rt = p
+		if p.scr != nil {
+			rt = peerTicker{p}
+		}
 	case PolicyKVSelect, PolicyCacheBalance, PolicyApprox:
 		override := ""
 		if name == PolicyCacheBalance {
@@ -52,6 +61,14 @@ func simulatePolicy(ctx context.Context, name, base string, load *bench.Config, 
 		return nil, fmt.Errorf("%w: policy %q", bench.ErrConfig, name)
 	}
 	return runSim(ctx, cfg, w, engines, rt, false)
+}
+
+// ticker is a router that also acts at fixed instants (a peer's metrics
+// scrape): runSim calls tick at every multiple of interval() before the
+// events of any later instant, and only while other events remain.
+type ticker interface {
+	interval() float64
+	tick(now float64)
 }
 
 // arrival is a request due at t.
@@ -117,6 +134,11 @@ func runSim(ctx context.Context, cfg *Config, w *workload, engines []*simEngine,
 	heap.Init(&due)
 	var rec recorder
 	done, steps := 0, 0
+	tk, _ := rt.(ticker)
+	nextTick, ticks := math.Inf(1), 0
+	if tk != nil {
+		nextTick = 0
+	}
 	for done < len(w.reqs) {
 		if steps++; steps%4096 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -132,6 +154,13 @@ func runSim(ctx context.Context, cfg *Config, w *workload, engines []*simEngine,
 		tA := math.Inf(1)
 		if len(due) > 0 {
 			tA = due[0].t
+		}
+		if t := min(tE, tA); nextTick < t && !math.IsInf(t, 1) {
+			// Step ends and arrivals at the tick's instant come first.
+			tk.tick(nextTick)
+			ticks++
+			nextTick = float64(ticks) * tk.interval()
+			continue
 		}
 		switch {
 		case e >= 0 && tE <= tA:
@@ -159,7 +188,7 @@ func runSim(ctx context.Context, cfg *Config, w *workload, engines []*simEngine,
 			for len(due) > 0 && due[0].t == tA {
 				a := heap.Pop(&due).(arrival)
 				r := &w.reqs[a.i]
-				wi, err := rt.pick(a.i, r)
+				wi, err := rt.pick(a.t, a.i, r)
 				if err != nil {
 					return nil, err
 				}
@@ -201,7 +230,7 @@ func runSim(ctx context.Context, cfg *Config, w *workload, engines []*simEngine,
 // roundRobin sends request k (in arrival order) to worker k mod n.
 type roundRobin struct{ n, next int }
 
-func (p *roundRobin) pick(int, *simRequest) (int, error) {
+func (p *roundRobin) pick(float64, int, *simRequest) (int, error) {
 	w := p.next
 	p.next = (p.next + 1) % p.n
 	return w, nil
@@ -219,7 +248,7 @@ type randomPick struct {
 	rng *rand.Rand
 }
 
-func (p *randomPick) pick(int, *simRequest) (int, error) { return p.rng.IntN(p.n), nil }
-func (p *randomPick) prefillDone(int) error              { return nil }
-func (p *randomPick) finished(int) error                 { return nil }
-func (p *randomPick) close(*PolicyResult) error          { return nil }
+func (p *randomPick) pick(float64, int, *simRequest) (int, error) { return p.rng.IntN(p.n), nil }
+func (p *randomPick) prefillDone(int) error                       { return nil }
+func (p *randomPick) finished(int) error                          { return nil }
+func (p *randomPick) close(*PolicyResult) error                   { return nil }

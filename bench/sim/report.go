@@ -17,9 +17,13 @@ type PolicyResult struct {
 	// HitRate is HitBlocks / PromptBlocks: the prompts' full blocks found
 	// in the prefix cache of the engine that served them, when each was
 	// first scheduled there.
-	HitRate      float64 `json:"hit_rate"`
-	HitBlocks    int64   `json:"hit_blocks"`
-	PromptBlocks int64   `json:"prompt_blocks"`
+	HitRate float64 `json:"hit_rate"`
+	// HitRateOfBound and HitRateOfPooledBound are HitRate as a share of
+	// Report.HitRateBound and of the level's HitRateBoundPooled.
+	HitRateOfBound       float64 `json:"hit_rate_of_bound"`
+	HitRateOfPooledBound float64 `json:"hit_rate_of_pooled_bound"`
+	HitBlocks            int64   `json:"hit_blocks"`
+	PromptBlocks         int64   `json:"prompt_blocks"`
 	// PrefillTokens is the prompt tokens actually computed (not cached),
 	// recomputation after preemptions included.
 	PrefillTokens int64   `json:"prefill_tokens"`
@@ -90,6 +94,22 @@ type Level struct {
 	ArrivalRPS float64                  `json:"arrival_rps"`
 	TimeScale  float64                  `json:"time_scale,omitempty"`
 	Policies   map[string]*PolicyResult `json:"policies"`
+	// HitRateBoundPooled is the capacity-aware bound at this level: the
+	// hit rate of one engine holding every engine's blocks, under the
+	// same eviction, fed the requests alone in arrival order
+	// (workload.pooledBound).
+	HitRateBoundPooled float64 `json:"hit_rate_bound_pooled"`
+}
+
+// shareOfBounds sets the hit rate's shares of the two bounds (0 when a
+// bound is 0).
+func (r *PolicyResult) shareOfBounds(bound, pooled float64) {
+	if bound > 0 {
+		r.HitRateOfBound = r.HitRate / bound
+	}
+	if pooled > 0 {
+		r.HitRateOfPooledBound = r.HitRate / pooled
+	}
 }
 
 func (lv *Level) label() string {
@@ -124,10 +144,16 @@ type Report struct {
 	Seed      int64   `json:"seed"`
 	// HitRateBound is the hit rate of one engine of unbounded capacity
 	// serving every request: no policy over the engines can do better.
-	HitRateBound float64                  `json:"hit_rate_bound"`
-	Policies     map[string]*PolicyResult `json:"policies"`
-	WallS        float64                  `json:"wall_s"`
-	Warnings     []string                 `json:"warnings,omitempty"`
+	HitRateBound float64 `json:"hit_rate_bound"`
+	// HitRateBoundPooled is the highest level's capacity-aware bound
+	// (Level.HitRateBoundPooled).
+	HitRateBoundPooled float64 `json:"hit_rate_bound_pooled"`
+	// ReferenceNames maps a policy to the reference router's name for it
+	// (kvselect's default is Dynamo's KV router cost).
+	ReferenceNames map[string]string        `json:"reference_names,omitempty"`
+	Policies       map[string]*PolicyResult `json:"policies"`
+	WallS          float64                  `json:"wall_s"`
+	Warnings       []string                 `json:"warnings,omitempty"`
 
 	// Added with the engine model.
 	Engine EngineReport `json:"engine"`
@@ -155,28 +181,33 @@ func (rep *Report) WriteTable(out io.Writer) error {
 	if rep.CapacityRPS > 0 {
 		fmt.Fprintf(out, "capacity %.2f requests/s (round-robin, all requests queued at once)\n", rep.CapacityRPS)
 	}
-	fmt.Fprintf(out, "hit rate bound (one engine of unbounded capacity): %.3f\n", rep.HitRateBound)
+	fmt.Fprintf(out, "hit rate bound (one engine of unbounded capacity): %.3f; pooled bound (one engine of %d blocks, the engines' eviction, arrival order): %.3f\n",
+		rep.HitRateBound, rep.CapacityBlocks*rep.Workers, rep.HitRateBoundPooled)
 	var b strings.Builder
 	for _, lv := range rep.Levels {
 		fmt.Fprintf(&b, "\n%s: %.2f requests/s", lv.label(), lv.ArrivalRPS)
 		if lv.TimeScale > 0 {
 			fmt.Fprintf(&b, " (trace time scale %.3f)", lv.TimeScale)
 		}
-		b.WriteString("\n")
-		fmt.Fprintf(&b, "%-13s %6s %20s %15s %9s %7s %8s %7s %7s %7s\n",
-			"", "hit", "TTFT ms", "E2E ms", "requests", "output", "preempt", "req", "busy", "evicted")
-		fmt.Fprintf(&b, "%-13s %6s %6s %6s %6s %7s %7s %9s %7s %8s %7s %7s %7s\n",
-			"policy", "rate", "p50", "p90", "p99", "p50", "p99", "/s", "tok/s", "", "max/mn", "max/mn", "kblocks")
-		for _, name := range Policies {
+		fmt.Fprintf(&b, "; pooled bound %.3f\n", lv.HitRateBoundPooled)
+		fmt.Fprintf(&b, "%-33s %6s %13s %20s %15s %9s %7s %8s %7s %7s %7s\n",
+			"", "hit", "share of bound", "TTFT ms", "E2E ms", "requests", "output", "preempt", "req", "busy", "evicted")
+		fmt.Fprintf(&b, "%-33s %6s %6s %6s %6s %6s %6s %7s %7s %9s %7s %8s %7s %7s %7s\n",
+			"policy", "rate", "unbnd", "pooled", "p50", "p90", "p99", "p50", "p99", "/s", "tok/s", "", "max/mn", "max/mn", "kblocks")
+		for _, name := range AllPolicies {
 			r := lv.Policies[name]
 			if r == nil {
 				continue
 			}
-			fmt.Fprintf(&b, "%-13s %6.3f %6.0f %6.0f %6.0f %7.0f %7.0f %9.2f %7.0f %8d %7.2f %7.2f %7.0f\n",
-				name, r.HitRate, r.TTFTp50ms, r.TTFTp90ms, r.TTFTp99ms, r.E2Ep50ms, r.E2Ep99ms,
+			label := name
+			if ref := ReferenceNames[name]; ref != "" {
+				label += " (" + ref + ")"
+			}
+			fmt.Fprintf(&b, "%-33s %6.3f %6.3f %6.3f %6.0f %6.0f %6.0f %7.0f %7.0f %9.2f %7.0f %8d %7.2f %7.2f %7.0f\n",
+				label, r.HitRate, r.HitRateOfBound, r.HitRateOfPooledBound, r.TTFTp50ms, r.TTFTp90ms, r.TTFTp99ms, r.E2Ep50ms, r.E2Ep99ms,
 				r.ThroughputRPS, r.OutputTokensPerS, r.Preemptions, r.RequestsMaxOverMean, r.BusyMaxOverMean, float64(r.EvictedBlocks)/1000)
 		}
-		for _, name := range Policies {
+		for _, name := range AllPolicies {
 			k := lv.Policies[name]
 			if k == nil || !selectorPolicy(name) {
 				continue

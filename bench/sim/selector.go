@@ -163,7 +163,7 @@ func (k *selectorRouter) sync() error {
 	}
 }
 
-func (k *selectorRouter) pick(i int, r *simRequest) (int, error) {
+func (k *selectorRouter) pick(_ float64, i int, r *simRequest) (int, error) {
 	if err := k.sync(); err != nil {
 		return 0, err
 	}

@@ -101,8 +101,8 @@ func (s *Config) Validate() error {
 		return fmt.Errorf("%w: no policy to simulate", bench.ErrConfig)
 	}
 	for _, p := range s.Policies {
-		if !slices.Contains(Policies, p) {
-			return fmt.Errorf("%w: unknown policy %q (want some of %v)", bench.ErrConfig, p, Policies)
+		if !slices.Contains(AllPolicies, p) {
+			return fmt.Errorf("%w: unknown policy %q (want some of %v, or %q, %q)", bench.ErrConfig, p, AllPolicies, PolicyGroupAll, PolicyGroupPeers)
 		}
 	}
 	return nil
@@ -129,8 +129,57 @@ const (
 	PolicyRandom     = "random"
 )
 
-// Policies are the policies Run can simulate, in the report's order.
+// Policies are the policies a run simulates by default (DefaultConfig,
+// --policies), in the report's order: kvselect's and the baselines.
 var Policies = []string{PolicyKVSelect, PolicyCacheBalance, PolicyApprox, PolicyRoundRobin, PolicyRandom}
+
+// PeerPolicies are the peer routers' policies (package bench/sim/peers).
+var PeerPolicies = []string{PolicySGLang, PolicySMG, PolicyLLMD, PolicyLLMDPrecise, PolicyProdStack, PolicyAIBrix}
+
+// AllPolicies are every policy Run can simulate, in the report's order:
+// kvselect's, the peers', the baselines.
+var AllPolicies = []string{
+	PolicyKVSelect, PolicyCacheBalance, PolicyApprox,
+	PolicySGLang, PolicySMG, PolicyLLMD, PolicyLLMDPrecise, PolicyProdStack, PolicyAIBrix,
+	PolicyRoundRobin, PolicyRandom,
+}
+
+// Policy groups ExpandPolicies accepts in a list of names.
+const (
+	PolicyGroupAll   = "all"   // AllPolicies
+	PolicyGroupPeers = "peers" // PeerPolicies
+)
+
+// ExpandPolicies replaces the groups "all" and "peers" in names by their
+// policies, keeping the first occurrence of each name.
+func ExpandPolicies(names []string) []string {
+	var out []string
+	add := func(n string) {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	for _, n := range names {
+		switch n {
+		case PolicyGroupAll:
+			for _, p := range AllPolicies {
+				add(p)
+			}
+		case PolicyGroupPeers:
+			for _, p := range PeerPolicies {
+				add(p)
+			}
+		default:
+			add(n)
+		}
+	}
+	return out
+}
+
+// ReferenceNames are the names under which the reference routers know
+// kvselect's policies: kvselect's default is the reference's (NVIDIA
+// Dynamo's KV router cost, spec/scheduling-and-index.md §2).
+var ReferenceNames = map[string]string{PolicyKVSelect: "dynamo_kv_router"}
 
 // selectorPolicy reports whether policy name asks a selector.
 func selectorPolicy(name string) bool {
@@ -149,6 +198,7 @@ func Run(ctx context.Context, load bench.Config, cfg Config) (*Report, error) {
 	if err := load.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.Policies = ExpandPolicies(cfg.Policies)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -191,6 +241,7 @@ func Run(ctx context.Context, load bench.Config, cfg Config) (*Report, error) {
 	}
 	for _, lv := range levels {
 		w.arrange(lv, &cfg, load.Seed)
+		lv.HitRateBoundPooled = w.pooledBound(load.BlockSize, cfg.CapacityBlocks*load.Workers)
 		for _, name := range cfg.Policies {
 			if err := ctx.Err(); err != nil {
 				return nil, err
@@ -211,6 +262,7 @@ func Run(ctx context.Context, load bench.Config, cfg Config) (*Report, error) {
 			if err != nil {
 				return nil, fmt.Errorf("sim: policy %s at %s: %w", name, lv.label(), err)
 			}
+			res.shareOfBounds(rep.HitRateBound, lv.HitRateBoundPooled)
 			lv.Policies[name] = res
 			fmt.Fprintf(logw, "%s, %s: hit rate %.3f, TTFT p50 %.0f ms p99 %.0f ms (%.1f s)\n",
 				lv.label(), name, res.HitRate, res.TTFTp50ms, res.TTFTp99ms, time.Since(t0).Seconds())
@@ -225,7 +277,8 @@ func Run(ctx context.Context, load bench.Config, cfg Config) (*Report, error) {
 	}
 	// The summary fields are the highest load level's.
 	top := rep.Levels[len(rep.Levels)-1]
-	rep.Policies, rep.TimeScale = top.Policies, top.TimeScale
+	rep.Policies, rep.TimeScale, rep.HitRateBoundPooled = top.Policies, top.TimeScale, top.HitRateBoundPooled
+	rep.ReferenceNames = ReferenceNames
 	rep.WallS = time.Since(start).Seconds()
 	return rep, nil
 }

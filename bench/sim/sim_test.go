@@ -47,9 +47,9 @@ type callLog struct {
 	calls []string
 }
 
-func (r *callLog) pick(i int, q *simRequest) (int, error) {
+func (r *callLog) pick(now float64, i int, q *simRequest) (int, error) {
 	r.calls = append(r.calls, fmt.Sprintf("pick %d", i))
-	return r.roundRobin.pick(i, q)
+	return r.roundRobin.pick(now, i, q)
 }
 func (r *callLog) prefillDone(i int) error {
 	r.calls = append(r.calls, fmt.Sprintf("first %d", i))
@@ -168,11 +168,11 @@ type turnLog struct {
 	done map[int]bool
 }
 
-func (r *turnLog) pick(i int, q *simRequest) (int, error) {
+func (r *turnLog) pick(now float64, i int, q *simRequest) (int, error) {
 	if q.prev >= 0 && !r.done[q.prev] {
 		r.t.Errorf("turn %d arrived before turn %d finished", i, q.prev)
 	}
-	return r.roundRobin.pick(i, q)
+	return r.roundRobin.pick(now, i, q)
 }
 func (r *turnLog) finished(i int) error {
 	r.done[i] = true

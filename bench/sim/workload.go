@@ -1,12 +1,14 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 
 	"github.com/kvselect/kvselect/bench"
+	"github.com/kvselect/kvselect/bench/sim/vllm"
 )
 
 // simRequest is one request of the replay. reqs[i] of a workload is
@@ -182,4 +184,40 @@ func measureCapacity(ctx context.Context, w *workload, load *bench.Config, cfg *
 		return 0, fmt.Errorf("sim: capacity run took no time")
 	}
 	return float64(res.Completed) * float64(len(engines)) / busy, nil
+}
+
+// pooledBound is the capacity-aware hit-rate bound at the current
+// arrangement: one engine holding blocks blocks (the cluster's pooled
+// capacity) under the engines' eviction (vllm.Replay), fed every request
+// alone in arrival order. A trace's order is its timestamps'; a synthetic
+// workload's is the arrivals an engine that answers instantly would see
+// (a first turn at its arrival, a later turn its think time after the
+// previous one's arrival), since the real order depends on the policy.
+// Running alone, no request pins blocks another one could evict, which
+// the engines' batches do; the bound ignores that.
+func (w *workload) pooledBound(bs, blocks int) float64 {
+	order := make([]int, len(w.reqs))
+	at := make([]float64, len(w.reqs))
+	for k := range w.reqs {
+		r := &w.reqs[k]
+		order[k] = k
+		at[k] = r.at
+		if r.prev >= 0 {
+			at[k] = at[r.prev] + r.think // r.prev < k: turns are in order
+		}
+	}
+	if !w.trace {
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(at[a], at[b]) })
+	}
+	rp := vllm.NewReplay(blocks, bs)
+	var hit, total int
+	for _, k := range order {
+		r := &w.reqs[k]
+		hit += rp.Serve(r.hashes, r.p.ISL, r.out)
+		total += len(r.p.Seq)
+	}
+	if total == 0 {
+		return 0
+	}
+	return float64(hit) / float64(total)
 }

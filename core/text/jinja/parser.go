@@ -1,0 +1,1049 @@
+package jinja
+
+import (
+	"math"
+	"strconv"
+)
+
+// The parser: jinja2.parser.Parser's grammar for expressions and the
+// statements of the subset (if, for, set, macro, call, filter, break,
+// continue, and transformers' generation block):
+//
+//	expr     = or ["if" or ["else" expr]]
+//	or       = and {"or" and}
+//	and      = not {"and" not}
+//	not      = "not" not | compare
+//	compare  = math1 {("=="|"!="|"<"|"<="|">"|">="|"in"|"not" "in") math1}
+//	math1    = concat {("+"|"-") concat}
+//	concat   = math2 {"~" math2}
+//	math2    = pow {("*"|"/"|"//"|"%") pow}
+//	pow      = unary {"**" unary}            (left-associative, as jinja2)
+//	unary    = ("-"|"+") unary-without-filter | primary; postfix; filters
+//
+// Invariant: nesting is at most maxNesting deep, so that hostile input
+// cannot exhaust the stack.
+
+type parser struct {
+	toks  []token
+	pos   int
+	depth int
+}
+
+func (p *parser) cur() token  { return p.toks[p.pos] }
+func (p *parser) peek() token { return p.toks[min(p.pos+1, len(p.toks)-1)] }
+func (p *parser) next() token {
+	t := p.toks[p.pos]
+	if p.pos < len(p.toks)-1 {
+		p.pos++
+	}
+	return t
+}
+
+func (p *parser) errf(format string, args ...any) error {
+	return syntaxErr(p.cur().line, format, args...)
+}
+
+func (p *parser) isOp(op string) bool { t := p.cur(); return t.kind == tOp && t.val == op }
+func (p *parser) isName(n string) bool {
+	t := p.cur()
+	return t.kind == tName && t.val == n
+}
+
+func (p *parser) skipOp(op string) bool {
+	if p.isOp(op) {
+		p.next()
+		return true
+	}
+	return false
+}
+
+func (p *parser) skipName(n string) bool {
+	if p.isName(n) {
+		p.next()
+		return true
+	}
+	return false
+}
+
+func (p *parser) expectOp(op string) error {
+	if !p.skipOp(op) {
+		return p.errf("expected '%s', got %s", op, describe(p.cur()))
+	}
+	return nil
+}
+
+func (p *parser) expectName() (string, error) {
+	t := p.cur()
+	if t.kind != tName {
+		return "", p.errf("expected name, got %s", describe(t))
+	}
+	p.next()
+	return t.val, nil
+}
+
+func (p *parser) expectBlockEnd() error {
+	if p.cur().kind != tBlockEnd {
+		return p.errf("expected end of statement block, got %s", describe(p.cur()))
+	}
+	p.next()
+	return nil
+}
+
+func describe(t token) string {
+	switch t.kind {
+	case tEOF:
+		return "end of template"
+	case tBlockEnd:
+		return "end of statement block"
+	case tVarEnd:
+		return "end of print statement"
+	case tData:
+		return "template data"
+	}
+	return "'" + t.val + "'"
+}
+
+func (p *parser) enter() error {
+	p.depth++
+	if p.depth > maxNesting {
+		return p.errf("nesting deeper than %d", maxNesting)
+	}
+	return nil
+}
+
+func (p *parser) leave() { p.depth-- }
+
+// parseTemplate parses the whole token stream.
+func (p *parser) parseTemplate() ([]node, error) {
+	body, end, err := p.subparse(nil)
+	if err != nil {
+		return nil, err
+	}
+	if end != "" {
+		return nil, p.errf("unexpected '%s'", end)
+	}
+	return body, nil
+}
+
+// subparse parses nodes until a block tag whose first name is one of
+// ends (left unconsumed after the name: the caller reads the rest), or
+// the end of the template (end "").
+func (p *parser) subparse(ends []string) ([]node, string, error) {
+	if err := p.enter(); err != nil {
+		return nil, "", err
+	}
+	defer p.leave()
+	var body []node
+	for {
+		t := p.cur()
+		switch t.kind {
+		case tEOF:
+			if len(ends) > 0 {
+				return nil, "", p.errf("unexpected end of template, expected '%s'", ends[0])
+			}
+			return body, "", nil
+		case tData:
+			p.next()
+			body = append(body, &dataNode{text: t.val})
+		case tVarBegin:
+			p.next()
+			e, err := p.parseTuple(true)
+			if err != nil {
+				return nil, "", err
+			}
+			if p.cur().kind != tVarEnd {
+				return nil, "", p.errf("expected end of print statement, got %s", describe(p.cur()))
+			}
+			p.next()
+			body = append(body, &outputNode{expr: e})
+		case tBlockBegin:
+			p.next()
+			nt := p.cur()
+			if nt.kind != tName {
+				return nil, "", p.errf("tag name expected")
+			}
+			for _, e := range ends {
+				if nt.val == e {
+					p.next()
+					return body, e, nil
+				}
+			}
+			n, err := p.parseStatement()
+			if err != nil {
+				return nil, "", err
+			}
+			body = append(body, n)
+		default:
+			return nil, "", p.errf("unexpected %s", describe(t))
+		}
+	}
+}
+
+// body parses statements up to one of ends and its block end; it
+// returns the end found.
+func (p *parser) body(ends ...string) ([]node, string, error) {
+	b, end, err := p.subparse(ends)
+	if err != nil {
+		return nil, "", err
+	}
+	return b, end, nil
+}
+
+func (p *parser) parseStatement() (node, error) {
+	t := p.next()
+	switch t.val {
+	case "if":
+		return p.parseIf()
+	case "for":
+		return p.parseFor(t.line)
+	case "set":
+		return p.parseSet(t.line)
+	case "macro":
+		return p.parseMacro()
+	case "call":
+		return p.parseCallBlock()
+	case "filter":
+		return p.parseFilterBlock()
+	case "break", "continue":
+		if err := p.expectBlockEnd(); err != nil {
+			return nil, err
+		}
+		if t.val == "break" {
+			return &breakNode{}, nil
+		}
+		return &continueNode{}, nil
+	case "generation":
+		// transformers' AssistantTracker: the body renders as it is
+		// (the indices it tracks are not rendered text).
+		if err := p.expectBlockEnd(); err != nil {
+			return nil, err
+		}
+		b, _, err := p.body("endgeneration")
+		if err != nil {
+			return nil, err
+		}
+		if err := p.expectBlockEnd(); err != nil {
+			return nil, err
+		}
+		return &ifNode{cond: &constExpr{v: true}, body: b}, nil
+	}
+	return nil, syntaxErr(t.line, "encountered unknown tag '%s'", t.val)
+}
+
+func (p *parser) parseIf() (node, error) {
+	cond, err := p.parseTuple(false)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.expectBlockEnd(); err != nil {
+		return nil, err
+	}
+	n := &ifNode{cond: cond}
+	b, end, err := p.body("elif", "else", "endif")
+	if err != nil {
+		return nil, err
+	}
+	n.body = b
+	switch end {
+	case "elif":
+		inner, err := p.parseIf()
+		if err != nil {
+			return nil, err
+		}
+		n.else_ = []node{inner}
+		return n, nil
+	case "else":
+		if err := p.expectBlockEnd(); err != nil {
+			return nil, err
+		}
+		if n.else_, _, err = p.body("endif"); err != nil {
+			return nil, err
+		}
+	}
+	return n, p.expectBlockEnd()
+}
+
+func (p *parser) parseFor(line int) (node, error) {
+	target, err := p.parseAssignTarget(false)
+	if err != nil {
+		return nil, err
+	}
+	if !p.skipName("in") {
+		return nil, p.errf("expected 'in', got %s", describe(p.cur()))
+	}
+	iter, err := p.parseTuple(false)
+	if err != nil {
+		return nil, err
+	}
+	n := &forNode{target: target, iter: iter, line: line}
+	if p.skipName("if") {
+		if n.filter, err = p.parseExpr(true); err != nil {
+			return nil, err
+		}
+	}
+	if p.isName("recursive") {
+		return nil, p.errf("recursive for loops are not supported")
+	}
+	if err := p.expectBlockEnd(); err != nil {
+		return nil, err
+	}
+	b, end, err := p.body("endfor", "else")
+	if err != nil {
+		return nil, err
+	}
+	n.body = b
+	if end == "else" {
+		if err := p.expectBlockEnd(); err != nil {
+			return nil, err
+		}
+		if n.else_, _, err = p.body("endfor"); err != nil {
+			return nil, err
+		}
+	}
+	return n, p.expectBlockEnd()
+}
+
+func (p *parser) parseSet(line int) (node, error) {
+	target, err := p.parseAssignTarget(true)
+	if err != nil {
+		return nil, err
+	}
+	if p.skipOp("=") {
+		v, err := p.parseTuple(true)
+		if err != nil {
+			return nil, err
+		}
+		return &setNode{target: target, value: v, line: line}, p.expectBlockEnd()
+	}
+	n := &setBlockNode{target: target}
+	for p.skipOp("|") {
+		f, err := p.parseFilter(nil)
+		if err != nil {
+			return nil, err
+		}
+		n.filters = append(n.filters, f)
+	}
+	if err := p.expectBlockEnd(); err != nil {
+		return nil, err
+	}
+	if n.body, _, err = p.body("endset"); err != nil {
+		return nil, err
+	}
+	return n, p.expectBlockEnd()
+}
+
+// parseAssignTarget: a name, ns.attr (withNS), or a tuple of names.
+func (p *parser) parseAssignTarget(withNS bool) (expr, error) {
+	if withNS && p.cur().kind == tName && p.peek().kind == tOp && p.peek().val == "." {
+		ns := p.next().val
+		p.next()
+		attr, err := p.expectName()
+		if err != nil {
+			return nil, err
+		}
+		return &nsRefExpr{name: ns, attr: attr}, nil
+	}
+	var items []expr
+	paren := p.skipOp("(")
+	for {
+		n, err := p.expectName()
+		if err != nil {
+			return nil, err
+		}
+		if n == "true" || n == "false" || n == "none" || n == "True" || n == "False" || n == "None" {
+			return nil, p.errf("can't assign to %s", n)
+		}
+		items = append(items, &nameExpr{name: n, line: p.cur().line})
+		if !p.skipOp(",") {
+			break
+		}
+		if !paren && (p.isName("in") || p.isOp("=") || p.cur().kind == tBlockEnd) {
+			break
+		}
+		if paren && p.isOp(")") {
+			break
+		}
+	}
+	if paren {
+		if err := p.expectOp(")"); err != nil {
+			return nil, err
+		}
+		return &tupleExpr{items: items}, nil
+	}
+	if len(items) == 1 && !(p.toks[p.pos-1].kind == tOp && p.toks[p.pos-1].val == ",") {
+		return items[0], nil
+	}
+	return &tupleExpr{items: items}, nil
+}
+
+func (p *parser) parseParams() ([]string, []expr, error) {
+	var names []string
+	var defs []expr
+	if err := p.expectOp("("); err != nil {
+		return nil, nil, err
+	}
+	for !p.isOp(")") {
+		if len(names) > 0 {
+			if err := p.expectOp(","); err != nil {
+				return nil, nil, err
+			}
+			if p.isOp(")") {
+				break
+			}
+		}
+		n, err := p.expectName()
+		if err != nil {
+			return nil, nil, err
+		}
+		names = append(names, n)
+		if p.skipOp("=") {
+			d, err := p.parseExpr(true)
+			if err != nil {
+				return nil, nil, err
+			}
+			defs = append(defs, d)
+		} else if len(defs) > 0 {
+			return nil, nil, p.errf("non-default argument follows default argument")
+		}
+	}
+	p.next()
+	return names, defs, nil
+}
+
+func (p *parser) parseMacro() (node, error) {
+	name, err := p.expectName()
+	if err != nil {
+		return nil, err
+	}
+	params, defs, err := p.parseParams()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.expectBlockEnd(); err != nil {
+		return nil, err
+	}
+	b, _, err := p.body("endmacro")
+	if err != nil {
+		return nil, err
+	}
+	if p.cur().kind == tName { // {% endmacro name %}
+		p.next()
+	}
+	return &macroNode{name: name, params: params, defaults: defs, body: b}, p.expectBlockEnd()
+}
+
+func (p *parser) parseCallBlock() (node, error) {
+	n := &callBlockNode{}
+	var err error
+	if p.isOp("(") {
+		if n.params, n.defaults, err = p.parseParams(); err != nil {
+			return nil, err
+		}
+	}
+	e, err := p.parseExpr(true)
+	if err != nil {
+		return nil, err
+	}
+	c, ok := e.(*callExpr)
+	if !ok {
+		return nil, p.errf("expected call")
+	}
+	n.call = c
+	if err := p.expectBlockEnd(); err != nil {
+		return nil, err
+	}
+	if n.body, _, err = p.body("endcall"); err != nil {
+		return nil, err
+	}
+	return n, p.expectBlockEnd()
+}
+
+func (p *parser) parseFilterBlock() (node, error) {
+	n := &filterBlockNode{}
+	for {
+		f, err := p.parseFilter(nil)
+		if err != nil {
+			return nil, err
+		}
+		n.filters = append(n.filters, f)
+		if !p.skipOp("|") {
+			break
+		}
+	}
+	if err := p.expectBlockEnd(); err != nil {
+		return nil, err
+	}
+	var err error
+	if n.body, _, err = p.body("endfilter"); err != nil {
+		return nil, err
+	}
+	return n, p.expectBlockEnd()
+}
+
+// parseTuple is jinja2's parse_tuple: an expression, or a tuple of them
+// without parentheses. withCond false parses no ternary (a for loop's
+// iterable, whose "if" filters; an if's condition, as jinja2).
+func (p *parser) parseTuple(withCond bool) (expr, error) {
+	var items []expr
+	isTuple := false
+	for {
+		if len(items) > 0 {
+			if !p.skipOp(",") {
+				break
+			}
+			isTuple = true
+		}
+		if p.tupleEnds() {
+			break
+		}
+		e, err := p.parseExpr(withCond)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, e)
+	}
+	if !isTuple {
+		if len(items) == 0 {
+			return nil, p.errf("expected an expression, got %s", describe(p.cur()))
+		}
+		return items[0], nil
+	}
+	return &tupleExpr{items: items}, nil
+}
+
+func (p *parser) tupleEnds() bool {
+	t := p.cur()
+	switch t.kind {
+	case tVarEnd, tBlockEnd, tEOF:
+		return true
+	case tOp:
+		return t.val == ")" || t.val == "]" || t.val == "}" || t.val == "="
+	case tName:
+		return t.val == "in" || t.val == "if" || t.val == "recursive"
+	}
+	return false
+}
+
+func (p *parser) parseExpr(withCond bool) (expr, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	defer p.leave()
+	if !withCond {
+		return p.parseOr()
+	}
+	return p.parseCond()
+}
+
+func (p *parser) parseCond() (expr, error) {
+	e, err := p.parseOr()
+	if err != nil {
+		return nil, err
+	}
+	for p.skipName("if") {
+		test, err := p.parseOr()
+		if err != nil {
+			return nil, err
+		}
+		var els expr
+		if p.skipName("else") {
+			if els, err = p.parseExpr(true); err != nil {
+				return nil, err
+			}
+		}
+		e = &condExpr{test: test, then: e, else_: els}
+	}
+	return e, nil
+}
+
+func (p *parser) parseOr() (expr, error) {
+	l, err := p.parseAnd()
+	if err != nil {
+		return nil, err
+	}
+	for p.skipName("or") {
+		r, err := p.parseAnd()
+		if err != nil {
+			return nil, err
+		}
+		l = &binExpr{op: "or", l: l, r: r}
+	}
+	return l, nil
+}
+
+func (p *parser) parseAnd() (expr, error) {
+	l, err := p.parseNot()
+	if err != nil {
+		return nil, err
+	}
+	for p.skipName("and") {
+		r, err := p.parseNot()
+		if err != nil {
+			return nil, err
+		}
+		l = &binExpr{op: "and", l: l, r: r}
+	}
+	return l, nil
+}
+
+func (p *parser) parseNot() (expr, error) {
+	if p.isName("not") {
+		p.next()
+		if err := p.enter(); err != nil {
+			return nil, err
+		}
+		defer p.leave()
+		x, err := p.parseNot()
+		if err != nil {
+			return nil, err
+		}
+		return &notExpr{x: x}, nil
+	}
+	return p.parseCompare()
+}
+
+func (p *parser) parseCompare() (expr, error) {
+	first, err := p.parseMath1()
+	if err != nil {
+		return nil, err
+	}
+	c := &compareExpr{first: first}
+	for {
+		t := p.cur()
+		var op string
+		switch {
+		case t.kind == tOp && (t.val == "==" || t.val == "!=" || t.val == "<" || t.val == "<=" || t.val == ">" || t.val == ">="):
+			op = t.val
+			p.next()
+		case t.kind == tName && t.val == "in":
+			op = "in"
+			p.next()
+		case t.kind == tName && t.val == "not" && p.peek().kind == tName && p.peek().val == "in":
+			op = "notin"
+			p.next()
+			p.next()
+		}
+		if op == "" {
+			break
+		}
+		r, err := p.parseMath1()
+		if err != nil {
+			return nil, err
+		}
+		c.ops = append(c.ops, op)
+		c.rest = append(c.rest, r)
+	}
+	if len(c.ops) == 0 {
+		return first, nil
+	}
+	return c, nil
+}
+
+func (p *parser) parseBinary(ops []string, sub func() (expr, error)) (expr, error) {
+	l, err := sub()
+	if err != nil {
+		return nil, err
+	}
+	for {
+		t := p.cur()
+		found := ""
+		if t.kind == tOp {
+			for _, o := range ops {
+				if t.val == o {
+					found = o
+				}
+			}
+		}
+		if found == "" {
+			return l, nil
+		}
+		p.next()
+		r, err := sub()
+		if err != nil {
+			return nil, err
+		}
+		l = &binExpr{op: found, l: l, r: r}
+	}
+}
+
+func (p *parser) parseMath1() (expr, error) {
+	return p.parseBinary([]string{"+", "-"}, p.parseConcat)
+}
+
+func (p *parser) parseConcat() (expr, error) {
+	return p.parseBinary([]string{"~"}, p.parseMath2)
+}
+
+func (p *parser) parseMath2() (expr, error) {
+	return p.parseBinary([]string{"*", "/", "//", "%"}, p.parsePow)
+}
+
+func (p *parser) parsePow() (expr, error) {
+	return p.parseBinary([]string{"**"}, func() (expr, error) { return p.parseUnary(true) })
+}
+
+func (p *parser) parseUnary(withFilter bool) (expr, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	defer p.leave()
+	var e expr
+	var err error
+	switch {
+	case p.isOp("-"):
+		p.next()
+		x, err := p.parseUnary(false)
+		if err != nil {
+			return nil, err
+		}
+		e = &negExpr{x: x}
+	case p.isOp("+"):
+		p.next()
+		x, err := p.parseUnary(false)
+		if err != nil {
+			return nil, err
+		}
+		e = &posExpr{x: x}
+	default:
+		if e, err = p.parsePrimary(); err != nil {
+			return nil, err
+		}
+	}
+	if e, err = p.parsePostfix(e); err != nil {
+		return nil, err
+	}
+	if withFilter {
+		return p.parseFilterExpr(e)
+	}
+	return e, nil
+}
+
+func (p *parser) parsePrimary() (expr, error) {
+	t := p.cur()
+	switch t.kind {
+	case tName:
+		p.next()
+		switch t.val {
+		case "true", "True":
+			return &constExpr{v: true}, nil
+		case "false", "False":
+			return &constExpr{v: false}, nil
+		case "none", "None":
+			return &constExpr{v: nil}, nil
+		}
+		return &nameExpr{name: t.val, line: t.line}, nil
+	case tString:
+		p.next()
+		s := t.val
+		for p.cur().kind == tString { // adjacent literals concatenate
+			s += p.next().val
+		}
+		return &constExpr{v: s}, nil
+	case tInt:
+		p.next()
+		v, err := strconv.ParseInt(t.val, 0, 64)
+		if err != nil {
+			return nil, syntaxErr(t.line, "integer %s out of range", t.val)
+		}
+		return &constExpr{v: v}, nil
+	case tFloat:
+		p.next()
+		v, err := strconv.ParseFloat(t.val, 64)
+		if err != nil && !math.IsInf(v, 0) {
+			return nil, syntaxErr(t.line, "bad float %s", t.val)
+		}
+		return &constExpr{v: v}, nil
+	case tOp:
+		switch t.val {
+		case "(":
+			p.next()
+			if p.skipOp(")") {
+				return &tupleExpr{}, nil
+			}
+			e, err := p.parseTuple(true)
+			if err != nil {
+				return nil, err
+			}
+			return e, p.expectOp(")")
+		case "[":
+			p.next()
+			l := &listExpr{}
+			for !p.isOp("]") {
+				if len(l.items) > 0 {
+					if err := p.expectOp(","); err != nil {
+						return nil, err
+					}
+					if p.isOp("]") {
+						break
+					}
+				}
+				e, err := p.parseExpr(true)
+				if err != nil {
+					return nil, err
+				}
+				l.items = append(l.items, e)
+			}
+			p.next()
+			return l, nil
+		case "{":
+			p.next()
+			d := &dictExpr{}
+			for !p.isOp("}") {
+				if len(d.keys) > 0 {
+					if err := p.expectOp(","); err != nil {
+						return nil, err
+					}
+					if p.isOp("}") {
+						break
+					}
+				}
+				k, err := p.parseExpr(true)
+				if err != nil {
+					return nil, err
+				}
+				if err := p.expectOp(":"); err != nil {
+					return nil, err
+				}
+				v, err := p.parseExpr(true)
+				if err != nil {
+					return nil, err
+				}
+				d.keys = append(d.keys, k)
+				d.vals = append(d.vals, v)
+			}
+			p.next()
+			return d, nil
+		}
+	}
+	return nil, p.errf("unexpected %s", describe(t))
+}
+
+func (p *parser) parsePostfix(e expr) (expr, error) {
+	for {
+		if err := p.enter(); err != nil {
+			return nil, err
+		}
+		p.leave()
+		switch {
+		case p.isOp("."):
+			p.next()
+			t := p.cur()
+			switch t.kind {
+			case tName:
+				p.next()
+				e = &getattrExpr{obj: e, attr: t.val}
+			case tInt:
+				p.next()
+				v, err := strconv.ParseInt(t.val, 0, 64)
+				if err != nil {
+					return nil, syntaxErr(t.line, "integer %s out of range", t.val)
+				}
+				e = &getitemExpr{obj: e, arg: &constExpr{v: v}}
+			default:
+				return nil, p.errf("expected name or number")
+			}
+		case p.isOp("["):
+			p.next()
+			var args []expr
+			for !p.isOp("]") {
+				if len(args) > 0 {
+					if err := p.expectOp(","); err != nil {
+						return nil, err
+					}
+					if p.isOp("]") {
+						break
+					}
+				}
+				a, err := p.parseSubscript()
+				if err != nil {
+					return nil, err
+				}
+				args = append(args, a)
+			}
+			p.next()
+			switch len(args) {
+			case 0:
+				return nil, p.errf("expected subscript")
+			case 1:
+				e = &getitemExpr{obj: e, arg: args[0]}
+			default:
+				e = &getitemExpr{obj: e, arg: &tupleExpr{items: args}}
+			}
+		case p.isOp("("):
+			c, err := p.parseCall(e)
+			if err != nil {
+				return nil, err
+			}
+			e = c
+		default:
+			return e, nil
+		}
+	}
+}
+
+func (p *parser) parseSubscript() (expr, error) {
+	var start expr
+	var err error
+	if !p.isOp(":") {
+		if start, err = p.parseExpr(true); err != nil {
+			return nil, err
+		}
+		if !p.isOp(":") {
+			return start, nil
+		}
+	}
+	p.next()
+	s := &sliceExpr{start: start}
+	if !p.isOp("]") && !p.isOp(",") && !p.isOp(":") {
+		if s.stop, err = p.parseExpr(true); err != nil {
+			return nil, err
+		}
+	}
+	if p.skipOp(":") {
+		if !p.isOp("]") && !p.isOp(",") {
+			if s.step, err = p.parseExpr(true); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return s, nil
+}
+
+func (p *parser) parseArgs() ([]expr, []kwarg, error) {
+	if err := p.expectOp("("); err != nil {
+		return nil, nil, err
+	}
+	var args []expr
+	var kws []kwarg
+	first := true
+	for !p.isOp(")") {
+		if !first {
+			if err := p.expectOp(","); err != nil {
+				return nil, nil, err
+			}
+			if p.isOp(")") {
+				break
+			}
+		}
+		first = false
+		if p.isOp("*") || p.isOp("**") {
+			return nil, nil, p.errf("*args and **kwargs in calls are not supported")
+		}
+		if p.cur().kind == tName && p.peek().kind == tOp && p.peek().val == "=" {
+			name := p.next().val
+			p.next()
+			v, err := p.parseExpr(true)
+			if err != nil {
+				return nil, nil, err
+			}
+			kws = append(kws, kwarg{name: name, val: v})
+			continue
+		}
+		if len(kws) > 0 {
+			return nil, nil, p.errf("invalid syntax for function call expression")
+		}
+		a, err := p.parseExpr(true)
+		if err != nil {
+			return nil, nil, err
+		}
+		args = append(args, a)
+	}
+	p.next()
+	return args, kws, nil
+}
+
+func (p *parser) parseCall(fn expr) (*callExpr, error) {
+	args, kws, err := p.parseArgs()
+	if err != nil {
+		return nil, err
+	}
+	return &callExpr{fn: fn, args: args, kwargs: kws}, nil
+}
+
+// parseFilter parses a filter's name and arguments after its "|".
+func (p *parser) parseFilter(node expr) (*filterExpr, error) {
+	name, err := p.expectName()
+	if err != nil {
+		return nil, err
+	}
+	for p.isOp(".") {
+		p.next()
+		n, err := p.expectName()
+		if err != nil {
+			return nil, err
+		}
+		name += "." + n
+	}
+	f := &filterExpr{node: node, name: name}
+	if p.isOp("(") {
+		if f.args, f.kwargs, err = p.parseArgs(); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+func (p *parser) parseFilterExpr(e expr) (expr, error) {
+	for {
+		if err := p.enter(); err != nil {
+			return nil, err
+		}
+		p.leave()
+		switch {
+		case p.isOp("|"):
+			p.next()
+			f, err := p.parseFilter(e)
+			if err != nil {
+				return nil, err
+			}
+			e = f
+		case p.isName("is"):
+			p.next()
+			negated := p.skipName("not")
+			name, err := p.expectName()
+			if err != nil {
+				return nil, err
+			}
+			for p.isOp(".") {
+				p.next()
+				n, err := p.expectName()
+				if err != nil {
+					return nil, err
+				}
+				name += "." + n
+			}
+			te := &testExpr{node: e, name: name}
+			t := p.cur()
+			switch {
+			case p.isOp("("):
+				if te.args, te.kwargs, err = p.parseArgs(); err != nil {
+					return nil, err
+				}
+			case (t.kind == tName && t.val != "else" && t.val != "or" && t.val != "and") || t.kind == tString || t.kind == tInt || t.kind == tFloat || (t.kind == tOp && (t.val == "[" || t.val == "{")):
+				if t.kind == tName && t.val == "is" {
+					return nil, p.errf("You cannot chain multiple tests with is")
+				}
+				a, err := p.parsePrimary()
+				if err != nil {
+					return nil, err
+				}
+				if a, err = p.parsePostfix(a); err != nil {
+					return nil, err
+				}
+				te.args = []expr{a}
+			}
+			e = te
+			if negated {
+				e = &notExpr{x: e}
+			}
+		case p.isOp("("):
+			c, err := p.parseCall(e)
+			if err != nil {
+				return nil, err
+			}
+			e = c
+		default:
+			return e, nil
+		}
+	}
+}

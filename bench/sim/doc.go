@@ -12,9 +12,29 @@
 // predicts the engines' caches from its own bookings; nothing is published
 // or synchronised, and its overlap mismatches count wrong predictions;
 // skipped when neither is given), round_robin and random (seeded by
-// bench.Config.Seed). The load harness
+// bench.Config.Seed), and the peer routers' policies of package
+// bench/sim/peers (PeerPolicies: sglang_cache_aware, smg_cache_aware,
+// llm-d, llm-d_precise, prodstack_prefixaware, aibrix_prefix_cache;
+// --policies all or peers adds them, the default set is Policies). The
+// kvselect policy is the reference's default, NVIDIA Dynamo's KV router
+// cost, and the report names it so (ReferenceNames). The load harness
 // itself is package bench; this package adds the virtual-time loop, the
 // policies and their report.
+//
+// # Peer policies
+//
+// A peer runs over fresh engines with the run's seed, like every policy,
+// and sees what its router sees: its own in-flight counts (SMG, SGLang,
+// AIBrix: up at dispatch, down at the request's end), its own
+// routing-history index (SMG's tree, llm-d's per-pod LRUs,
+// production-stack's trie, AIBrix's table, with their eviction run on
+// virtual time), the engines' waiting queues and KV usage as of its last
+// scrape (llm-d: every 50 ms; the loop calls the scrape at each multiple
+// of the interval, before any later event, so requests routed since are
+// invisible to it), and for llm-d_precise the engines' caches at the
+// decision, as KV events tell them. Never kvselect's bookings. A peer's
+// text is its prompt's tokens, one token standing for 4 bytes of text:
+// package peers lists each transcription's sources and simplifications.
 //
 // # Engines
 //
@@ -82,7 +102,16 @@
 // tokens per simulated second over the makespan), preemptions, requests
 // and engine busy time per worker (max/mean), evictions; and
 // hit_rate_bound, the hit rate of one engine of unbounded capacity serving
-// the requests in order (no policy over the engines can do better).
+// the requests in order (no policy over the engines can do better); and
+// per level hit_rate_bound_pooled, the capacity-aware bound: one engine
+// holding every engine's blocks, under the engines' eviction
+// (vllm.Replay), fed the requests one at a time in arrival order (a
+// synthetic workload's as an engine answering instantly would see them).
+// It is the bound a router can approach when the pools evict; it is not a
+// hard ceiling (running alone, no request pins blocks, and one LRU over
+// the pooled blocks is not the best split of them), so a policy may
+// exceed it slightly. Each policy's hit_rate_of_bound and
+// hit_rate_of_pooled_bound are its hit rate as a share of the two.
 // Report.Policies is the highest level's. round_robin and random are
 // deterministic; the selector's policies are when the in-process selector
 // is used: each selector policy's run at each level gets a selector of its

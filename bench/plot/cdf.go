@@ -134,7 +134,7 @@ func (c *CDF) draw(cv *canvas, x0, y0, w float64) {
 			prev = p.Fraction
 		}
 		cv.group(s.Name)
-		cv.polyline(pts, color(i), s.Name)
+		cv.polyline(pts, color(i), dash(i), s.Name)
 		var legend strings.Builder
 		legend.WriteString(s.Name)
 		for _, m := range s.Marks {
@@ -144,7 +144,7 @@ func (c *CDF) draw(cv *canvas, x0, y0, w float64) {
 		cv.end()
 		// Legend.
 		ly := y0 + top + 16 + float64(i)*16
-		cv.line(x0+left+10, ly-4, x0+left+34, ly-4, color(i), 3, "")
+		cv.line(x0+left+10, ly-4, x0+left+34, ly-4, color(i), 3, dash(i))
 		cv.text(x0+left+40, ly, legend.String(), "start", "#000000", 12, 0)
 	}
 	cv.end()

@@ -32,6 +32,10 @@ var allowedInRepo = map[string][]string{
 	"zmqin/zmtp":   {"core", "zmqin/internal/budget"}, // core: the one endpoint parser (core.ParseZMQEndpoint)
 	"zmqin/mesh":   {"core", "zmqin/zmtp", "zmqin/internal/msgpack", "zmqin/internal/ratelog", "zmqin/internal/budget"},
 	"zmqin/zmqpub": {"zmqin", "zmqin/zmtp", "core", "radix"},
+	// The NATS event plane: Dynamo's envelope and RouterEvent codec, the
+	// KV ingress and booking exchange over NATS, the embedded server; the
+	// ActiveSequenceEvent codec is the mesh's.
+	"zmqin/natsplane": {"core", "radix", "zmqin/mesh", "zmqin/internal/msgpack", "zmqin/internal/ratelog"},
 	"httpapi":      {"core", "core/text", "perf", "httpapi/internal/jsonscan"},
 	// The client is for callers: the standard library only.
 	"httpapi/client": {},
@@ -81,6 +85,8 @@ var externalOnly = []struct {
 }{
 	{"github.com/go-zeromq/", []string{"zmqin/zmtp"}},
 	{"github.com/pebbe/zmq4", []string{"zmqin/zmtp"}},
+	// NATS (client and embedded server) only in the event plane.
+	{"github.com/nats-io/", []string{"zmqin/natsplane"}},
 	{"github.com/valyala/fasthttp", []string{"httpapi", "perf", "bench"}},
 	{"flag", []string{"cmd/kvselect"}},
 	// The Prometheus parser is a test tool: it stays out of the binary.

@@ -61,7 +61,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		simulate  = fs.Bool("simulate", false, "routing quality instead of load: replay the workload in virtual time through simulated vLLM engines publishing real ZMQ KV events, routed by each policy of --policies, at each of --loads, and report KV hit rate, TTFT, end-to-end latency, throughput, preemptions and load balance per policy")
 		simCfg    = sim.DefaultConfig()
 		loads     = fs.String("loads", "0.5,0.9", "--simulate: load levels as fractions of the cluster's capacity, which the run measures first (ignored with --time-scale or --rate)")
-		policies  = fs.String("policies", strings.Join(sim.Policies, ","), "--simulate: policies to run, in order")
+		policies  = fs.String("policies", strings.Join(sim.Policies, ","), "--simulate: policies to run, in order; \"peers\" stands for the peer routers' policies ("+strings.Join(sim.PeerPolicies, ",")+"), \"all\" for every policy")
 	)
 	fs.StringVar(&cfg.Target, "target", "", "base URL of a running selector, e.g. http://127.0.0.1:8092 (default: start one in-process)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "client goroutines (closed loop) or the pool serving the schedule (open loop)")
@@ -77,7 +77,9 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "workers registered with POST /workers before the run (0: none)")
 	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "KV block size in tokens registered for the workers (--simulate: default 64)")
 	fs.IntVar(&cfg.TotalKVBlocks, "total-kv-blocks", 0, "total_kv_blocks registered per worker (0: omitted)")
-	fs.StringVar(&cfg.PromptForm, "prompt-form", cfg.PromptForm, "how selection bodies carry a prompt: hashes (block_hashes, sequence_hashes, isl_tokens) or tokens (token_ids, hashed by the selector)")
+	fs.StringVar(&cfg.PromptForm, "prompt-form", cfg.PromptForm, "how selection bodies carry a prompt: hashes (block_hashes, sequence_hashes, isl_tokens), tokens (token_ids, hashed by the selector) or text (prompt, tokenized by the selector with --model-path's tokenizer, then hashed)")
+	var benchModels []modelPath
+	addModelPathFlag(fs, &benchModels, "--prompt-form text: the workload's prompts are spelled in its words and the in-process selector gets the same flag (one model; a --target must have been started with it)")
 	fs.IntVar(&cfg.EngineBlocks, "engine-blocks", defaultEngineBlocks, "KV pool in blocks of the simulated engine started per worker, whose endpoint is registered as its kv_events_endpoints (0: no engines); with --target only when given")
 	fs.BoolVar(&cfg.Fill, "fill", true, "before the load, route every prompt once through the selector and serve it on the chosen worker's engine, whose KV events fill the selector's index (needs engines); false leaves the index empty")
 	fs.StringVar(&cfg.Baseline, "baseline", "", "noop: also drive an in-process no-op fasthttp server in the same run and report ratios")
@@ -175,6 +177,18 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, errNoReplicas)
 		return 2
 	}
+	if len(benchModels) > 1 {
+		fmt.Fprintln(stderr, "kvselect bench: --model-path: one model at most")
+		return 2
+	}
+	if len(benchModels) == 1 {
+		toks, err := loadTokenizers(benchModels)
+		if err != nil {
+			fmt.Fprintf(stderr, "kvselect bench: %v\n", err)
+			return 2
+		}
+		cfg.Tokenizer = toks[benchModels[0].name]
+	}
 	if cfg.Target == "" {
 		// The default: kvselect in this process, with one simulated engine
 		// per worker publishing real KV events (see inprocess.go).
@@ -182,6 +196,9 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if cfg.ProfileDir != "" {
 			// Sample contention so the mutex and block profiles are not empty.
 			extra = []string{"--pprof-mutex-fraction", "100", "--pprof-block-rate", "1000000"}
+		}
+		for _, mp := range benchModels {
+			extra = append(extra, "--model-path", mp.name+"="+mp.dir)
 		}
 		cfg.StartServer = inProcessServer(stderr, cfg.ProfileDir != "", extra...)
 		if cfg.Replicas > 1 {

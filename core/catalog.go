@@ -258,7 +258,7 @@ func (s *Service) reconcileLocked(id uint64, f *WorkerFields, p *partition, movi
 	}
 	if s.listening && size > 0 {
 		for _, rs := range f.rankSources() {
-			if rs.Endpoint == "" {
+			if rs.Endpoint == "" && !s.cfg.KVEndpointsOptional {
 				reasons = append(reasons, fmt.Sprintf("kv_events endpoint is required for dp_rank %d", rs.DPRank))
 			}
 		}
@@ -275,6 +275,9 @@ func (s *Service) reconcileLocked(id uint64, f *WorkerFields, p *partition, movi
 	}
 	if s.listening {
 		for _, rs := range f.rankSources() {
+			if rs.Endpoint == "" && s.cfg.KVEndpointsOptional {
+				continue
+			}
 			if _, err := checkDialable(rs.Endpoint); err != nil {
 				return []string{fmt.Sprintf("reconciliation failed: invalid kv_events endpoint for worker %d dp_rank %d: invalid ZMQ endpoint `%s`: %v", id, rs.DPRank, rs.Endpoint, err)}
 			}

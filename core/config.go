@@ -49,6 +49,13 @@ type Config struct {
 	// schedulable. Without them the primary index is approximate: booked
 	// decisions populate it and expire after ApproxTTL (index.go).
 	UseKVEvents bool
+	// KVEndpointsOptional: with UseKVEvents, a rank without a kv_events
+	// endpoint is still schedulable, because the Ingress receives its
+	// events another way, keyed by worker id and rank (an event plane
+	// such as Dynamo's NATS subjects, zmqin/natsplane). Ranks with an
+	// endpoint are listened to as before; Ingress.Sync receives every
+	// rank, those without an endpoint with Endpoint "".
+	KVEndpointsOptional bool
 	// ApproxTTL is router_ttl_secs: how long a recorded block of the
 	// approximate primary stays after its last booking. >= 0.
 	ApproxTTL time.Duration

@@ -178,3 +178,22 @@ func (s *Service) AppendLocalBookings(dst []ReplicaEvent) []ReplicaEvent {
 	})
 	return dst
 }
+
+// WorkerPartition returns the partition (model, routing group) and block
+// size of worker id while it is schedulable here; ok is false otherwise.
+// It is for a replica bus whose events name a worker but no partition
+// (Dynamo's ActiveSequenceEvent on its event plane,
+// ai-dynamo/dynamo:lib/kv-router/src/protocols.rs): the host fills the
+// ReplicaEvent's partition fields from it before ApplyReplica. It takes
+// the catalog lock briefly; selections never wait for it.
+func (s *Service) WorkerPartition(id uint64) (model, group string, blockSize uint32, ok bool) {
+	s.mu.Lock()
+	e := s.catalog[id]
+	if e == nil || e.rec.Lifecycle != Schedulable {
+		s.mu.Unlock()
+		return "", "", 0, false
+	}
+	p := e.part
+	s.mu.Unlock()
+	return p.model, p.group, p.blockSize(), true
+}

@@ -86,6 +86,14 @@ func AppendEnvelope(dst []byte, ev *core.ReplicaEvent, routerID uint64) []byte {
 	dst = msgpack.AppendStr(dst, "block_size")
 	dst = msgpack.AppendUint(dst, uint64(ev.BlockSize))
 	dst = msgpack.AppendStr(dst, "event")
+	return AppendSequenceEvent(dst, ev, routerID)
+}
+
+// AppendSequenceEvent appends ev as Dynamo's bare ActiveSequenceEvent
+// (ai-dynamo/dynamo:lib/kv-router/src/protocols.rs), the envelope's event
+// field: what Dynamo routers publish, one per message, on the NATS
+// event plane's active_sequences_events topic (zmqin/natsplane).
+func AppendSequenceEvent(dst []byte, ev *core.ReplicaEvent, routerID uint64) []byte {
 	dst = msgpack.AppendMapHeader(dst, 5)
 	dst = msgpack.AppendStr(dst, "request_id")
 	dst = msgpack.AppendStr(dst, ev.RequestID)
@@ -175,6 +183,22 @@ func DecodeEnvelope(payload []byte, ev *core.ReplicaEvent) error {
 		if !ok {
 			return fmt.Errorf("%w: missing field %s", ErrEnvelope, envelopeFields[i])
 		}
+	}
+	return nil
+}
+
+// DecodeSequenceEvent decodes one bare ActiveSequenceEvent (see
+// AppendSequenceEvent) into ev, as DecodeEnvelope decodes its event field:
+// strings and hashes freshly allocated, ev.Origin the sender's router_id;
+// the partition fields stay empty. An error wraps ErrEnvelope.
+func DecodeSequenceEvent(payload []byte, ev *core.ReplicaEvent) error {
+	*ev = core.ReplicaEvent{}
+	r := &msgpack.Reader{B: payload}
+	if err := decodeEvent(r, ev); err != nil {
+		return fmt.Errorf("%w: %v", ErrEnvelope, err)
+	}
+	if r.Left() != 0 {
+		return fmt.Errorf("%w: trailing bytes", ErrEnvelope)
 	}
 	return nil
 }

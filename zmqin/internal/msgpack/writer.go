@@ -102,3 +102,18 @@ func AppendBool(dst []byte, b bool) []byte {
 	}
 	return append(dst, 0xc2)
 }
+
+// AppendBin appends b as a bin (rmp_serde's serialize_bytes): bin8, bin16
+// or bin32 by length.
+func AppendBin(dst, b []byte) []byte {
+	n := len(b)
+	switch {
+	case n <= math.MaxUint8:
+		dst = append(dst, 0xc4, byte(n))
+	case n <= math.MaxUint16:
+		dst = binary.BigEndian.AppendUint16(append(dst, 0xc5), uint16(n))
+	default:
+		dst = binary.BigEndian.AppendUint32(append(dst, 0xc6), uint32(n))
+	}
+	return append(dst, b...)
+}

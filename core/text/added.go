@@ -31,26 +31,47 @@ type addedVocab struct {
 	byID map[uint32]*addedToken
 	// raw and norm index the two passes' tokens by first byte, longest
 	// first.
-	raw, norm map[byte][]*addedToken
+	raw, norm firstByteIndex
+}
+
+// firstByteIndex holds added tokens by their first byte. n counts them;
+// single is the one first byte they all share (-1: none, or several),
+// which pass finds with strings.IndexByte instead of testing every byte.
+type firstByteIndex struct {
+	by     [256][]*addedToken
+	n      int
+	single int
+}
+
+func (x *firstByteIndex) add(a *addedToken) {
+	c := a.Content[0]
+	switch {
+	case x.n == 0:
+		x.single = int(c)
+	case x.single != int(c):
+		x.single = -1
+	}
+	x.by[c] = append(x.by[c], a)
+	x.n++
 }
 
 func (v *addedVocab) load(toks []addedToken) error {
 	v.ids, v.byID = map[string]uint32{}, map[uint32]*addedToken{}
-	v.raw, v.norm = map[byte][]*addedToken{}, map[byte][]*addedToken{}
+	v.raw, v.norm = firstByteIndex{}, firstByteIndex{}
 	for i := range toks {
 		a := &toks[i]
 		if a.Content == "" {
 			return fmt.Errorf("text: added token %d has no content", a.ID)
 		}
 		v.ids[a.Content], v.byID[a.ID] = a.ID, a
-		idx := v.raw
 		if a.Normalized {
-			idx = v.norm
+			v.norm.add(a)
+		} else {
+			v.raw.add(a)
 		}
-		idx[a.Content[0]] = append(idx[a.Content[0]], a)
 	}
-	for _, idx := range []map[byte][]*addedToken{v.raw, v.norm} {
-		for _, l := range idx {
+	for _, idx := range []*firstByteIndex{&v.raw, &v.norm} {
+		for _, l := range idx.by {
 			slices.SortStableFunc(l, func(a, b *addedToken) int { return cmp.Compare(len(b.Content), len(a.Content)) })
 		}
 	}
@@ -63,11 +84,11 @@ func (v *addedVocab) load(toks []addedToken) error {
 // start at 0" (Metaspace's prepend_scheme "first" reads it): the first
 // segment of the first segment, when no added token starts s.
 func (v *addedVocab) split(s string, normalize func(string) string, dst []uint32, encode func(seg string, first bool, dst []uint32) []uint32) []uint32 {
-	return v.pass(s, v.raw, dst, func(seg string, first bool, dst []uint32) []uint32 {
+	return v.pass(s, &v.raw, dst, func(seg string, first bool, dst []uint32) []uint32 {
 		if normalize != nil {
 			seg = normalize(seg)
 		}
-		return v.pass(seg, v.norm, dst, func(seg string, inner bool, dst []uint32) []uint32 {
+		return v.pass(seg, &v.norm, dst, func(seg string, inner bool, dst []uint32) []uint32 {
 			return encode(seg, first && inner, dst)
 		})
 	})
@@ -75,13 +96,20 @@ func (v *addedVocab) split(s string, normalize func(string) string, dst []uint32
 
 // pass finds idx's tokens in s, appending their ids and encoding the text
 // between them with rest (first: the text starts s).
-func (v *addedVocab) pass(s string, idx map[byte][]*addedToken, dst []uint32, rest func(seg string, first bool, dst []uint32) []uint32) []uint32 {
-	if len(idx) == 0 {
+func (v *addedVocab) pass(s string, idx *firstByteIndex, dst []uint32, rest func(seg string, first bool, dst []uint32) []uint32) []uint32 {
+	if idx.n == 0 {
 		return rest(s, true, dst)
 	}
 	from := 0 // start of the text not yet emitted
 	for i := 0; i < len(s); i++ {
-		cands := idx[s[i]]
+		if idx.single >= 0 {
+			j := strings.IndexByte(s[i:], byte(idx.single))
+			if j < 0 {
+				break
+			}
+			i += j
+		}
+		cands := idx.by[s[i]]
 		if len(cands) == 0 {
 			continue
 		}

@@ -60,6 +60,7 @@ func isS(r rune) bool {
 func isM(r rune) bool  { return r >= utf8.RuneSelf && unicode.IsMark(r) }
 func isP(r rune) bool  { return r >= 0 && unicode.IsPunct(r) }
 func isSy(r rune) bool { return r >= 0 && unicode.IsSymbol(r) }
+func asciiLetterByte(c byte) bool { return c|0x20 >= 'a' && c|0x20 <= 'z' }
 func asciiLetter(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z'
 }
@@ -145,6 +146,26 @@ func notSLN(r rune) bool { return r >= 0 && !isS(r) && !isL(r) && !isN(r) }
 //	(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 func cl100k(digits int) matcher {
 	return func(s string, i int) int {
+		// The common case first, by bytes: an ASCII letter run, or one
+		// ASCII prefix character (not a letter, digit, \r, \n or ')
+		// before one, the second alternative. A run that stops at a
+		// non-ASCII byte goes on through run, which decides by rune.
+		if c := s[i]; c < utf8.RuneSelf && c != '\'' && c != '\r' && c != '\n' && (c < '0' || c > '9') {
+			j := i
+			if !asciiLetterByte(c) {
+				j++
+			}
+			k := j
+			for k < len(s) && asciiLetterByte(s[k]) {
+				k++
+			}
+			if k > j {
+				if k < len(s) && s[k] >= utf8.RuneSelf {
+					return run(s, k, isL)
+				}
+				return k
+			}
+		}
 		r, w := at(s, i)
 		if r == '\'' {
 			if e := contraction(s, i); e > 0 {

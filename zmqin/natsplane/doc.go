@@ -1,0 +1,102 @@
+// Package natsplane makes kvselect a member of a Dynamo fleet's event
+// plane over NATS (ai-dynamo/dynamo:lib/runtime/src/transports/event_plane/):
+// workers' KV events come in from their kv-events subjects into the same
+// partition sinks (core.EventSink, the radix index) as the ZMQ ingress's,
+// and bookings are exchanged with Dynamo routers, and other kvselect
+// processes, on active_sequences_events, through core's replica seam. It
+// also runs the embedded nats-server that makes `--event-plane nats`
+// work with no NATS deployment (Server). It is the only package that
+// imports nats.go and nats-server; its msgpack comes from
+// zmqin/internal/msgpack and the ActiveSequenceEvent codec from
+// zmqin/mesh (one definition for both buses).
+//
+// # Using it (the host's duties)
+//
+//  1. A bus: StartServer(ServerConfig) for an embedded server (clustered
+//     with peers through NATS routes), or a fleet's URL; Connect(url).
+//  2. NewIngress(IngressConfig{Scope, Inner: the ZMQ ingress}) is the
+//     core.Options.Ingress; core.Config.KVEndpointsOptional lets workers
+//     register without a ZMQ endpoint. Start(nc) subscribes.
+//  3. NewBookings(BookingsConfig{Scope}) is the core.Options.Replica
+//     (or one of them); Start(nc, svc) once the service exists.
+//  4. Stats of each for metrics; at shutdown close Bookings, then the
+//     Ingress (after the HTTP server stopped registering workers), then
+//     the connection, then the Server.
+//
+// # Subjects and wire formats
+//
+// Subjects are namespace.{ns}.component.{c}[.endpoint.{e}].{topic}, each
+// segment escaped as Dynamo escapes it (EncodeSegment). A message body is
+// an EventEnvelope (envelope.go) around the topic's msgpack payload, or,
+// from Dynamo <= 0.8, the JSON of one RouterEvent (told by its first
+// byte). KV payloads are arrays of RouterEvents (Dynamo #11776 on) or one
+// RouterEvent (before), told by their first byte (kvevents.go); the
+// current form is what AppendRouterEvents writes. Bookings are one bare
+// ActiveSequenceEvent per envelope, Dynamo's NATS form. The wire
+// fixtures in testdata/wire are written by testdata/wire.py with
+// Debian's python3-msgpack the way rmp_serde writes named maps, and the
+// codec is checked against them byte for byte.
+//
+// # KV events: sequence rules
+//
+// Every event names its (worker_id, dp_rank); only registered workers'
+// ranks without a ZMQ endpoint are applied (DropUnknownWorker,
+// DropUnknownRank, DropZMQRank otherwise). Each such rank has a cursor:
+// the publisher id and envelope sequence of the last envelope that
+// carried its events, and its last event id. For each event, in order:
+//
+//  1. Incarnation: the envelope's publisher id differs from the rank's
+//     (a worker restart draws a new random id, Dynamo #11014): the rank
+//     is cleared and its cursor dropped (Restarts).
+//  2. Restart: same publisher, sequence below the rank's: the publisher
+//     restarted with a stable id (an id from a pod-name hash); as 1.
+//  3. Envelope gap: the sequence is more than one past the rank's: the
+//     bus lost messages (a slow consumer, a partition); the rank is
+//     cleared and its cursor dropped (EnvelopeGaps, MissedEnvelopes).
+//     Dynamo's own routers number no KV gap by envelope (they use
+//     event ids, rules 4 to 7); kvselect checks both, as its ZMQ ingress
+//     checks the engines' seq.
+//  4. Initial: no event id yet: apply.
+//  5. Stale: event id <= the cursor's: drop (DropStale).
+//  6. Contiguous: the next id: apply.
+//  7. Gap: an id past the next: the rank is cleared, then the event
+//     applied (EventGaps, MissedEvents), Dynamo's degraded reset for a
+//     source it cannot query (ai-dynamo/dynamo:
+//     lib/kv-router/src/recovery/cursor.rs,
+//     lib/llm/src/kv_router/indexer/recovery/worker_query_state.rs).
+//     Dynamo's tree-dump recovery goes over its request plane, which
+//     kvselect does not speak; ZMQ's replay endpoints stay the ZMQ
+//     ingress's.
+//
+// A reset-all Cleared event is applied like any other. The legacy JSON
+// form has no envelope and gets rules 4 to 7. A malformed message is
+// dropped whole and counted by reason (Drop); the subscription carries
+// on. Events of one rank come from one subject, so from one subscription
+// and in order; processing is serialized over the subscriptions, and the
+// apply runs under the registry's read lock, so Detach (which takes it
+// for writing) is a barrier: on its return no event of the worker
+// reaches its sink.
+//
+// # Bookings
+//
+// Publish encodes a service lifecycle event (admission, prefill
+// completion, free) on the caller's goroutine and queues it without
+// blocking; a full queue (QueueLimit) drops and counts it. One publisher
+// goroutine wraps each in an envelope with its own sequence and
+// publishes it on the endpoint scope's active_sequences_events. Received
+// events (endpoint and component scopes) whose router_id is this
+// process's are skipped; the others are mapped to their worker's
+// partition (core.Service.WorkerPartition: the event names no partition)
+// and applied through core.Service.ApplyReplica, which drops what it
+// cannot apply (unknown workers and requests) with its own counters.
+// There is no catch-up on this topic (Dynamo has none).
+//
+// # Goroutines
+//
+//   - The NATS client's: a reader, and one delivery goroutine per
+//     subscription (four for KV, two for bookings), which run Ingress
+//     and Bookings processing; they stop on Unsubscribe (Close).
+//   - Bookings: one publisher, fed by Publish; stops on Close.
+//   - Server: nats-server's own (accept, routes, clients); stops on
+//     Close.
+package natsplane

@@ -106,7 +106,9 @@ func Load(tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
 	if cfg.ModelMaxLength > 1e15 { // transformers' VERY_LARGE_INTEGER: unknown
 		t.ModelMaxLength = 0
 	}
-	_ = json.Unmarshal(cfg.ChatTemplate, &t.ChatTemplate) // a list of named templates stays "" for now
+	if err := t.loadChat(configJSON); err != nil { // chat.go
+		return nil, err
+	}
 	t.scratch.New = func() any { return new(scratch) }
 	return t, nil
 }

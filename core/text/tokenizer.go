@@ -24,8 +24,10 @@ type Tokenizer struct {
 	bos, eos []uint32
 	// BOS and EOS are the config's bos_token and eos_token ids, -1 none.
 	BOS, EOS int64
-	// ChatTemplate is tokenizer_config.json's chat_template ("" none).
+	// ChatTemplate is tokenizer_config.json's chat_template ("" none;
+	// of a list of named ones, "default").
 	ChatTemplate string
+	chat         *chatTemplates // parsed at Load: chat.go
 	// ModelMaxLength is tokenizer_config.json's model_max_length (0
 	// unknown).
 	ModelMaxLength int64

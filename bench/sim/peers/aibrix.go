@@ -53,20 +53,26 @@ type aibrix struct {
 	cfg       AIBrixConfig
 	n         int
 	bs        int // BlockBytes in simulated tokens
-	table     *lru
+	table     prefixTable
 	load      []int
 	rng       *rand.Rand
 	lastCheck float64
-	hashes    []uint64
+	coarseBuf []uint32
 	percent   []int
 	order     []int
 }
 
 func newAIBrix(n int, seed int64, cfg AIBrixConfig) *aibrix {
-	return &aibrix{
-		cfg: cfg, n: n, bs: max(1, cfg.BlockBytes/CharsPerToken), table: newLRU(cfg.BlockNumber),
+	p := &aibrix{
+		cfg: cfg, n: n, bs: max(1, cfg.BlockBytes/CharsPerToken),
 		load: make([]int, n), rng: newRand(seed, 0x6169627278), percent: make([]int, n),
 	}
+	if p.bs == 1 {
+		p.table = newRunTable(cfg.BlockNumber)
+	} else {
+		p.table = &blockTable{l: newLRU(cfg.BlockNumber)}
+	}
+	return p
 }
 
 func (p *aibrix) Pick(now float64, r *Request) int {
@@ -89,27 +95,30 @@ func (p *aibrix) Pick(now float64, r *Request) int {
 			}
 		}
 	}
-	p.hashes = appendChain(p.hashes[:0], 0x61696272, r.Text, p.bs, 0, false)
+	text := r.Text
+	if p.bs > 1 {
+		// Blocks of several tokens: the per-block table, whose blocks are
+		// p.bs tokens (blockTable hashes one token a block).
+		text = p.coarse(text)
+	}
 	for w := range p.percent {
 		p.percent[w] = -1
 	}
 	var matched uint64
-	for i, h := range p.hashes {
-		pods, ok := p.table.get(h)
-		if !ok || pods == 0 {
-			break
-		}
+	nblocks := len(text)
+	p.table.match(text, func(end int, pods uint64) bool {
 		hit := pods & cand
 		if hit == 0 {
-			break
+			return false
 		}
-		pct := (i + 1) * 100 / len(p.hashes)
+		pct := end * 100 / nblocks
 		for m := hit; m != 0; m &= m - 1 {
 			p.percent[bits.TrailingZeros64(m)] = pct
 		}
 		matched |= hit
 		cand = hit
-	}
+		return true
+	})
 	w := -1
 	if matched != 0 {
 		w = p.fromMatched(matched)
@@ -118,10 +127,7 @@ func (p *aibrix) Pick(now float64, r *Request) int {
 		w = randomMin(p.load, allMask(p.n), p.rng)
 	}
 	p.load[w]++
-	bit := uint64(1) << w
-	for _, h := range p.hashes {
-		p.table.put(h, bit, now)
-	}
+	p.table.add(text, w, now)
 	return w
 }
 
@@ -161,3 +167,15 @@ func (p *aibrix) fromMatched(matched uint64) int {
 }
 
 func (p *aibrix) Done(w int) { p.load[w]-- }
+
+// coarse maps text to one symbol per full block of p.bs tokens, chained,
+// so that a table of one-symbol blocks keys the same prefixes.
+func (p *aibrix) coarse(text []uint32) []uint32 {
+	p.coarseBuf = p.coarseBuf[:0]
+	h := uint64(0x61696272)
+	for i := 0; i+p.bs <= len(text); i += p.bs {
+		h = chainHash(h, text[i:i+p.bs])
+		p.coarseBuf = append(p.coarseBuf, uint32(h))
+	}
+	return p.coarseBuf
+}

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// BenchmarkAIBrixPick routes 10,000-token prompts that share a 2,000-token
+// BenchmarkAIBrixPick (see runTable) routes 10,000-token prompts that share a 2,000-token
 // prefix among 16 families over 8 workers (the mooncake trace's mean
 // prompt is 9,792 tokens).
 func BenchmarkAIBrixPick(b *testing.B) {

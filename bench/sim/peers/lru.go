@@ -8,15 +8,12 @@ package peers
 // these semantics.
 //
 // Representation: entries live in slots 1..len(e)-1; slot 0 is the list's
-// sentinel; next runs from the head (most recent) to the tail. An entry's
-// fields share one struct so that touching it costs one cache miss: the
-// AIBrix table takes about 10,000 puts per request, and with the fields in
-// five slices BenchmarkAIBrixPick took 3.1 ms per pick.
+// sentinel; next runs from the head (most recent) to the tail.
 // Invariant: idx maps e[s].key to s for every slot s in the list, and
-// idx.n <= capacity.
+// len(idx) <= capacity.
 type lru struct {
 	capacity int
-	idx      *slotTable
+	idx      map[uint64]int32
 	e        []lruEntry
 	free     []int32
 	// onEvict, if set, is called for every entry dropped for capacity.
@@ -30,14 +27,14 @@ type lruEntry struct {
 }
 
 func newLRU(capacity int) *lru {
-	return &lru{capacity: capacity, idx: newSlotTable(capacity + 1), e: make([]lruEntry, 1, min(capacity, 1<<20)+1)}
+	return &lru{capacity: capacity, idx: make(map[uint64]int32), e: make([]lruEntry, 1, min(capacity, 1<<16)+1)}
 }
 
-func (l *lru) len() int { return l.idx.n }
+func (l *lru) len() int { return len(l.idx) }
 
 // get returns key's mask, and whether key is present.
 func (l *lru) get(key uint64) (uint64, bool) {
-	s, ok := l.idx.get(key)
+	s, ok := l.idx[key]
 	if !ok {
 		return 0, false
 	}
@@ -61,8 +58,7 @@ func (l *lru) pushHead(s int32) {
 // now and moves it to the head; a new entry beyond capacity evicts the
 // tail.
 func (l *lru) put(key, bits uint64, now float64) {
-	slot := l.idx.slotFor(key)
-	if s := *slot; s != 0 {
+	if s, ok := l.idx[key]; ok {
 		l.e[s].mask |= bits
 		l.e[s].at = now
 		if l.e[0].next != s {
@@ -78,10 +74,10 @@ func (l *lru) put(key, bits uint64, now float64) {
 		s = int32(len(l.e))
 		l.e = append(l.e, lruEntry{})
 	}
-	*slot = s
+	l.idx[key] = s
 	l.e[s].key, l.e[s].mask, l.e[s].at = key, bits, now
 	l.pushHead(s)
-	if l.idx.n > l.capacity {
+	if len(l.idx) > l.capacity {
 		t := l.e[0].prev
 		k, m := l.e[t].key, l.e[t].mask
 		l.drop(t)
@@ -93,7 +89,7 @@ func (l *lru) put(key, bits uint64, now float64) {
 
 func (l *lru) drop(s int32) {
 	l.unlink(s)
-	l.idx.del(l.e[s].key)
+	delete(l.idx, l.e[s].key)
 	l.free = append(l.free, s)
 }
 

@@ -1,6 +1,8 @@
 package peers
 
 import (
+	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -305,5 +307,65 @@ func TestLRU(t *testing.T) {
 	l.expire(4)
 	if l.len() != 1 {
 		t.Fatalf("after expiry %d entries, want 1", l.len())
+	}
+}
+
+// TestRunTableMatchesBlocks drives the run table and the block-by-block
+// reference with the same random writes, expiries and lookups (families
+// of shared prefixes, extensions of earlier texts as conversations do, a
+// table a few texts large) and compares every lookup block by block.
+func TestRunTableMatchesBlocks(t *testing.T) {
+	for seed := range uint64(20) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		capacity := 50 + rng.IntN(300)
+		ref := &blockTable{l: newLRU(capacity)}
+		run := newRunTable(capacity)
+		var texts [][]uint32
+		now := 0.0
+		expand := func(tb prefixTable, q []uint32) []uint64 {
+			var out []uint64
+			tb.match(q, func(end int, pods uint64) bool {
+				for len(out) < end {
+					out = append(out, pods)
+				}
+				return true
+			})
+			return out
+		}
+		for op := range 400 {
+			var q []uint32
+			switch r := rng.IntN(10); {
+			case r < 4 && len(texts) > 0: // a later turn: an earlier text extended
+				base := texts[rng.IntN(len(texts))]
+				q = append(append([]uint32(nil), base...), text(99, op, 0, 1+rng.IntN(40))...)
+			case r < 7 && len(texts) > 0: // a prefix of an earlier text, then new tokens
+				base := texts[rng.IntN(len(texts))]
+				k := rng.IntN(len(base))
+				q = append(append([]uint32(nil), base[:k]...), text(98, op, 0, 1+rng.IntN(20))...)
+			default:
+				f := rng.IntN(4)
+				q = text(f, op, rng.IntN(60), 1+rng.IntN(100))
+			}
+			if len(q) > capacity {
+				q = q[:capacity]
+			}
+			a, b := expand(ref, q), expand(run, q)
+			if !slices.Equal(a, b) {
+				t.Fatalf("seed %d op %d: lookup of %d blocks: reference %v, runs %v", seed, op, len(q), a, b)
+			}
+			w := rng.IntN(4)
+			ref.add(q, w, now)
+			run.add(q, w, now)
+			texts = append(texts, q)
+			if rng.IntN(20) == 0 {
+				cut := now - rng.Float64()*20
+				ref.expire(cut)
+				run.expire(cut)
+			}
+			now += rng.Float64()
+			if ref.l.len() != run.present {
+				t.Fatalf("seed %d op %d: %d blocks in the reference, %d in runs", seed, op, ref.l.len(), run.present)
+			}
+		}
 	}
 }

@@ -303,7 +303,7 @@ func (r *renderer) iterate(v Value) ([]Value, error) {
 		}
 		return out, nil
 	case Undefined:
-		if v.hint != "" && strings.HasPrefix(v.hint, "access to") {
+		if v.kind != "" {
 			return nil, v.err()
 		}
 		return nil, nil

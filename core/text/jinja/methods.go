@@ -32,7 +32,7 @@ func unsafeMethod(obj Value, name string) (Value, bool) {
 	if !containsStr(names, name) {
 		return nil, false
 	}
-	return Undefined{hint: "access to attribute '" + name + "' of '" + typeName(obj) + "' object is unsafe."}, true
+	return Undefined{hint: "access to attribute '" + name + "' of '" + typeName(obj) + "' object is unsafe.", kind: "SecurityError"}, true
 }
 
 // argsOf binds positional and keyword arguments to names; a value not

@@ -126,6 +126,9 @@ type Undefined struct {
 	// hint is jinja2's message for the failed lookup: "'x' is
 	// undefined" or "'dict object' has no attribute 'x'".
 	hint string
+	// kind is the exception its use raises: "" UndefinedError; the
+	// sandbox's unsafe attribute: SecurityError.
+	kind string
 }
 
 func undefinedName(name string) Undefined {
@@ -137,7 +140,11 @@ func (u Undefined) err() error {
 	if h == "" {
 		h = "undefined value"
 	}
-	return &RenderError{Kind: "UndefinedError", Msg: h}
+	k := u.kind
+	if k == "" {
+		k = "UndefinedError"
+	}
+	return &RenderError{Kind: k, Msg: h}
 }
 
 // Namespace is jinja2's namespace(): the one object a template may

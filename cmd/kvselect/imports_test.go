@@ -32,10 +32,6 @@ var allowedInRepo = map[string][]string{
 	"zmqin/zmtp":   {"core", "zmqin/internal/budget"}, // core: the one endpoint parser (core.ParseZMQEndpoint)
 	"zmqin/mesh":   {"core", "zmqin/zmtp", "zmqin/internal/msgpack", "zmqin/internal/ratelog", "zmqin/internal/budget"},
 	"zmqin/zmqpub": {"zmqin", "zmqin/zmtp", "core", "radix"},
-	// The NATS event plane: Dynamo's envelope and RouterEvent codec, the
-	// KV ingress and booking exchange over NATS, the embedded server; the
-	// ActiveSequenceEvent codec is the mesh's.
-	"zmqin/natsplane": {"core", "radix", "zmqin/mesh", "zmqin/internal/msgpack", "zmqin/internal/ratelog"},
 	"httpapi":      {"core", "core/text", "perf", "httpapi/internal/jsonscan"},
 	// The client is for callers: the standard library only.
 	"httpapi/client": {},
@@ -59,6 +55,10 @@ var allowedInRepo = map[string][]string{
 	"zmqin/internal/ratelog": {},
 	"zmqin/internal/budget":  {},
 	"zmqin/internal/zmqtest": {},
+	// The NATS event plane: Dynamo's envelope and RouterEvent codec, the
+	// KV ingress and booking exchange over NATS, the embedded server; the
+	// ActiveSequenceEvent codec is the mesh's.
+	"zmqin/natsplane": {"core", "radix", "zmqin/mesh", "zmqin/internal/msgpack", "zmqin/internal/ratelog"},
 }
 
 // tableKey returns the key of allowedInRepo that governs package path pkg:

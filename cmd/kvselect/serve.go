@@ -48,6 +48,11 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	lcfg := parseLogEnv(env)
 	logs := newLogs(stderr, lcfg)
 	log := logs.logger("kvselect")
+	args, plane, err := parseEventPlane(args, env, stderr)
+	if err != nil {
+		log.Error("serve: invalid event-plane configuration", "err", err)
+		return 2
+	}
 	opts, err := parseServe(args, env, stderr)
 	if err != nil {
 		log.Error("serve: invalid configuration", "err", err)
@@ -109,6 +114,12 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		}
 		replica = zmesh
 		n.onStop("replica mesh", zmesh.Close)
+	}
+
+	// The NATS event plane (eventplane.go), around the ingress and mesh.
+	ep, ingress, replica, err := startEventPlane(n, plane, logs, &opts.core, ingress, replica)
+	if err != nil {
+		return fail(1, "event plane", err)
 	}
 
 	// The service and its HTTP front end.
@@ -186,6 +197,10 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 			return fail(1, "replica sync", err)
 		}
 		log.Info("replica sync publishing", "endpoint", zmesh.Endpoint(), "process_id", zmesh.ProcessID(), "peers", opts.replicaPeers)
+	}
+
+	if err := ep.attach(svc, reg); err != nil {
+		return fail(1, "event plane", err)
 	}
 
 	// Background work, stopped after the HTTP drain (pushed before it):

@@ -1,0 +1,360 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/perf"
+	"github.com/kvselect/kvselect/zmqin/natsplane"
+)
+
+// The event plane of `kvselect serve`: Dynamo's NATS subjects for KV events
+// and bookings (zmqin/natsplane), beside or instead of the ZMQ listeners
+// and mesh. Its flags are split off serve's before parseServe
+// (splitEventPlaneArgs), so this file owns them whole.
+
+// eventPlaneOptions are the event-plane flags and environment, named as
+// Dynamo names them (ai-dynamo/dynamo:
+// components/src/dynamo/common/configuration/groups/runtime_args.py,
+// lib/backend-common/src/args.rs).
+type eventPlaneOptions struct {
+	// nats is --event-plane nats (DYN_EVENT_PLANE); zmq (the default,
+	// also Dynamo's since #10902) keeps the ZMQ listeners and mesh only.
+	nats bool
+	// url is --nats-server (NATS_SERVER): the fleet's NATS, kvselect then
+	// only a client; "" runs the embedded server.
+	url string
+	// scope is the workers' endpoint: --namespace (DYN_NAMESPACE,
+	// default dynamo), --component (DYN_COMPONENT, default backend),
+	// --endpoint (DYN_ENDPOINT, default generate; dyn://ns.comp.ep sets
+	// all three).
+	scope natsplane.Scope
+	// listen, clusterListen and routes configure the embedded server:
+	// its client listener (--nats-listen, default 127.0.0.1:4222), its
+	// route listener (--nats-cluster-listen, "" for none) and the other
+	// members' route URLs (--nats-routes, comma-separated).
+	listen, clusterListen string
+	routes                []string
+	// bookings is --event-plane-bookings (default true): share bookings
+	// on active_sequences_events.
+	bookings bool
+	// queueLimit is --event-plane-queue: the outbound booking queue.
+	queueLimit int
+}
+
+// eventPlaneFlags are the flags splitEventPlaneArgs takes out of serve's
+// arguments; the value is whether the flag is a boolean.
+var eventPlaneFlags = map[string]bool{
+	"event-plane": false, "nats-server": false, "namespace": false, "component": false, "endpoint": false,
+	"nats-listen": false, "nats-cluster-listen": false, "nats-routes": false,
+	"event-plane-bookings": true, "event-plane-queue": false,
+}
+
+// splitEventPlaneArgs separates the event-plane flags (in any of the flag
+// package's forms: -f v, --f v, -f=v, --f=v) from the rest of args, which
+// keep their order. It does not know the arity of serve's own flags, so
+// it looks at every argument up to "--" (serve takes no positional
+// arguments; a value of another flag spelled like one of these would be
+// taken).
+func splitEventPlaneArgs(args []string) (rest, mine []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(rest, args[i:]...), mine
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			rest = append(rest, a)
+			continue
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		isBool, ours := eventPlaneFlags[name]
+		if !ours {
+			rest = append(rest, a)
+			continue
+		}
+		mine = append(mine, a)
+		if !hasValue && !isBool && i+1 < len(args) {
+			i++
+			mine = append(mine, args[i])
+		}
+	}
+	return rest, mine
+}
+
+// parseEventPlane reads the event-plane flags of args (split off the rest,
+// which it returns) on top of the environment.
+func parseEventPlane(args []string, env func(string) (string, bool), stderr io.Writer) ([]string, *eventPlaneOptions, error) {
+	rest, mine := splitEventPlaneArgs(args)
+	get := func(name, def string) string {
+		if v, ok := env(name); ok && v != "" {
+			return v
+		}
+		return def
+	}
+	fs := flag.NewFlagSet("kvselect serve (event plane)", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	plane := fs.String("event-plane", get("DYN_EVENT_PLANE", "zmq"), "event plane: zmq (worker ZMQ listeners, ZMQ replica mesh) or nats (Dynamo's NATS subjects for KV events and bookings as well; overrides DYN_EVENT_PLANE)")
+	o := &eventPlaneOptions{}
+	fs.StringVar(&o.url, "nats-server", get("NATS_SERVER", ""), "NATS URL of the fleet's server (overrides NATS_SERVER); unset with --event-plane nats: run an embedded NATS server")
+	fs.StringVar(&o.scope.Namespace, "namespace", get("DYN_NAMESPACE", "dynamo"), "Dynamo namespace of the workers (overrides DYN_NAMESPACE)")
+	fs.StringVar(&o.scope.Component, "component", get("DYN_COMPONENT", "backend"), "Dynamo component of the workers (overrides DYN_COMPONENT)")
+	endpoint := fs.String("endpoint", get("DYN_ENDPOINT", "generate"), "Dynamo endpoint of the workers, a name or dyn://namespace.component.endpoint (overrides DYN_ENDPOINT)")
+	fs.StringVar(&o.listen, "nats-listen", "127.0.0.1:4222", "embedded NATS server: client listener host:port (port 0: any free one)")
+	fs.StringVar(&o.clusterListen, "nats-cluster-listen", "", "embedded NATS server: route listener host:port for clustering with other replicas; empty: no cluster")
+	routes := fs.String("nats-routes", "", "embedded NATS server: comma-separated route URLs (nats://host:port) of the other replicas' servers")
+	fs.BoolVar(&o.bookings, "event-plane-bookings", true, "with --event-plane nats, share bookings with Dynamo routers and replicas on active_sequences_events")
+	fs.IntVar(&o.queueLimit, "event-plane-queue", natsplane.DefaultQueueLimit, "bookings queued for NATS at most; past it a booking's event is dropped (counted), never waited for")
+	if err := fs.Parse(mine); err != nil {
+		return nil, nil, err
+	}
+	switch *plane {
+	case "zmq":
+	case "nats":
+		o.nats = true
+	default:
+		return nil, nil, fmt.Errorf("--event-plane (DYN_EVENT_PLANE) %q: want zmq or nats", *plane)
+	}
+	if spec, ok := strings.CutPrefix(*endpoint, "dyn://"); ok {
+		parts := strings.FieldsFunc(spec, func(r rune) bool { return r == '.' || r == '/' })
+		if len(parts) != 3 {
+			return nil, nil, fmt.Errorf("--endpoint %q: want dyn://namespace.component.endpoint", *endpoint)
+		}
+		o.scope = natsplane.Scope{Namespace: parts[0], Component: parts[1], Endpoint: parts[2]}
+	} else {
+		o.scope.Endpoint = *endpoint
+	}
+	if err := o.scope.Validate(); err != nil {
+		return nil, nil, err
+	}
+	o.routes = splitList(*routes)
+	if o.queueLimit <= 0 {
+		return nil, nil, errors.New("--event-plane-queue must be > 0")
+	}
+	if o.url != "" && (o.clusterListen != "" || len(o.routes) > 0) {
+		return nil, nil, errors.New("--nats-cluster-listen and --nats-routes configure the embedded server; with --nats-server there is none")
+	}
+	return rest, o, nil
+}
+
+// eventPlane is a serve's NATS event plane once started: the embedded
+// server (nil with --nats-server), the connection, the KV ingress (nil
+// without KV events) and the bookings (nil when off).
+type eventPlane struct {
+	o   *eventPlaneOptions
+	srv *natsplane.Server
+	nc  interface{ IsConnected() bool }
+	in  *natsplane.Ingress
+	bk  *natsplane.Bookings
+	// start subscribes once the service exists.
+	start func(svc *core.Service) error
+}
+
+// ownClose is an Ingress whose Close does nothing: serve closes the ZMQ
+// ingress itself, after the event plane's.
+type ownClose struct{ core.Ingress }
+
+func (ownClose) Close() error { return nil }
+
+// startEventPlane starts the bus (the embedded server, or a connection to
+// the fleet's) and builds the plane's parts; nil without --event-plane
+// nats. ingress is serve's KV ingress (core.NopIngress: KV events off or
+// a remote index), replica its replica sink; with an ingress, ccfg's
+// KVEndpointsOptional is set. It returns the ingress and sink the
+// service is to use, and pushes every stop onto n.
+func startEventPlane(n *node, o *eventPlaneOptions, logs *logs, ccfg *core.Config, ingress core.Ingress, replica core.ReplicaSink) (*eventPlane, core.Ingress, core.ReplicaSink, error) {
+	if o == nil || !o.nats {
+		return nil, ingress, replica, nil
+	}
+	log := logs.logger("kvselect::natsplane")
+	ep := &eventPlane{o: o}
+	url := o.url
+	if url == "" {
+		cfg, err := o.serverConfig()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		cfg.Logger = logs.logger("kvselect::nats-server")
+		if ep.srv, err = natsplane.StartServer(cfg); err != nil {
+			return nil, nil, nil, err
+		}
+		n.onStop("embedded NATS server", ep.srv.Close)
+		url = ep.srv.ClientURL()
+		log.Info("embedded NATS server running", "client_url", url, "cluster_url", ep.srv.ClusterURL(), "routes", o.routes)
+	}
+	nc, err := natsplane.Connect(url, "kvselect", log)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("NATS %s: %w", url, err)
+	}
+	ep.nc = nc
+	n.onStopDo("NATS connection", nc.Close)
+	var starts []func(*core.Service) error
+	if _, nop := ingress.(core.NopIngress); !nop {
+		// Workers on the bus have no ZMQ endpoint: their ranks are fed
+		// by worker id.
+		ccfg.KVEndpointsOptional = true
+		if ep.in, err = natsplane.NewIngress(natsplane.IngressConfig{Scope: o.scope, Inner: ownClose{ingress}, Logger: log}); err != nil {
+			return nil, nil, nil, err
+		}
+		n.onStop("NATS KV ingress", ep.in.Close)
+		ingress = ep.in
+		starts = append(starts, func(*core.Service) error { return ep.in.Start(nc) })
+	}
+	if o.bookings {
+		if ep.bk, err = natsplane.NewBookings(natsplane.BookingsConfig{Scope: o.scope, QueueLimit: o.queueLimit, Logger: log}); err != nil {
+			return nil, nil, nil, err
+		}
+		n.onStop("NATS bookings", ep.bk.Close)
+		if _, nop := replica.(core.NopReplicaSink); nop {
+			replica = ep.bk
+		} else {
+			replica = fanOut{replica, ep.bk}
+		}
+		starts = append(starts, func(svc *core.Service) error { return ep.bk.Start(nc, svc) })
+	}
+	ep.start = func(svc *core.Service) error {
+		for _, s := range starts {
+			if err := s(svc); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	log.Info("event plane: NATS", "url", url, "embedded", ep.srv != nil, "scope", o.scope, "kv_events", ep.in != nil, "bookings", ep.bk != nil)
+	return ep, ingress, replica, nil
+}
+
+// serverConfig is the embedded server's configuration.
+func (o *eventPlaneOptions) serverConfig() (natsplane.ServerConfig, error) {
+	var cfg natsplane.ServerConfig
+	var err error
+	if cfg.Host, cfg.Port, err = hostPort(o.listen); err != nil {
+		return cfg, fmt.Errorf("--nats-listen: %w", err)
+	}
+	if o.clusterListen != "" {
+		if cfg.ClusterHost, cfg.ClusterPort, err = hostPort(o.clusterListen); err != nil {
+			return cfg, fmt.Errorf("--nats-cluster-listen: %w", err)
+		}
+		if cfg.ClusterPort == 0 {
+			cfg.ClusterPort = -1
+		}
+	}
+	if len(o.routes) > 0 && o.clusterListen == "" {
+		return cfg, errors.New("--nats-routes needs --nats-cluster-listen")
+	}
+	cfg.Routes = o.routes
+	return cfg, nil
+}
+
+func hostPort(s string) (string, int, error) {
+	h, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("port %q", p)
+	}
+	return h, port, nil
+}
+
+// fanOut publishes to both replica sinks (the ZMQ mesh and the NATS
+// bookings); neither blocks.
+type fanOut [2]core.ReplicaSink
+
+func (f fanOut) Publish(ev *core.ReplicaEvent) {
+	f[0].Publish(ev)
+	f[1].Publish(ev)
+}
+
+// eventPlaneDescs describe the families writeEventPlaneMetrics writes.
+var eventPlaneDescs = []perf.Desc{
+	{Name: "kvselect_event_plane_connected", Kind: perf.Gauge, Help: "1 while the NATS event-plane connection is up; a replica cut off keeps selecting on its own view."},
+	{Name: "kvselect_event_plane_nats_routes", Kind: perf.Gauge, Help: "Live NATS routes of the embedded server to the other replicas' servers."},
+	{Name: "kvselect_event_plane_kv_messages_total", Kind: perf.Counter, Help: "KV messages received over NATS, by form: batch (Dynamo #11776 on), single (before), legacy_json (Dynamo <= 0.8), and all."},
+	{Name: "kvselect_event_plane_kv_events_applied_total", Kind: perf.Counter, Help: "KV events from NATS handed to the index."},
+	{Name: "kvselect_event_plane_kv_dropped_total", Kind: perf.Counter, Help: "KV messages or events from NATS not applied, by reason (too_large, malformed_envelope, wrong_topic, malformed_payload: whole messages; unknown_worker, unknown_rank, zmq_rank, stale, unsupported: events)."},
+	{Name: "kvselect_event_plane_kv_events_skipped_total", Kind: perf.Counter, Help: "RouterEvents the codec skipped, by reason (unsupported_residency, cache_owner, unknown_tier, empty)."},
+	{Name: "kvselect_event_plane_kv_envelope_gaps_total", Kind: perf.Counter, Help: "Envelope sequence gaps of a rank's publisher (the rank is cleared)."},
+	{Name: "kvselect_event_plane_kv_missed_envelopes_total", Kind: perf.Counter, Help: "Envelopes missing in the gaps."},
+	{Name: "kvselect_event_plane_kv_event_gaps_total", Kind: perf.Counter, Help: "Event id gaps of a rank (the rank is cleared, the event applied)."},
+	{Name: "kvselect_event_plane_kv_missed_events_total", Kind: perf.Counter, Help: "Event ids missing in the gaps."},
+	{Name: "kvselect_event_plane_kv_publisher_restarts_total", Kind: perf.Counter, Help: "Rank publishers restarted (a new publisher id, or its sequence back): the rank is cleared."},
+	{Name: "kvselect_event_plane_kv_rank_resets_total", Kind: perf.Counter, Help: "Ranks cleared for a gap or a restart (no replay over NATS)."},
+	{Name: "kvselect_event_plane_kv_ranks", Kind: perf.Gauge, Help: "Worker ranks fed by NATS KV events."},
+	{Name: "kvselect_event_plane_slow_consumer_drops_total", Kind: perf.Counter, Help: "Messages the NATS client dropped at a full subscription queue, by part (kv, bookings); they show as gaps."},
+	{Name: "kvselect_event_plane_bookings_published_total", Kind: perf.Counter, Help: "Booking events published on active_sequences_events."},
+	{Name: "kvselect_event_plane_bookings_publish_errors_total", Kind: perf.Counter, Help: "Booking events the NATS client refused (closed, or its reconnect buffer full)."},
+	{Name: "kvselect_event_plane_bookings_outbound_dropped_total", Kind: perf.Counter, Help: "Booking events dropped at the full outbound queue: a booking never waits for the bus."},
+	{Name: "kvselect_event_plane_bookings_queue_depth", Kind: perf.Gauge, Help: "Booking events queued for NATS."},
+	{Name: "kvselect_event_plane_bookings_queue_limit", Kind: perf.Gauge, Help: "Booking events the outbound queue holds at most (--event-plane-queue)."},
+	{Name: "kvselect_event_plane_bookings_received_total", Kind: perf.Counter, Help: "Booking messages received."},
+	{Name: "kvselect_event_plane_bookings_skipped_own_total", Kind: perf.Counter, Help: "This process's own booking events, skipped by router_id."},
+	{Name: "kvselect_event_plane_bookings_applied_total", Kind: perf.Counter, Help: "Peers' booking events handed to the service (its kvselect_replica_* counters say what it did)."},
+	{Name: "kvselect_event_plane_bookings_dropped_total", Kind: perf.Counter, Help: "Booking messages not applied, by reason (too_large, malformed_envelope, wrong_topic, malformed_event, unknown_worker)."},
+}
+
+// writeEventPlaneMetrics writes the plane's families.
+func writeEventPlaneMetrics(w io.Writer, ep *eventPlane) {
+	up := 0.0
+	if ep.nc.IsConnected() {
+		up = 1
+	}
+	perf.WriteGauge(w, "kvselect_event_plane_connected", up)
+	if ep.srv != nil {
+		perf.WriteGauge(w, "kvselect_event_plane_nats_routes", float64(ep.srv.NumRoutes()))
+	}
+	if ep.in != nil {
+		st := ep.in.Stats()
+		perf.WriteCounter(w, `kvselect_event_plane_kv_messages_total{form="all"}`, st.Messages)
+		for _, f := range []natsplane.Form{natsplane.FormBatch, natsplane.FormSingle, natsplane.FormLegacyJSON} {
+			perf.WriteCounter(w, perf.Label("kvselect_event_plane_kv_messages_total", "form", f.String()), st.ByForm[f])
+		}
+		perf.WriteCounter(w, "kvselect_event_plane_kv_events_applied_total", st.EventsApplied)
+		for d, v := range st.Dropped {
+			perf.WriteCounter(w, perf.Label("kvselect_event_plane_kv_dropped_total", "reason", natsplane.Drop(d).String()), v)
+		}
+		for d, v := range st.Skipped {
+			perf.WriteCounter(w, perf.Label("kvselect_event_plane_kv_events_skipped_total", "reason", natsplane.KVDrop(d).String()), v)
+		}
+		perf.WriteCounter(w, "kvselect_event_plane_kv_envelope_gaps_total", st.EnvelopeGaps)
+		perf.WriteCounter(w, "kvselect_event_plane_kv_missed_envelopes_total", st.MissedEnvelopes)
+		perf.WriteCounter(w, "kvselect_event_plane_kv_event_gaps_total", st.EventGaps)
+		perf.WriteCounter(w, "kvselect_event_plane_kv_missed_events_total", st.MissedEvents)
+		perf.WriteCounter(w, "kvselect_event_plane_kv_publisher_restarts_total", st.Restarts)
+		perf.WriteCounter(w, "kvselect_event_plane_kv_rank_resets_total", st.Recoveries)
+		perf.WriteGauge(w, "kvselect_event_plane_kv_ranks", float64(st.Ranks))
+		perf.WriteCounter(w, `kvselect_event_plane_slow_consumer_drops_total{part="kv"}`, st.SlowConsumerDrops)
+	}
+	if ep.bk != nil {
+		st := ep.bk.Stats()
+		perf.WriteCounter(w, "kvselect_event_plane_bookings_published_total", st.Published)
+		perf.WriteCounter(w, "kvselect_event_plane_bookings_publish_errors_total", st.PublishErrors)
+		perf.WriteCounter(w, "kvselect_event_plane_bookings_outbound_dropped_total", st.OutboundDropped)
+		perf.WriteGauge(w, "kvselect_event_plane_bookings_queue_depth", float64(st.QueueDepth))
+		perf.WriteGauge(w, "kvselect_event_plane_bookings_queue_limit", float64(st.QueueLimit))
+		perf.WriteCounter(w, "kvselect_event_plane_bookings_received_total", st.Received)
+		perf.WriteCounter(w, "kvselect_event_plane_bookings_skipped_own_total", st.SkippedOwn)
+		perf.WriteCounter(w, "kvselect_event_plane_bookings_applied_total", st.Applied)
+		for d, v := range st.Dropped {
+			perf.WriteCounter(w, perf.Label("kvselect_event_plane_bookings_dropped_total", "reason", natsplane.BookingDrop(d).String()), v)
+		}
+		perf.WriteCounter(w, `kvselect_event_plane_slow_consumer_drops_total{part="bookings"}`, st.SlowConsumerDrops)
+	}
+}
+
+// attach subscribes the plane's parts once the service exists, and
+// exports its metrics on reg.
+func (ep *eventPlane) attach(svc *core.Service, reg *perf.Registry) error {
+	if ep == nil {
+		return nil
+	}
+	reg.Describe(eventPlaneDescs...)
+	reg.OnScrape(func(w io.Writer) { writeEventPlaneMetrics(w, ep) })
+	return ep.start(svc)
+}

@@ -198,8 +198,8 @@ type Ingress struct {
 
 var _ core.Ingress = (*Ingress)(nil)
 
-// kvWorker is one registered worker: its sink, and its ranks (nil for a
-// rank of Inner).
+// kvWorker is one registered worker: its sink, and its ranks (a nil
+// entry is a rank of Inner, whose bus events are dropped).
 type kvWorker struct {
 	sink      core.EventSink
 	blockSize int
@@ -290,25 +290,39 @@ func (in *Ingress) Sync(workerID uint64, blockSize int, ranks []core.RankSource,
 		return
 	}
 	old := in.mu.workers[workerID]
-	w := &kvWorker{sink: sink, blockSize: blockSize, ranks: make(map[uint32]*kvRank, len(bus))}
+	w := &kvWorker{sink: sink, blockSize: blockSize, ranks: make(map[uint32]*kvRank, len(ranks))}
 	fresh := old == nil || old.sink != sink || old.blockSize != blockSize
+	for _, r := range zmq {
+		w.ranks[r.DPRank] = nil
+	}
 	for r := range bus {
 		if !fresh && old.ranks[r] != nil {
 			w.ranks[r] = old.ranks[r]
-			continue
+		} else {
+			w.ranks[r] = &kvRank{key: radix.WorkerKey{WorkerID: workerID, DPRank: r}}
 		}
-		w.ranks[r] = &kvRank{key: radix.WorkerKey{WorkerID: workerID, DPRank: r}}
 	}
 	if old != nil {
 		for r, kr := range old.ranks {
-			if fresh || w.ranks[r] == nil {
+			if kr != nil && (fresh || w.ranks[r] == nil) {
 				old.sink.ClearRank(kr.key)
 			}
 		}
-		in.mu.ranks -= len(old.ranks)
+		in.mu.ranks -= old.busRanks()
 	}
-	in.mu.ranks += len(w.ranks)
+	in.mu.ranks += w.busRanks()
 	in.mu.workers[workerID] = w
+}
+
+// busRanks counts w's ranks fed by the bus.
+func (w *kvWorker) busRanks() int {
+	n := 0
+	for _, kr := range w.ranks {
+		if kr != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // Detach implements core.Ingress. On return no bus event of the worker
@@ -320,7 +334,7 @@ func (in *Ingress) Detach(workerID uint64) {
 	in.cfg.Inner.Detach(workerID)
 	in.mu.Lock()
 	if w := in.mu.workers[workerID]; w != nil {
-		in.mu.ranks -= len(w.ranks)
+		in.mu.ranks -= w.busRanks()
 		delete(in.mu.workers, workerID)
 	}
 	in.mu.Unlock()
@@ -339,6 +353,9 @@ func (in *Ingress) Status(workerID uint64, dst []core.RankStatus) []core.RankSta
 	}
 	for _, r := range slices.Sorted(maps.Keys(w.ranks)) {
 		kr := w.ranks[r]
+		if kr == nil {
+			continue // Inner's
+		}
 		st := core.RankStatus{DPRank: r, Endpoint: "nats", State: "connecting", Batches: kr.batches.Load(), Gaps: kr.gaps.Load(), Restarts: kr.restarts.Load()}
 		if v := kr.lastSeen.Load(); v > 0 {
 			st.State, st.LastSeq, st.HasSeq = "live", v-1, true

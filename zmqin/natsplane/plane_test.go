@@ -333,6 +333,9 @@ func TestOlderForms(t *testing.T) {
 	single := AppendEnvelope(nil, 5, 0, 1, TopicKVEvents, AppendRouterEvent(nil, &ev))
 	w := newWorker(pubc, 1, 5)
 	w.raw(t, testScope.ComponentScope().Subject(TopicKVEvents), single)
+	// Two subjects are two subscriptions, with no order between them (a
+	// real rank publishes on one): wait for the first.
+	n.waitMessages(t, 1)
 	js := fmt.Sprintf(`{"worker_id":1,"event":{"event_id":2,"data":{"stored":{"parent_hash":1,"blocks":[{"block_hash":2,"tokens_hash":%d}]}},"dp_rank":0}}`, local[1])
 	w.raw(t, testScope.ComponentScope().Subject(TopicKVEventsLegacy), []byte(js))
 	n.waitMessages(t, 2)

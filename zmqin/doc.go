@@ -9,7 +9,9 @@
 //
 // The packages under zmqin: zmtp (the ZMTP transport and PUB socket),
 // mesh (the selector replica mesh, which shares the transport but not the
-// ingress), zmqpub (the simulated publisher), and internal ones: msgpack
+// ingress), zmqpub (the simulated publisher), natsplane (Dynamo's NATS
+// event plane: KV events into the same sinks, bookings through the same
+// replica seam, the embedded nats-server), and internal ones: msgpack
 // (the msgpack reader and writers of the KV batches and the mesh
 // envelopes), ratelog (rate-limited logging), budget (queue budgets) and
 // zmqtest (the helpers of their tests).

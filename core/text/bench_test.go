@@ -23,14 +23,14 @@ func BenchmarkEncodeCorpus(b *testing.B) {
 		for _, cold := range []bool{false, true} {
 			name := fam + "/warm"
 			if cold {
-				name = fam + "/cold" // the word cache emptied before each pass
+				name = fam + "/cold" // the caches emptied before each pass
 			}
 			b.Run(name, func(b *testing.B) {
 				b.SetBytes(int64(n))
 				var ids []uint32
 				for b.Loop() {
 					if cold {
-						tok.model.cache = wordCache{}
+						tok.resetCaches()
 					}
 					for _, s := range inputs {
 						ids = tok.Encode(ids[:0], s, false)
@@ -54,12 +54,39 @@ func BenchmarkEncodePrompt4096(b *testing.B) {
 	}
 	prompt := sb.String()
 	b.Logf("%d tokens", len(tok.Encode(nil, prompt, false)))
-	b.Run("warm", func(b *testing.B) {
-		var ids []uint32
-		for b.Loop() {
+	// cold: both caches emptied before each encode; words: the word cache
+	// warm, the chunk cache emptied (a prompt seen for the first time, in
+	// words seen before); warm: the prompt seen before (its chunks cached).
+	for _, mode := range []string{"cold", "words", "warm"} {
+		b.Run(mode, func(b *testing.B) {
+			var ids []uint32
 			ids = tok.Encode(ids[:0], prompt, false)
-		}
-	})
+			for b.Loop() {
+				switch mode {
+				case "cold":
+					tok.resetCaches()
+				case "words":
+					tok.chunks.reset()
+				}
+				ids = tok.Encode(ids[:0], prompt, false)
+			}
+		})
+	}
+}
+
+// resetCaches empties the word and chunk caches.
+func (t *Tokenizer) resetCaches() {
+	t.model.cache.reset()
+	t.chunks.reset()
+}
+
+func (c *idCache) reset() {
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		sh.m, sh.bytes = nil, 0
+		sh.mu.Unlock()
+	}
 }
 
 // TestWriteCorpus writes the benchmark's inputs for the tokenizers.js

@@ -2,8 +2,6 @@ package text
 
 import (
 	"hash/maphash"
-	"strings"
-	"sync"
 	"unicode/utf8"
 )
 
@@ -22,7 +20,7 @@ type bpe struct {
 	merges       map[uint64]mergeTo
 	byteID       [256]uint32
 	ignoreMerges bool
-	cache        wordCache
+	cache        idCache // pre-tokens' ids (wordCacheBytes, wordCacheKey)
 	// sentencePiece: the vocabulary is spelled in characters, not bytes
 	// (Llama 2, Mistral): a word starts as one symbol per character; a
 	// character outside the vocabulary becomes its UTF-8 bytes' <0xXX>
@@ -186,96 +184,6 @@ func appendByteLevel(dst []byte, s string) []byte {
 		dst = append(dst, byteChar[s[i]]...)
 	}
 	return dst
-}
-
-// wordCache remembers the ids of recent pre-tokens: a conversation's
-// earlier turns and a shared system prompt are split into the same
-// pre-tokens again. It is bounded (maxCacheBytes over its shards: a shard
-// past its share is emptied), and holds pieces of at most maxCachedPiece
-// bytes.
-type wordCache struct {
-	shards [cacheShards]cacheShard
-	hits   [cacheShards]paddedCount
-}
-
-const (
-	cacheShards    = 16
-	maxCacheBytes  = 8 << 20
-	maxCachedPiece = 64
-)
-
-type cacheShard struct {
-	mu    sync.Mutex
-	m     map[string][]uint32
-	bytes int
-	_     [40]byte
-}
-
-type paddedCount struct {
-	hits, misses uint64
-	_            [48]byte
-}
-
-func shardOf(s string) int {
-	h := uint32(2166136261)
-	for i := 0; i < len(s); i++ {
-		h = (h ^ uint32(s[i])) * 16777619
-	}
-	return int(h % cacheShards)
-}
-
-func (c *wordCache) get(piece string) ([]uint32, bool) {
-	if len(piece) > maxCachedPiece {
-		return nil, false
-	}
-	i := shardOf(piece)
-	sh := &c.shards[i]
-	sh.mu.Lock()
-	ids, ok := sh.m[piece]
-	if ok {
-		c.hits[i].hits++
-	} else {
-		c.hits[i].misses++
-	}
-	sh.mu.Unlock()
-	return ids, ok
-}
-
-func (c *wordCache) put(piece string, ids []uint32) {
-	if len(piece) > maxCachedPiece {
-		return
-	}
-	sh := &c.shards[shardOf(piece)]
-	cost := len(piece) + 4*len(ids) + 64 // key, ids, map entry overhead
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if sh.m == nil || sh.bytes+cost > maxCacheBytes/cacheShards {
-		sh.m, sh.bytes = make(map[string][]uint32, 256), 0
-	}
-	if _, ok := sh.m[piece]; ok {
-		return
-	}
-	sh.m[strings.Clone(piece)] = append([]uint32(nil), ids...)
-	sh.bytes += cost
-}
-
-// CacheStats are the word cache's counters and size.
-type CacheStats struct {
-	Hits, Misses uint64
-	Bytes, Limit int
-}
-
-func (c *wordCache) stats() CacheStats {
-	st := CacheStats{Limit: maxCacheBytes}
-	for i := range c.shards {
-		sh := &c.shards[i]
-		sh.mu.Lock()
-		st.Hits += c.hits[i].hits
-		st.Misses += c.hits[i].misses
-		st.Bytes += sh.bytes
-		sh.mu.Unlock()
-	}
-	return st
 }
 
 // buildIndex indexes tokens by text (at most half the slots in use).

@@ -110,6 +110,8 @@ func Load(tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
 		return nil, err
 	}
 	t.scratch.New = func() any { return new(scratch) }
+	t.model.cache.limit, t.model.cache.maxKey = wordCacheBytes, wordCacheKey
+	t.chunks.limit, t.chunks.maxKey = chunkCacheBytes, minChunk+maxChunk
 	return t, nil
 }
 

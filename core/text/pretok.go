@@ -57,9 +57,9 @@ func isN(r rune) bool {
 func isS(r rune) bool {
 	return r >= 0 && (r < utf8.RuneSelf && (r == ' ' || r >= '\t' && r <= '\r') || r >= utf8.RuneSelf && unicode.IsSpace(r))
 }
-func isM(r rune) bool  { return r >= utf8.RuneSelf && unicode.IsMark(r) }
-func isP(r rune) bool  { return r >= 0 && unicode.IsPunct(r) }
-func isSy(r rune) bool { return r >= 0 && unicode.IsSymbol(r) }
+func isM(r rune) bool             { return r >= utf8.RuneSelf && unicode.IsMark(r) }
+func isP(r rune) bool             { return r >= 0 && unicode.IsPunct(r) }
+func isSy(r rune) bool            { return r >= 0 && unicode.IsSymbol(r) }
 func asciiLetterByte(c byte) bool { return c|0x20 >= 'a' && c|0x20 <= 'z' }
 func asciiLetter(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z'

@@ -35,6 +35,8 @@ type Tokenizer struct {
 	// transformers drops before punctuation and contractions.
 	cleanUp bool
 	scratch sync.Pool
+	// chunks caches long segments' chunks (chunks.go); byte-level only.
+	chunks idCache
 }
 
 // Encode appends the token ids of s to dst. addSpecial adds what the
@@ -57,8 +59,17 @@ func (t *Tokenizer) Encode(dst []uint32, s string, addSpecial bool) []uint32 {
 	return dst
 }
 
-// encodeSegment encodes normalized text between added tokens.
+// encodeSegment encodes normalized text between added tokens: a long
+// segment of a byte-level model in chunks (chunks.go), else whole.
 func (t *Tokenizer) encodeSegment(seg string, dst []uint32, sc *scratch) []uint32 {
+	if len(t.split) > 0 && len(seg) >= 2*minChunk {
+		return t.encodeChunked(seg, dst, sc)
+	}
+	return t.encodeWhole(seg, dst, sc)
+}
+
+// encodeWhole pre-tokenizes seg and encodes its pre-tokens.
+func (t *Tokenizer) encodeWhole(seg string, dst []uint32, sc *scratch) []uint32 {
 	spans := append(sc.spans[:0], span{0, len(seg)})
 	for _, sp := range t.split {
 		sc.tmp = splitIsolated(seg, spans, sp, sc.tmp[:0])
@@ -179,6 +190,9 @@ func validPrefix(b []byte) int {
 
 // CacheStats reports the word cache's hits, misses and bytes.
 func (t *Tokenizer) CacheStats() CacheStats { return t.model.cache.stats() }
+
+// ChunkCacheStats reports the chunk cache's (chunks.go).
+func (t *Tokenizer) ChunkCacheStats() CacheStats { return t.chunks.stats() }
 
 // VocabSize is the number of ids (the vocabulary and the added tokens).
 func (t *Tokenizer) VocabSize() int { return len(t.model.tokens) }

@@ -126,8 +126,12 @@ type Config struct {
 	// Mooncake block of 512 tokens for trace workloads.
 	BlockSize int
 	// PromptForm is how selection bodies carry a prompt: PromptHashes (the
-	// default) or PromptTokens (see Prompt).
+	// default), PromptTokens (see Prompt) or PromptText (Tokenizer's text;
+	// the selector needs the same model's tokenizer).
 	PromptForm string
+	// Tokenizer is the model's tokenizer of the text form, the one the
+	// selector was given (serve --model-path); nil otherwise.
+	Tokenizer Tokenizer
 
 	// Workers is the number of workers registered with POST /workers before
 	// the run (ids 1..Workers). Zero registers none and only waits for /ready.
@@ -297,8 +301,10 @@ func (c *Config) Validate() error {
 		return bad("baseline %q (want noop or empty)", c.Baseline)
 	case c.Timeout <= 0 || c.ReadyTimeout <= 0:
 		return bad("timeouts must be positive")
-	case c.PromptForm != PromptHashes && c.PromptForm != PromptTokens:
-		return bad("prompt form %q (want %s or %s)", c.PromptForm, PromptHashes, PromptTokens)
+	case c.PromptForm != PromptHashes && c.PromptForm != PromptTokens && c.PromptForm != PromptText:
+		return bad("prompt form %q (want %s, %s or %s)", c.PromptForm, PromptHashes, PromptTokens, PromptText)
+	case c.PromptForm == PromptText && c.Tokenizer == nil:
+		return bad("prompt form %s needs the model's tokenizer", PromptText)
 	case c.EngineBlocks < 0:
 		return bad("engine blocks %d < 0", c.EngineBlocks)
 	case c.Fill && (c.EngineBlocks == 0 || len(c.KVEventsEndpoints) > 0):

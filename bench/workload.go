@@ -56,6 +56,7 @@ type Prompt struct {
 const (
 	PromptHashes = "hashes" // block_hashes, sequence_hashes, isl_tokens
 	PromptTokens = "tokens" // token_ids; the selector hashes them
+	// PromptText: see textform.go.
 )
 
 // AppendPromptJSON appends p's request body in the hash form to dst:
@@ -157,13 +158,19 @@ func LoadWorkload(cfg *Config) ([]Prompt, string, error) {
 	default:
 		return nil, "", fmt.Errorf("%w: workload %q", ErrConfig, cfg.Workload)
 	}
+	if cfg.PromptForm == PromptText {
+		if err := textualize(ps, cfg.Tokenizer, cfg.BlockSize); err != nil {
+			return nil, "", err
+		}
+	}
 	var isl, blocks, size int
 	for i := range ps {
-		if cfg.PromptForm == PromptTokens {
+		switch cfg.PromptForm {
+		case PromptTokens:
 			ps[i].Body = AppendPromptTokensJSON(nil, &ps[i])
-		} else {
+		case PromptHashes:
 			ps[i].Body = AppendPromptJSON(nil, &ps[i])
-		}
+		} // PromptText: textualize wrote them
 		isl += ps[i].ISL
 		blocks += len(ps[i].Local)
 		size += len(ps[i].Body)

@@ -108,6 +108,19 @@ func TestBenchInProcess(t *testing.T) {
 	}
 	t.Logf("token bodies: mean overlap %.1f of %.1f prompt blocks", *rep.MeanOverlap, rep.MeanPrompt)
 
+	// Text bodies: the selector tokenizes them with the real Llama 3
+	// tokenizer; the overlap shows its ids hash to the engines' blocks.
+	if _, err := os.Stat(filepath.Join(llama3Dir, "tokenizer.json")); err == nil || os.Getenv("CI") == "true" {
+		rep, table = measure("--prompt-form", "text", "--model-path", "llama3="+llama3Dir)
+		if rep.PromptForm != "text" || rep.Fill == nil || !(*rep.MeanOverlap > 0) || !strings.Contains(table, "(text)") {
+			t.Fatalf("filled, text bodies: form %q, fill %+v, mean overlap %v blocks\n%s", rep.PromptForm, rep.Fill, *rep.MeanOverlap, table)
+		}
+		t.Logf("text bodies: mean overlap %.1f of %.1f prompt blocks", *rep.MeanOverlap, rep.MeanPrompt)
+		if code := run([]string{"bench", "--prompt-form", "text"}); code != 2 {
+			t.Fatalf("--prompt-form text without --model-path: exit %d", code)
+		}
+	}
+
 	rep, _ = measure("--fill=false")
 	if rep.Fill != nil || *rep.MeanOverlap != 0 {
 		t.Fatalf("empty index: fill %+v, mean overlap %v blocks", rep.Fill, *rep.MeanOverlap)

@@ -124,7 +124,7 @@ func (s *Server) handleReserve(ctx *fasthttp.RequestCtx) {
 		s.writeErr(ctx, err)
 		return
 	}
-	if msg := s.textTokens(&r.req.Prompt, r.req.ModelName, r.text, r.hasText); msg != "" {
+	if msg := s.textTokens(&r.req.Prompt, r.req.ModelName, &r.txt); msg != "" {
 		s.writeErrMsg(ctx, fasthttp.StatusBadRequest, msg)
 		return
 	}
@@ -279,7 +279,7 @@ func (s *Server) handleDisaggPlan(ctx *fasthttp.RequestCtx) {
 		s.writeErr(ctx, err)
 		return
 	}
-	if msg := s.textTokens(&r.req.Prompt, r.req.ModelName, r.text, r.hasText); msg != "" {
+	if msg := s.textTokens(&r.req.Prompt, r.req.ModelName, &r.txt); msg != "" {
 		s.writeErrMsg(ctx, fasthttp.StatusBadRequest, msg)
 		return
 	}

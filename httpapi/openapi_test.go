@@ -100,6 +100,7 @@ func apiCases() []apiCase {
 	add("POST /select", "", `{"model_name":"m",`+prompt8+`}`, 503)
 	// The tokenizer routes.
 	add("POST /tokenize", "", `{"model":"m","prompt":"ab b","return_token_strs":true}`, 200)
+	add("POST /tokenize", "", `{"model":"m","messages":[{"role":"user","content":"ab"}],"chat_template":"{{ messages[0]['content'] }}","add_generation_prompt":true,"continue_final_message":null,"tools":null,"chat_template_kwargs":{"x":1}}`, 200)
 	add("POST /tokenize", "", `{"model":"x","prompt":"ab"}`, 400)
 	add("POST /tokenize", "", `{"model":"m"}`, 422)
 	add("POST /tokenize", "", big, 413)

@@ -4,7 +4,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/core/text"
 	"github.com/kvselect/kvselect/httpapi/internal/jsonscan"
 	"github.com/valyala/fasthttp"
@@ -18,14 +17,16 @@ import (
 // Dynamo's select service: a kvselect extension.
 
 var (
-	tokenizeFields   = jsonscan.NewFieldSet("model", "prompt", "messages", "add_special_tokens", "add_generation_prompt", "return_token_strs", "continue_final_message", "chat_template", "chat_template_kwargs", "tools")
+	tokenizeFields   = jsonscan.NewFieldSet(append([]string{"model", "add_special_tokens", "return_token_strs"}, textFields...)...)
 	detokenizeFields = jsonscan.NewFieldSet("model", "tokens")
 )
 
-// tokenizeReq is a decoded /tokenize body.
+// tokenizeReq is a decoded /tokenize body: vLLM's
+// TokenizeCompletionRequest (prompt) or TokenizeChatRequest (messages).
 type tokenizeReq struct {
-	model, prompt                  string
-	hasModel, hasPrompt, messages  bool
+	model                          string
+	txt                            textIn
+	hasModel                       bool
 	addSpecial, returnStrs, hasAdd bool
 }
 
@@ -38,18 +39,18 @@ func decodeTokenize(body []byte) (tokenizeReq, error) {
 			return err
 		}
 		var err error
+		if string(k) == "prompt" && s.Peek() == 'n' {
+			return s.TypeErr("prompt", "invalid type: null, expected a string")
+		}
+		if known, err := r.txt.field(s, string(k)); known {
+			return err
+		}
 		switch string(k) {
 		case "model":
 			var m *string
 			if m, err = optStr(s, "model"); m != nil {
 				r.model, r.hasModel = *m, true
 			}
-		case "prompt":
-			r.prompt, err = ownedStr(s, "prompt")
-			r.hasPrompt = true
-		case "messages":
-			r.messages = true
-			err = s.Skip()
 		case "add_special_tokens":
 			r.addSpecial, err = s.Boolean("add_special_tokens")
 			r.hasAdd = true
@@ -59,8 +60,6 @@ func decodeTokenize(body []byte) (tokenizeReq, error) {
 				return err
 			}
 			r.returnStrs, err = s.Boolean("return_token_strs")
-		default: // the chat fields: meaningful with messages only
-			err = s.Skip()
 		}
 		return err
 	})
@@ -117,16 +116,21 @@ func (s *Server) handleTokenize(ctx *fasthttp.RequestCtx) {
 		s.writeErrMsg(ctx, fasthttp.StatusBadRequest, msg)
 		return
 	}
-	switch {
-	case r.messages:
-		s.writeErrMsg(ctx, fasthttp.StatusBadRequest, "messages are not accepted yet: kvselect does not render chat templates; send prompt (the rendered text)")
-		return
-	case !r.hasPrompt:
+	if !r.txt.has() {
 		s.writeErrMsg(ctx, fasthttp.StatusUnprocessableEntity, "Failed to deserialize the JSON body into the target type: missing field `prompt`")
 		return
 	}
-	addSpecial := !r.hasAdd || r.addSpecial // vLLM's default for a prompt: true
-	ids := tok.Encode(nil, r.prompt, addSpecial)
+	// vLLM's defaults: special tokens added to a prompt, not to a chat
+	// (its template writes them).
+	addSpecial := r.addSpecial
+	if !r.hasAdd {
+		addSpecial = r.txt.hasText
+	}
+	ids, err := r.txt.tokens(tok, nil, addSpecial)
+	if err != nil {
+		s.writeErrMsg(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
+	}
 	bp := s.bufPool.Get().(*[]byte)
 	b := append((*bp)[:0], `{"count":`...)
 	b = appendInt(b, int64(len(ids)))
@@ -216,27 +220,7 @@ func (s *Server) handleDetokenize(ctx *fasthttp.RequestCtx) {
 
 func itoa(v uint64) string { return string(appendUint(nil, v)) }
 
-// promptTokens turns a selection or query body's prompt into its
-// token_ids with the model's tokenizer, special tokens added as vLLM's
-// completions endpoint adds them (add_special_tokens defaults to true
-// there), so that the blocks hashed are the engine's. A body with
-// token_ids or block_hashes keeps them and its prompt is ignored, and so
-// is every prompt when no tokenizer is configured: a reference caller,
-// to whom prompt is an unknown field, sees no change. It returns an error
-// message for a model without a tokenizer, else "".
+// promptTokens is textTokens of a selection or query body.
 func (s *Server) promptTokens(r *selectReq) string {
-	return s.textTokens(&r.req.Prompt, r.req.ModelName, r.text, r.hasText)
-}
-
-// textTokens is promptTokens for any body's prompt p of model.
-func (s *Server) textTokens(p *core.Prompt, model, text string, hasText bool) string {
-	if !hasText || len(s.cfg.Tokenizers) == 0 || p.HasTokenIDs || p.HasBlockHashes {
-		return ""
-	}
-	tok, msg := s.tokenizer(model, model != "")
-	if tok == nil {
-		return msg
-	}
-	p.TokenIDs, p.HasTokenIDs = tok.Encode(p.TokenIDs[:0], text, true), true
-	return ""
+	return s.textTokens(&r.req.Prompt, r.req.ModelName, &r.txt)
 }

@@ -23,10 +23,8 @@ type selectReq struct {
 	// rawSeq is the sequence_hashes array as the body spelled it (validated
 	// i64s); nil when absent. It aliases the body.
 	rawSeq []byte
-	// text is the body's prompt (kvselect's extension), hasText whether
-	// it had one; it aliases the body.
-	text    string
-	hasText bool
+	// txt is the body's text in place of token_ids (textin.go).
+	txt textIn
 }
 
 // promptFields are the fields of the reference's PromptRequest, which every
@@ -38,15 +36,16 @@ var promptFields = []string{"token_ids", "mm_routing_info", "block_mm_infos", "b
 // (ai-dynamo/dynamo:lib/kv-router/src/services/selection/types.rs): a key
 // outside a route's set is an unknown field there, skipped unread.
 //
-// prompt (text) is kvselect's extension of the selection and query bodies
-// (text.go: tokenized with the model's --model-path tokenizer when the
-// body has no token_ids and no block_hashes).
+// prompt and messages (textFields) are kvselect's extension of the
+// selection and query bodies (textin.go: tokenized with the model's
+// --model-path tokenizer when the body has no token_ids and no
+// block_hashes).
 var (
-	selectFields      = jsonscan.NewFieldSet(slices.Concat(promptFields, []string{"prompt"}, selectOwn)...)
-	reserveFields     = jsonscan.NewFieldSet(slices.Concat(promptFields, []string{"prompt"}, selectOwn[:len(selectOwn)-1])...) // SelectAndReserveRequest: no advisory
-	queryFields       = jsonscan.NewFieldSet(slices.Concat(promptFields, []string{"prompt", "model_name", "routing_group", "router_config_override"})...)
-	reservationFields = jsonscan.NewFieldSet(append(promptFields, "prompt", "model_name", "routing_group", "selection_id", "worker_id", "dp_rank",
-		"router_config_override", "expected_output_tokens", "effective_prefill_tokens", "track_prefill_tokens")...)
+	selectFields      = jsonscan.NewFieldSet(slices.Concat(promptFields, textFields, selectOwn)...)
+	reserveFields     = jsonscan.NewFieldSet(slices.Concat(promptFields, textFields, selectOwn[:len(selectOwn)-1])...) // SelectAndReserveRequest: no advisory
+	queryFields       = jsonscan.NewFieldSet(slices.Concat(promptFields, textFields, []string{"model_name", "routing_group", "router_config_override"})...)
+	reservationFields = jsonscan.NewFieldSet(slices.Concat(promptFields, textFields, []string{"model_name", "routing_group", "selection_id", "worker_id", "dp_rank",
+		"router_config_override", "expected_output_tokens", "effective_prefill_tokens", "track_prefill_tokens"})...)
 )
 
 // selectOwn are SelectRequest's own fields; advisory is last.
@@ -64,7 +63,7 @@ func decodeSelect(body []byte, r *selectReq) error {
 // (/potential_loads, /overlap_scores).
 func decodeSelectAs(body []byte, r *selectReq, fs *jsonscan.FieldSet) error {
 	r.req.Reset()
-	r.text, r.hasText = "", false
+	r.txt.reset()
 	q := &r.req
 	s := &r.sc
 	s.Reset(body)
@@ -77,13 +76,14 @@ func decodeSelectAs(body []byte, r *selectReq, fs *jsonscan.FieldSet) error {
 			}
 			return err
 		}
+		if known, err := r.txt.field(s, string(key)); known {
+			return err
+		}
 		switch string(key) {
 		case "model_name":
 			q.ModelName, _, err = s.Str("model_name")
 		case "routing_group":
 			q.RoutingGroup, _, err = s.Str("routing_group")
-		case "prompt":
-			r.text, r.hasText, err = s.Str("prompt")
 		case "selection_id":
 			q.SelectionID, q.HasSelectionID, err = s.Str("selection_id")
 		case "session_id":
@@ -210,15 +210,14 @@ type reserveReq struct {
 	override core.Override
 	track    bool
 	sc       jsonscan.Scanner
-	// text and hasText are the body's prompt (text.go), aliasing it.
-	text    string
-	hasText bool
+	// txt is the body's text in place of token_ids (textin.go).
+	txt textIn
 }
 
 // decodeReservation reads a ReservationRequest; selection_id is required.
 func decodeReservation(body []byte, r *reserveReq) error {
 	r.req.Reset()
-	r.text, r.hasText = "", false
+	r.txt.reset()
 	q := &r.req
 	s := &r.sc
 	s.Reset(body)
@@ -232,14 +231,15 @@ func decodeReservation(body []byte, r *reserveReq) error {
 			}
 			return err
 		}
+		if known, err := r.txt.field(s, string(key)); known {
+			return err
+		}
 		var n bool
 		switch string(key) {
 		case "model_name":
 			q.ModelName, _, err = s.Str("model_name")
 		case "routing_group":
 			q.RoutingGroup, _, err = s.Str("routing_group")
-		case "prompt":
-			r.text, r.hasText, err = s.Str("prompt")
 		case "selection_id":
 			q.SelectionID, hasID, err = s.Str("selection_id")
 		case "worker_id":

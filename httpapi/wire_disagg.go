@@ -3,6 +3,7 @@ package httpapi
 import (
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/httpapi/internal/jsonscan"
+	"slices"
 )
 
 // disaggReq is a pooled decoded /disagg/plan body (kvselect's
@@ -18,14 +19,13 @@ type disaggReq struct {
 	affinity            core.AffinityTarget
 	prefs               map[string]float64
 	sc                  jsonscan.Scanner
-	// text and hasText are the body's prompt (text.go), aliasing it.
-	text    string
-	hasText bool
+	// txt is the body's text in place of token_ids (textin.go).
+	txt textIn
 }
 
 // disaggFields are DisaggPlanRequest's fields: the prompt flattened in, as
 // in /select_and_reserve.
-var disaggFields = jsonscan.NewFieldSet(append(promptFields, "prompt", "selection_id", "model_name", "prefill_routing_group",
+var disaggFields = jsonscan.NewFieldSet(append(slices.Concat(promptFields, textFields), "selection_id", "model_name", "prefill_routing_group",
 	"decode_routing_group", "expected_output_tokens", "session_context", "session_id", "affinity_target",
 	"pinned_prefill_worker", "allowed_worker_ids", "routing_constraints", "prefill_router_config_override",
 	"decode_router_config_override", "order", "prefill_failure", "defer_decode")...)
@@ -41,7 +41,7 @@ func (r *disaggReq) reset() {
 	*q = core.DisaggRequest{Prompt: pr, AllowedWorkerIDs: q.AllowedWorkerIDs[:0],
 		RequiredTaints: q.RequiredTaints[:0], PreferredTaints: q.PreferredTaints[:0]}
 	r.sc.Reset(nil)
-	r.text, r.hasText = "", false
+	r.txt.reset()
 }
 
 // retained is what the pooled request keeps between requests.
@@ -70,9 +70,10 @@ func decodeDisagg(body []byte, r *disaggReq) error {
 		}
 		var err error
 		var n bool
+		if known, err := r.txt.field(s, string(key)); known {
+			return err
+		}
 		switch string(key) {
-		case "prompt":
-			r.text, r.hasText, err = s.Str("prompt")
 		case "selection_id":
 			q.SelectionID, hasID, err = s.Str("selection_id")
 		case "model_name":

@@ -33,6 +33,12 @@ func TestServeModelPath(t *testing.T) {
 	if got := s.must("POST", "/detokenize", `{"tokens":[9906,1917]}`, 200); got != `{"prompt":"Hello world"}` {
 		t.Fatalf("detokenize: %s", got)
 	}
+	// messages: rendered with Llama 3's own chat template, which writes
+	// its BOS and the header of the assistant's turn.
+	chat := s.must("POST", "/tokenize", `{"model":"llama3","messages":[{"role":"user","content":"Hello world"}]}`, 200)
+	if !strings.Contains(chat, `"tokens":[128000,128006,`) || !strings.HasSuffix(strings.Split(chat, `],"token_strs"`)[0], `128007,271`) {
+		t.Fatalf("tokenize messages: %s", chat)
+	}
 	// prompt stands in for token_ids on the selection routes.
 	s.must("POST", "/workers", `{"worker_id":1,"model_name":"llama3","endpoint":"http://w1","block_size":16,"kv_events_endpoint":"tcp://127.0.0.1:1"}`, 201)
 	long := strings.Repeat("Hello world ", 40)

@@ -7,16 +7,28 @@ package client
 // Prompt is a request's prompt: TokenIDs (the selector hashes them), or
 // the precomputed hash-only form (BlockHashes, SequenceHashes, ISLTokens),
 // or Text (kvselect's extension: the selector tokenizes it with the
-// model's --model-path tokenizer; without TokenIDs and BlockHashes only).
+// model's --model-path tokenizer; without TokenIDs and BlockHashes only),
+// or Messages (the same, for a chat: rendered with the model's chat
+// template, Tools given to it, then tokenized as vLLM's chat endpoint
+// does).
 type Prompt struct {
-	Text           string   `json:"prompt,omitempty"`
-	TokenIDs       []uint32 `json:"token_ids,omitempty"`
-	BlockHashes    []int64  `json:"block_hashes,omitempty"`
-	SequenceHashes []int64  `json:"sequence_hashes,omitempty"`
-	ISLTokens      int64    `json:"isl_tokens,omitempty"`
-	LoraName       string   `json:"lora_name,omitempty"`
-	CacheSalt      string   `json:"cache_salt,omitempty"`
+	Text           string        `json:"prompt,omitempty"`
+	Messages       []ChatMessage `json:"messages,omitempty"`
+	Tools          []any         `json:"tools,omitempty"`
+	ChatTemplate   string        `json:"chat_template,omitempty"` // with Messages: in place of the tokenizer's
+	TokenIDs       []uint32      `json:"token_ids,omitempty"`
+	BlockHashes    []int64       `json:"block_hashes,omitempty"`
+	SequenceHashes []int64       `json:"sequence_hashes,omitempty"`
+	ISLTokens      int64         `json:"isl_tokens,omitempty"`
+	LoraName       string        `json:"lora_name,omitempty"`
+	CacheSalt      string        `json:"cache_salt,omitempty"`
 }
+
+// ChatMessage is one message object of a chat, as the OpenAI API spells
+// it: "role", "content" (a string, or a list of parts such as {"type":
+// "text", "text": "..."}), and what templates read beside them
+// ("tool_calls", "tool_call_id", "name", "reasoning_content").
+type ChatMessage map[string]any
 
 // RouterConfigOverride overrides the router's scoring for one request.
 type RouterConfigOverride struct {

@@ -95,6 +95,8 @@ type Service struct {
 	mayWait bool
 	// recovery is what the host's startup recovery restored (SetRecovery).
 	recovery atomic.Pointer[Recovery]
+	// eventPlane is the host's event-plane probe (SetEventPlaneProbe).
+	eventPlane atomic.Pointer[func() any]
 	// owner, when set, names the source that owns the catalog: the public
 	// catalog mutations are refused (reconciler.go).
 	owner atomic.Pointer[string]

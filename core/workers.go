@@ -381,6 +381,11 @@ type Readiness struct {
 	// Recovery is what startup recovery restored (kvselect's addition),
 	// nil when the host ran none.
 	Recovery *Recovery `json:"recovery,omitempty"`
+	// EventPlane is the host's report of its event-plane link
+	// (kvselect's addition; SetEventPlaneProbe), nil without one. It
+	// never makes the service unready: a replica cut off from the bus
+	// keeps selecting on its own view.
+	EventPlane any `json:"event_plane,omitempty"`
 }
 
 // Recovery is what the host's startup index recovery restored, as it
@@ -398,6 +403,11 @@ type Recovery struct {
 // SetRecovery records what startup recovery restored, for Ready and Stats.
 func (s *Service) SetRecovery(r Recovery) { s.recovery.Store(&r) }
 
+// SetEventPlaneProbe installs what Ready reports as EventPlane: probe is
+// called on every Ready, must not block, and returns a JSON-encodable
+// value.
+func (s *Service) SetEventPlaneProbe(probe func() any) { s.eventPlane.Store(&probe) }
+
 // Ready reports whether the service is ready: not shutting down and at
 // least one worker schedulable anywhere.
 func (s *Service) Ready() Readiness {
@@ -408,7 +418,11 @@ func (s *Service) Ready() Readiness {
 			n++
 		}
 	}
-	return Readiness{Ready: !s.closed.Load() && n > 0, SchedulableWorkers: n, Workers: ws, Recovery: s.recovery.Load()}
+	r := Readiness{Ready: !s.closed.Load() && n > 0, SchedulableWorkers: n, Workers: ws, Recovery: s.recovery.Load()}
+	if p := s.eventPlane.Load(); p != nil {
+		r.EventPlane = (*p)()
+	}
+	return r
 }
 
 // schedWorker builds the eligibility row of a schedulable record.

@@ -38,10 +38,11 @@ type readinessBody struct {
 	SchedulableWorkers int            `json:"schedulable_workers"`
 	Workers            []workerJSON   `json:"workers"`
 	Recovery           *core.Recovery `json:"recovery,omitempty"`
+	EventPlane         any            `json:"event_plane,omitempty"`
 }
 
 func readinessJSON(r core.Readiness) readinessBody {
-	b := readinessBody{Ready: r.Ready, SchedulableWorkers: r.SchedulableWorkers, Workers: make([]workerJSON, len(r.Workers)), Recovery: r.Recovery}
+	b := readinessBody{Ready: r.Ready, SchedulableWorkers: r.SchedulableWorkers, Workers: make([]workerJSON, len(r.Workers)), Recovery: r.Recovery, EventPlane: r.EventPlane}
 	for i := range r.Workers {
 		b.Workers[i] = toWorkerJSON(r.Workers[i])
 	}

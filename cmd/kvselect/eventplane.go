@@ -87,17 +87,16 @@ func splitEventPlaneArgs(args []string) (rest, mine []string) {
 	return rest, mine
 }
 
-// parseEventPlane reads the event-plane flags of args (split off the rest,
-// which it returns) on top of the environment.
-func parseEventPlane(args []string, env func(string) (string, bool), stderr io.Writer) ([]string, *eventPlaneOptions, error) {
-	rest, mine := splitEventPlaneArgs(args)
+// eventPlaneFlagSet defines the event-plane flags on a flag set of their
+// own, defaults from the environment; finish validates what was parsed.
+func eventPlaneFlagSet(env func(string) (string, bool), stderr io.Writer) (fs *flag.FlagSet, finish func() (*eventPlaneOptions, error)) {
 	get := func(name, def string) string {
 		if v, ok := env(name); ok && v != "" {
 			return v
 		}
 		return def
 	}
-	fs := flag.NewFlagSet("kvselect serve (event plane)", flag.ContinueOnError)
+	fs = flag.NewFlagSet("kvselect serve (event plane)", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	plane := fs.String("event-plane", get("DYN_EVENT_PLANE", "zmq"), "event plane: zmq (worker ZMQ listeners, ZMQ replica mesh) or nats (Dynamo's NATS subjects for KV events and bookings as well; overrides DYN_EVENT_PLANE)")
 	o := &eventPlaneOptions{}
@@ -110,47 +109,72 @@ func parseEventPlane(args []string, env func(string) (string, bool), stderr io.W
 	routes := fs.String("nats-routes", "", "embedded NATS server: comma-separated route URLs (nats://host:port) of the other replicas' servers")
 	fs.BoolVar(&o.bookings, "event-plane-bookings", true, "with --event-plane nats, share bookings with Dynamo routers and replicas on active_sequences_events")
 	fs.IntVar(&o.queueLimit, "event-plane-queue", natsplane.DefaultQueueLimit, "bookings queued for NATS at most; past it a booking's event is dropped (counted), never waited for")
+	return fs, func() (*eventPlaneOptions, error) { return o.finish(*plane, *endpoint, *routes) }
+}
+
+// writeEventPlaneUsage appends the event-plane flags to serve's usage (its
+// flag set does not hold them).
+func writeEventPlaneUsage(w io.Writer, env func(string) (string, bool)) {
+	fs, _ := eventPlaneFlagSet(env, w)
+	fmt.Fprintln(w, "Event plane (Dynamo's NATS subjects; these flags are read before the others):")
+	fs.PrintDefaults()
+}
+
+// parseEventPlane reads the event-plane flags of args (split off the rest,
+// which it returns) on top of the environment.
+func parseEventPlane(args []string, env func(string) (string, bool), stderr io.Writer) ([]string, *eventPlaneOptions, error) {
+	rest, mine := splitEventPlaneArgs(args)
+	fs, finish := eventPlaneFlagSet(env, stderr)
 	if err := fs.Parse(mine); err != nil {
 		return nil, nil, err
 	}
-	switch *plane {
+	o, err := finish()
+	if err != nil {
+		return nil, nil, err
+	}
+	return rest, o, nil
+}
+
+// finish checks the parsed flags.
+func (o *eventPlaneOptions) finish(plane, endpoint, routes string) (*eventPlaneOptions, error) {
+	switch plane {
 	case "zmq":
 	case "nats":
 		o.nats = true
 	default:
-		return nil, nil, fmt.Errorf("--event-plane (DYN_EVENT_PLANE) %q: want zmq or nats", *plane)
+		return nil, fmt.Errorf("--event-plane (DYN_EVENT_PLANE) %q: want zmq or nats", plane)
 	}
-	if spec, ok := strings.CutPrefix(*endpoint, "dyn://"); ok {
+	if spec, ok := strings.CutPrefix(endpoint, "dyn://"); ok {
 		parts := strings.FieldsFunc(spec, func(r rune) bool { return r == '.' || r == '/' })
 		if len(parts) != 3 {
-			return nil, nil, fmt.Errorf("--endpoint %q: want dyn://namespace.component.endpoint", *endpoint)
+			return nil, fmt.Errorf("--endpoint %q: want dyn://namespace.component.endpoint", endpoint)
 		}
 		o.scope = natsplane.Scope{Namespace: parts[0], Component: parts[1], Endpoint: parts[2]}
 	} else {
-		o.scope.Endpoint = *endpoint
+		o.scope.Endpoint = endpoint
 	}
 	if err := o.scope.Validate(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	o.routes = splitList(*routes)
+	o.routes = splitList(routes)
 	if o.queueLimit <= 0 {
-		return nil, nil, errors.New("--event-plane-queue must be > 0")
+		return nil, errors.New("--event-plane-queue must be > 0")
 	}
 	if o.url != "" && (o.clusterListen != "" || len(o.routes) > 0) {
-		return nil, nil, errors.New("--nats-cluster-listen and --nats-routes configure the embedded server; with --nats-server there is none")
+		return nil, errors.New("--nats-cluster-listen and --nats-routes configure the embedded server; with --nats-server there is none")
 	}
-	return rest, o, nil
+	return o, nil
 }
 
 // eventPlane is a serve's NATS event plane once started: the embedded
 // server (nil with --nats-server), the connection, the KV ingress (nil
 // without KV events) and the bookings (nil when off).
 type eventPlane struct {
-	o   *eventPlaneOptions
-	srv *natsplane.Server
-	nc  interface{ IsConnected() bool }
-	in  *natsplane.Ingress
-	bk  *natsplane.Bookings
+	o    *eventPlaneOptions
+	srv  *natsplane.Server
+	link *natsplane.Link
+	in   *natsplane.Ingress
+	bk   *natsplane.Bookings
 	// start subscribes once the service exists.
 	start func(svc *core.Service) error
 }
@@ -187,12 +211,13 @@ func startEventPlane(n *node, o *eventPlaneOptions, logs *logs, ccfg *core.Confi
 		url = ep.srv.ClientURL()
 		log.Info("embedded NATS server running", "client_url", url, "cluster_url", ep.srv.ClusterURL(), "routes", o.routes)
 	}
-	nc, err := natsplane.Connect(url, "kvselect", log)
+	link, err := natsplane.Dial(url, "kvselect", log)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("NATS %s: %w", url, err)
 	}
-	ep.nc = nc
-	n.onStopDo("NATS connection", nc.Close)
+	ep.link = link
+	nc := link.Conn()
+	n.onStopDo("NATS connection", link.Close)
 	var starts []func(*core.Service) error
 	if _, nop := ingress.(core.NopIngress); !nop {
 		// Workers on the bus have no ZMQ endpoint: their ranks are fed
@@ -275,6 +300,8 @@ func (f fanOut) Publish(ev *core.ReplicaEvent) {
 // eventPlaneDescs describe the families writeEventPlaneMetrics writes.
 var eventPlaneDescs = []perf.Desc{
 	{Name: "kvselect_event_plane_connected", Kind: perf.Gauge, Help: "1 while the NATS event-plane connection is up; a replica cut off keeps selecting on its own view."},
+	{Name: "kvselect_event_plane_disconnects_total", Kind: perf.Counter, Help: "Times the NATS event-plane connection went down (the replica then selects on its own view; /ready's event_plane says since when)."},
+	{Name: "kvselect_event_plane_reconnects_total", Kind: perf.Counter, Help: "Times the NATS event-plane connection came back; each re-synchronises the plane (KV ranks by their envelope gaps, bookings by a catch-up snapshot)."},
 	{Name: "kvselect_event_plane_nats_routes", Kind: perf.Gauge, Help: "Live NATS routes of the embedded server to the other replicas' servers."},
 	{Name: "kvselect_event_plane_kv_messages_total", Kind: perf.Counter, Help: "KV messages received over NATS, by form: batch (Dynamo #11776 on), single (before), legacy_json (Dynamo <= 0.8), and all."},
 	{Name: "kvselect_event_plane_kv_events_applied_total", Kind: perf.Counter, Help: "KV events from NATS handed to the index."},
@@ -301,11 +328,14 @@ var eventPlaneDescs = []perf.Desc{
 
 // writeEventPlaneMetrics writes the plane's families.
 func writeEventPlaneMetrics(w io.Writer, ep *eventPlane) {
+	ls := ep.link.Status()
 	up := 0.0
-	if ep.nc.IsConnected() {
+	if ls.Connected {
 		up = 1
 	}
 	perf.WriteGauge(w, "kvselect_event_plane_connected", up)
+	perf.WriteCounter(w, "kvselect_event_plane_disconnects_total", ls.Disconnects)
+	perf.WriteCounter(w, "kvselect_event_plane_reconnects_total", ls.Reconnects)
 	if ep.srv != nil {
 		perf.WriteGauge(w, "kvselect_event_plane_nats_routes", float64(ep.srv.NumRoutes()))
 	}
@@ -356,5 +386,24 @@ func (ep *eventPlane) attach(svc *core.Service, reg *perf.Registry) error {
 	}
 	reg.Describe(eventPlaneDescs...)
 	reg.OnScrape(func(w io.Writer) { writeEventPlaneMetrics(w, ep) })
+	svc.SetEventPlaneProbe(ep.readyDetail)
 	return ep.start(svc)
+}
+
+// eventPlaneReady is /ready's event_plane: the link, and with the
+// embedded server its live routes. A replica cut off stays ready: it
+// selects on its own view, and re-synchronises on reconnect.
+type eventPlaneReady struct {
+	natsplane.LinkStatus
+	Embedded bool `json:"embedded_server"`
+	Routes   *int `json:"nats_routes,omitempty"`
+}
+
+func (ep *eventPlane) readyDetail() any {
+	r := eventPlaneReady{LinkStatus: ep.link.Status(), Embedded: ep.srv != nil}
+	if ep.srv != nil {
+		n := ep.srv.NumRoutes()
+		r.Routes = &n
+	}
+	return r
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
+	"flag"
 	"io"
 	"log/slog"
 	"os"
@@ -54,6 +56,10 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		return 2
 	}
 	opts, err := parseServe(args, env, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		writeEventPlaneUsage(stderr, env)
+		return 0
+	}
 	if err != nil {
 		log.Error("serve: invalid configuration", "err", err)
 		return 2

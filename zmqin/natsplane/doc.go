@@ -13,7 +13,8 @@
 // # Using it (the host's duties)
 //
 //  1. A bus: StartServer(ServerConfig) for an embedded server (clustered
-//     with peers through NATS routes), or a fleet's URL; Connect(url).
+//     with peers through NATS routes), or a fleet's URL; Dial(url), the
+//     Link (its state for /ready, OnReconnect for re-synchronising).
 //  2. NewIngress(IngressConfig{Scope, Inner: the ZMQ ingress}) is the
 //     core.Options.Ingress; core.Config.KVEndpointsOptional lets workers
 //     register without a ZMQ endpoint. Start(nc) subscribes.
@@ -91,12 +92,26 @@
 // cannot apply (unknown workers and requests) with its own counters.
 // There is no catch-up on this topic (Dynamo has none).
 //
+// # Partitions
+//
+// A replica cut off from NATS (its server gone, the network split) keeps
+// selecting and booking on its own view: nothing of selection waits on
+// the bus (bookings are queued, bounded; KV subscriptions just go quiet).
+// Link reports it (LinkStatus: /ready's event_plane, the connected
+// gauge) and nats.go reconnects forever. On reconnect, a KV rank whose
+// publisher went on meanwhile is re-synchronised by the envelope gap at
+// its next message (rule 3 above: cleared, then the event applied); a
+// rank whose publisher published while cut off and never again keeps its
+// stale view until then. Bookings published while cut off wait in
+// nats.go's reconnect buffer (8 MiB; past it they are PublishErrors).
+//
 // # Goroutines
 //
 //   - The NATS client's: a reader, and one delivery goroutine per
 //     subscription (four for KV, two for bookings), which run Ingress
 //     and Bookings processing; they stop on Unsubscribe (Close).
 //   - Bookings: one publisher, fed by Publish; stops on Close.
+//   - Link: one running the OnReconnect callbacks; stops on Close.
 //   - Server: nats-server's own (accept, routes, clients); stops on
 //     Close.
 package natsplane

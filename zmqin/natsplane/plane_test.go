@@ -50,10 +50,11 @@ func dial(t *testing.T, url string) *nats.Conn {
 // are the event plane's, with workers 1 and 2 (one rank each, no ZMQ
 // endpoint) registered.
 type node struct {
-	svc *core.Service
-	in  *Ingress
-	bk  *Bookings
-	nc  *nats.Conn
+	svc  *core.Service
+	in   *Ingress
+	bk   *Bookings
+	nc   *nats.Conn
+	link *Link
 }
 
 func newNode(t *testing.T, url string, routerID uint64) *node {
@@ -72,16 +73,17 @@ func newNode(t *testing.T, url string, routerID uint64) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := Connect(url, "kvselect-test", nil)
+	link, err := Dial(url, "kvselect-test", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &node{svc: svc, in: in, bk: bk, nc: nc}
+	nc := link.Conn()
+	n := &node{svc: svc, in: in, bk: bk, nc: nc, link: link}
 	t.Cleanup(func() {
 		_ = bk.Close()
 		svc.Close()
 		_ = in.Close()
-		nc.Close()
+		link.Close()
 	})
 	for _, id := range []uint64{1, 2} {
 		ep, bs := fmt.Sprintf("http://w%d", id), uint32(blockSize)

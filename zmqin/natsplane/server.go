@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 )
 
 // ServerConfig configures the embedded NATS server: what `--event-plane
@@ -129,39 +128,6 @@ func (s *Server) Close() error {
 	s.s.Shutdown()
 	s.s.WaitForShutdown()
 	return nil
-}
-
-// Connect opens a client connection to url for the event plane: retrying
-// forever on disconnection (a replica cut off from the bus keeps
-// selecting on its own view), with the reconnect buffer bounded so a
-// publisher never holds more than 8 MiB while disconnected. name labels
-// the connection on the server.
-func Connect(url, name string, log *slog.Logger) (*nats.Conn, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return nats.Connect(url,
-		nats.Name(name),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-		nats.ReconnectBufSize(8<<20),
-		nats.RetryOnFailedConnect(true),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn("NATS event plane: disconnected", "err", err)
-		}),
-		nats.ReconnectHandler(func(c *nats.Conn) {
-			log.Info("NATS event plane: reconnected", "url", c.ConnectedUrlRedacted())
-		}),
-		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-			subj := ""
-			if sub != nil {
-				subj = sub.Subject
-			}
-			// Slow consumers are counted by the subscription
-			// (Stats.SlowConsumerDrops) and show as gaps.
-			log.Warn("NATS event plane: async error", "subject", subj, "err", err)
-		}),
-	)
 }
 
 // slogAdapter is the server's Logger over slog: notices at info, warnings

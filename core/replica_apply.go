@@ -3,6 +3,7 @@ package core
 import (
 	"math"
 	"strings"
+	"time"
 
 	"github.com/kvselect/kvselect/sched"
 )
@@ -196,4 +197,26 @@ func (s *Service) WorkerPartition(id uint64) (model, group string, blockSize uin
 	p := e.part
 	s.mu.Unlock()
 	return p.model, p.group, p.blockSize(), true
+}
+
+// ReleaseMirrors reconciles this process's mirrors of one peer with that
+// peer's catch-up snapshot: every live mirror of origin admitted before
+// before (on the service's clock) whose id keep rejects is released, as
+// by the peer's free (counted as ReplicaFreed). A replica that was cut
+// off from its peers missed their frees; the mirrors those frees would
+// have ended would otherwise hold load until the expiry guard. Mirrors
+// admitted from before on came from live events after the snapshot was
+// asked for, and are kept. It returns how many it released.
+func (s *Service) ReleaseMirrors(origin Origin, before time.Time, keep func(id string) bool) int {
+	if origin == OriginLocal {
+		panic("BUG: ReleaseMirrors of the local origin")
+	}
+	cut, n := before.UnixNano(), 0
+	s.ledger.m.Range(func(id string, r *reservation) bool {
+		if r.origin == origin && r.admitted < cut && r.state.Load() == stateLive && !keep(id) && s.release(r, releasedReplica) {
+			n++
+		}
+		return true
+	})
+	return n
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/perf"
@@ -46,6 +47,9 @@ type eventPlaneOptions struct {
 	bookings bool
 	// queueLimit is --event-plane-queue: the outbound booking queue.
 	queueLimit int
+	// noSnapshot is serve's --no-replica-snapshot: no catch-up snapshot
+	// on the bus either.
+	noSnapshot bool
 }
 
 // eventPlaneFlags are the flags splitEventPlaneArgs takes out of serve's
@@ -177,7 +181,12 @@ type eventPlane struct {
 	bk   *natsplane.Bookings
 	// start subscribes once the service exists.
 	start func(svc *core.Service) error
+	// affinity: the bookings also carry session bindings.
+	affinity bool
 }
+
+// routeWatch is how often the embedded server's routes are counted.
+const routeWatch = 250 * time.Millisecond
 
 // ownClose is an Ingress whose Close does nothing: serve closes the ZMQ
 // ingress itself, after the event plane's.
@@ -231,7 +240,7 @@ func startEventPlane(n *node, o *eventPlaneOptions, logs *logs, ccfg *core.Confi
 		starts = append(starts, func(*core.Service) error { return ep.in.Start(nc) })
 	}
 	if o.bookings {
-		if ep.bk, err = natsplane.NewBookings(natsplane.BookingsConfig{Scope: o.scope, QueueLimit: o.queueLimit, Logger: log}); err != nil {
+		if ep.bk, err = natsplane.NewBookings(natsplane.BookingsConfig{Scope: o.scope, QueueLimit: o.queueLimit, NoSnapshot: o.noSnapshot, Logger: log}); err != nil {
 			return nil, nil, nil, err
 		}
 		n.onStop("NATS bookings", ep.bk.Close)
@@ -240,7 +249,30 @@ func startEventPlane(n *node, o *eventPlaneOptions, logs *logs, ccfg *core.Confi
 		} else {
 			replica = fanOut{replica, ep.bk}
 		}
-		starts = append(starts, func(svc *core.Service) error { return ep.bk.Start(nc, svc) })
+		starts = append(starts, func(svc *core.Service) error {
+			if ep.affinity {
+				ep.bk.HandleAffinity(svc)
+			}
+			return ep.bk.Start(nc, svc)
+		})
+		// Each side of a partition missed the other's bookings: on
+		// reconnect, snapshots both ways.
+		link.OnReconnect(ep.bk.Resync)
+		if ep.srv != nil && !o.noSnapshot {
+			// The join's request may leave before the embedded server's
+			// routes are up: each new route asks again.
+			starts = append(starts, func(*core.Service) error {
+				routes := 0
+				n.every("NATS route watch", routeWatch, func(time.Time) {
+					r := ep.srv.NumRoutes()
+					if r > routes {
+						ep.bk.CatchUp()
+					}
+					routes = r
+				})
+				return nil
+			})
+		}
 	}
 	ep.start = func(svc *core.Service) error {
 		for _, s := range starts {
@@ -288,6 +320,29 @@ func hostPort(s string) (string, int, error) {
 	return h, port, nil
 }
 
+// withAffinity makes the plane's bookings carry session bindings too
+// (serve's --session-affinity-ttl-secs), beside the ZMQ mesh's when
+// copts has it: its writer id then stays the mesh's process id.
+func (ep *eventPlane) withAffinity(copts *core.Options) {
+	if ep == nil || ep.bk == nil {
+		return
+	}
+	ep.affinity = true
+	if copts.Affinity == nil {
+		copts.Affinity, copts.WriterID = ep.bk, ep.bk.RouterID()
+		return
+	}
+	copts.Affinity = affinityFanOut{copts.Affinity, ep.bk}
+}
+
+// affinityFanOut publishes bindings to both sinks; neither blocks.
+type affinityFanOut [2]core.AffinitySink
+
+func (f affinityFanOut) PublishAffinity(ev *core.AffinityEvent) {
+	f[0].PublishAffinity(ev)
+	f[1].PublishAffinity(ev)
+}
+
 // fanOut publishes to both replica sinks (the ZMQ mesh and the NATS
 // bookings); neither blocks.
 type fanOut [2]core.ReplicaSink
@@ -323,6 +378,19 @@ var eventPlaneDescs = []perf.Desc{
 	{Name: "kvselect_event_plane_bookings_received_total", Kind: perf.Counter, Help: "Booking messages received."},
 	{Name: "kvselect_event_plane_bookings_skipped_own_total", Kind: perf.Counter, Help: "This process's own booking events, skipped by router_id."},
 	{Name: "kvselect_event_plane_bookings_applied_total", Kind: perf.Counter, Help: "Peers' booking events handed to the service (its kvselect_replica_* counters say what it did)."},
+	{Name: "kvselect_event_plane_affinity_published_total", Kind: perf.Counter, Help: "Session bindings queued for the other kvselect replicas on kvselect-session-affinity."},
+	{Name: "kvselect_event_plane_affinity_outbound_dropped_total", Kind: perf.Counter, Help: "Session bindings dropped at the full outbound queue."},
+	{Name: "kvselect_event_plane_affinity_publish_errors_total", Kind: perf.Counter, Help: "Session bindings the NATS client refused."},
+	{Name: "kvselect_event_plane_affinity_queue_depth", Kind: perf.Gauge, Help: "Session bindings queued for NATS."},
+	{Name: "kvselect_event_plane_affinity_queue_limit", Kind: perf.Gauge, Help: "Session bindings the outbound queue holds at most."},
+	{Name: "kvselect_event_plane_affinity_received_total", Kind: perf.Counter, Help: "Session binding messages received, by outcome (applied, own, dropped: malformed)."},
+	{Name: "kvselect_event_plane_snapshot_requests_total", Kind: perf.Counter, Help: "Catch-up snapshot requests sent, by cause (all; resync: a snapshot fell short and the catalog changed)."},
+	{Name: "kvselect_event_plane_snapshot_replies_total", Kind: perf.Counter, Help: "Complete snapshot replies received (each reconciles its replica's mirrors)."},
+	{Name: "kvselect_event_plane_snapshot_events_total", Kind: perf.Counter, Help: "Snapshot admissions received, by outcome (received; freed: skipped, their free came first)."},
+	{Name: "kvselect_event_plane_snapshot_dropped_total", Kind: perf.Counter, Help: "Snapshot messages dropped: malformed, out of order, or past the gathering bound."},
+	{Name: "kvselect_event_plane_mirrors_reconciled_total", Kind: perf.Counter, Help: "Peers' mirrored bookings released because the peer's snapshot no longer held them (frees missed while cut off)."},
+	{Name: "kvselect_event_plane_snapshots_served_total", Kind: perf.Counter, Help: "Snapshots sent to other replicas, by outcome (served, refused: rate limit or queue full, publish_error)."},
+	{Name: "kvselect_event_plane_snapshot_events_served_total", Kind: perf.Counter, Help: "Bookings sent in snapshots."},
 	{Name: "kvselect_event_plane_bookings_dropped_total", Kind: perf.Counter, Help: "Booking messages not applied, by reason (too_large, malformed_envelope, wrong_topic, malformed_event, unknown_worker)."},
 }
 
@@ -375,6 +443,26 @@ func writeEventPlaneMetrics(w io.Writer, ep *eventPlane) {
 			perf.WriteCounter(w, perf.Label("kvselect_event_plane_bookings_dropped_total", "reason", natsplane.BookingDrop(d).String()), v)
 		}
 		perf.WriteCounter(w, `kvselect_event_plane_slow_consumer_drops_total{part="bookings"}`, st.SlowConsumerDrops)
+		rs := ep.bk.ReplicaStats()
+		perf.WriteCounter(w, "kvselect_event_plane_affinity_published_total", rs.AffinityPublished)
+		perf.WriteCounter(w, "kvselect_event_plane_affinity_outbound_dropped_total", rs.AffinityOutboundDropped)
+		perf.WriteCounter(w, "kvselect_event_plane_affinity_publish_errors_total", rs.AffinityPublishErrors)
+		perf.WriteGauge(w, "kvselect_event_plane_affinity_queue_depth", float64(rs.AffinityQueueDepth))
+		perf.WriteGauge(w, "kvselect_event_plane_affinity_queue_limit", float64(rs.AffinityQueueLimit))
+		perf.WriteCounter(w, `kvselect_event_plane_affinity_received_total{outcome="applied"}`, rs.AffinityApplied)
+		perf.WriteCounter(w, `kvselect_event_plane_affinity_received_total{outcome="own"}`, rs.AffinitySkippedOwn)
+		perf.WriteCounter(w, `kvselect_event_plane_affinity_received_total{outcome="dropped"}`, rs.AffinityDropped)
+		perf.WriteCounter(w, `kvselect_event_plane_snapshot_requests_total{cause="all"}`, rs.SnapshotRequests)
+		perf.WriteCounter(w, `kvselect_event_plane_snapshot_requests_total{cause="resync"}`, rs.Resyncs)
+		perf.WriteCounter(w, "kvselect_event_plane_snapshot_replies_total", rs.SnapshotReplies)
+		perf.WriteCounter(w, `kvselect_event_plane_snapshot_events_total{outcome="received"}`, rs.SnapshotEvents)
+		perf.WriteCounter(w, `kvselect_event_plane_snapshot_events_total{outcome="freed"}`, rs.SnapshotFreed)
+		perf.WriteCounter(w, "kvselect_event_plane_snapshot_dropped_total", rs.SnapshotDropped)
+		perf.WriteCounter(w, "kvselect_event_plane_mirrors_reconciled_total", rs.MirrorsReconciled)
+		perf.WriteCounter(w, `kvselect_event_plane_snapshots_served_total{outcome="served"}`, rs.SnapshotsServed)
+		perf.WriteCounter(w, `kvselect_event_plane_snapshots_served_total{outcome="refused"}`, rs.SnapshotsRefused)
+		perf.WriteCounter(w, `kvselect_event_plane_snapshots_served_total{outcome="publish_error"}`, rs.SnapshotPublishErrors)
+		perf.WriteCounter(w, "kvselect_event_plane_snapshot_events_served_total", rs.SnapshotEventsServed)
 	}
 }
 

@@ -123,6 +123,7 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	}
 
 	// The NATS event plane (eventplane.go), around the ingress and mesh.
+	plane.noSnapshot = opts.noReplicaSnapshot
 	ep, ingress, replica, err := startEventPlane(n, plane, logs, &opts.core, ingress, replica)
 	if err != nil {
 		return fail(1, "event plane", err)
@@ -140,6 +141,9 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		// Session bindings replicate on the mesh, versioned with its
 		// process id; peers' bindings are applied once Start runs.
 		copts.Affinity, copts.WriterID = zmesh, zmesh.ProcessID()
+	}
+	if opts.core.SessionAffinity.TTL > 0 {
+		ep.withAffinity(&copts) // and on the NATS plane
 	}
 	svc, err := core.New(opts.core, copts)
 	if err != nil {

@@ -340,23 +340,18 @@ func (m *Mesh) sendSnapshot(p *zmtp.PubPeer, topic string) {
 	if topic != SnapshotTopic || box == nil {
 		return
 	}
-	// A peer gets at most snapshotBurst snapshots per snapshotWindow (the
-	// one at connect and a resync or two after its catalog changed): each
-	// walks the whole ledger, and any TCP peer can subscribe.
-	// When they were sent, oldest first, is the peer's Local state (this
-	// runs on its reader goroutine only).
-	sent, _ := p.Local.(*[snapshotBurst]time.Time)
-	if sent == nil {
-		sent = new([snapshotBurst]time.Time)
-		p.Local = sent
+	// A peer gets at most SnapshotBurst snapshots per SnapshotWindow
+	// (SnapshotLimiter, the peer's Local state: this runs on its reader
+	// goroutine only).
+	lim, _ := p.Local.(*SnapshotLimiter)
+	if lim == nil {
+		lim = new(SnapshotLimiter)
+		p.Local = lim
 	}
-	now := time.Now()
-	if now.Sub(sent[0]) < snapshotWindow {
+	if !lim.Allow(time.Now()) {
 		m.st.snapshotsRefused.Add(1)
 		return
 	}
-	copy(sent[:], sent[1:])
-	sent[snapshotBurst-1] = now
 	for _, ev := range box.AppendLocalBookings(nil) {
 		if !p.Send([][]byte{snapshotTopicBytes, AppendEnvelope(make([]byte, 0, envelopeBound(&ev)), &ev, m.id)}) {
 			// The peer's queue is full: the rest of this snapshot is lost
@@ -369,12 +364,37 @@ func (m *Mesh) sendSnapshot(p *zmtp.PubPeer, topic string) {
 	}
 }
 
-// snapshotBurst and snapshotWindow bound how often one peer is sent a
-// snapshot.
+// SnapshotBurst and SnapshotWindow bound how often one peer is sent a
+// snapshot, on any bus (the ZMQ mesh, zmqin/natsplane): the one at
+// connect and a resync or two after its catalog changed. Each walks the
+// whole ledger, and any peer can ask.
 const (
-	snapshotBurst  = 3
-	snapshotWindow = 10 * time.Second
+	SnapshotBurst  = 3
+	SnapshotWindow = 10 * time.Second
 )
+
+// SnapshotLimiter is one peer's snapshot budget: when its last
+// SnapshotBurst snapshots were sent, oldest first. The zero value allows
+// a burst. Not safe for concurrent use.
+type SnapshotLimiter [SnapshotBurst]time.Time
+
+// Allow reports whether a snapshot may be sent at now, and if so counts
+// it.
+func (l *SnapshotLimiter) Allow(now time.Time) bool {
+	if now.Sub(l[0]) < SnapshotWindow {
+		return false
+	}
+	copy(l[:], l[1:])
+	l[SnapshotBurst-1] = now
+	return true
+}
+
+// SnapshotShort reports whether a snapshot event was dropped because this
+// process has not registered its partition or worker yet: the peer is to
+// be asked again once the catalog has changed and settled.
+func SnapshotShort(ev *core.ReplicaEvent) bool {
+	return ev.Dropped && (ev.Drop == core.DropUnknownPartition || ev.Drop == core.DropUnknownWorker)
+}
 
 // drain applies the inbound queue in batches until Close, and asks peers
 // whose snapshot fell short for a new one once the catalog has changed
@@ -432,8 +452,7 @@ func (m *Mesh) drain() {
 		}
 		m.st.inBytes.Add(-done)
 		for i := range batch {
-			if e := &from[i]; e.snapshot && batch[i].Dropped &&
-				(batch[i].Drop == core.DropUnknownPartition || batch[i].Drop == core.DropUnknownWorker) {
+			if e := &from[i]; e.snapshot && SnapshotShort(&batch[i]) {
 				if !e.peer.short {
 					short = append(short, e.peer)
 				}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,10 +19,17 @@ import (
 
 // Applier is what Bookings applies peers' events to: core.Service.
 type Applier interface {
+	// ApplyReplica applies events in order and records each one's
+	// outcome in its Dropped and Drop fields.
 	ApplyReplica(evs []core.ReplicaEvent)
 	// WorkerPartition names the partition of a schedulable worker: an
 	// ActiveSequenceEvent names its worker, not its partition.
 	WorkerPartition(id uint64) (model, group string, blockSize uint32, ok bool)
+	// AppendLocalBookings, CatalogVersion and ReleaseMirrors serve the
+	// catch-up snapshot (replicas.go).
+	AppendLocalBookings(dst []core.ReplicaEvent) []core.ReplicaEvent
+	CatalogVersion() uint64
+	ReleaseMirrors(origin core.Origin, before time.Time, keep func(id string) bool) int
 }
 
 // BookingsConfig configures Bookings.
@@ -46,6 +54,20 @@ type BookingsConfig struct {
 	MaxMessageBytes int
 	// Logger as IngressConfig's.
 	Logger *slog.Logger
+
+	// The kvselect-to-kvselect traffic (replicas.go). NoSnapshot turns
+	// the catch-up snapshot off: neither served nor asked for.
+	NoSnapshot bool
+	// AffinityQueueLimit bounds the outbound session bindings
+	// (mesh.DefaultAffinityOutbound).
+	AffinityQueueLimit int
+	// SnapshotWait, SnapshotIdle and SnapshotMaxEvents bound a request's
+	// gathering (DefaultSnapshot*); ResyncSettle is how long the catalog
+	// must stay unchanged before a snapshot that fell short is asked
+	// again (DefaultResyncSettle, the mesh's).
+	SnapshotWait, SnapshotIdle time.Duration
+	SnapshotMaxEvents          int
+	ResyncSettle               time.Duration
 }
 
 // DefaultQueueLimit is BookingsConfig.QueueLimit's default.
@@ -99,8 +121,35 @@ type Bookings struct {
 	cfg     BookingsConfig
 	id      uint64
 	subject string // where events are published
+	// affSubject and snapshotSubject are kvselect's own (replicas.go).
+	affSubject, snapshotSubject string
 
-	out  chan []byte // encoded ActiveSequenceEvents, owned by the publisher goroutine once sent
+	out chan []byte // encoded ActiveSequenceEvents, owned by the publisher goroutine once sent
+	// affOut holds encoded session bindings, snapJobs the reply subjects
+	// of snapshot requests to answer: both drained by the publisher.
+	affOut   chan []byte
+	snapJobs chan string
+	// snapKick wakes the snapshotter (capacity 1: requests coalesce).
+	snapKick chan struct{}
+	askBack  atomic.Bool // the next request asks the responders to ask back
+	aff      atomic.Pointer[affinityBox]
+	// inbox is the snapshot request's reply subscription while one is
+	// gathered.
+	inbox atomic.Pointer[nats.Subscription]
+	// req owns the snapshot requesters' limiters (the request
+	// subscription's goroutine and Stats take it).
+	req struct {
+		sync.Mutex
+		lim map[uint64]*mesh.SnapshotLimiter
+	}
+	rst struct {
+		affPublished, affOutDropped, affPublishErrors atomic.Uint64
+		affReceived, affApplied, affOwn, affDropped   atomic.Uint64
+		snapRequests, snapReplies, snapEvents         atomic.Uint64
+		snapDropped, reconciled, resyncs, snapFreed   atomic.Uint64
+		snapServed, snapEventsServed, snapRefused     atomic.Uint64
+		snapPublishErrors                             atomic.Uint64
+	}
 	stop chan struct{}
 	wg   sync.WaitGroup
 
@@ -112,6 +161,11 @@ type Bookings struct {
 		app   Applier
 		batch []core.ReplicaEvent
 		lg    ratelog.Logger
+		// freed, while a snapshot is gathered (nil otherwise), holds the
+		// ids of the frees received meanwhile, by origin (at most
+		// maxFreedDuringSnapshot): a snapshot admission of one of them
+		// was taken before its free and is skipped (replicas.go).
+		freed map[string]core.Origin
 	}
 	subsMu sync.Mutex
 	subs   []*nats.Subscription
@@ -140,11 +194,19 @@ func NewBookings(cfg BookingsConfig) (*Bookings, error) {
 	cfg.PendingMsgs = cmp.Or(cfg.PendingMsgs, DefaultPendingMsgs)
 	cfg.PendingBytes = cmp.Or(cfg.PendingBytes, DefaultPendingBytes)
 	cfg.MaxMessageBytes = cmp.Or(cfg.MaxMessageBytes, DefaultMaxMessageBytes)
+	cfg.AffinityQueueLimit = cmp.Or(cfg.AffinityQueueLimit, mesh.DefaultAffinityOutbound)
+	cfg.SnapshotWait = cmp.Or(cfg.SnapshotWait, DefaultSnapshotWait)
+	cfg.SnapshotIdle = cmp.Or(cfg.SnapshotIdle, DefaultSnapshotIdle)
+	cfg.SnapshotMaxEvents = cmp.Or(cfg.SnapshotMaxEvents, DefaultSnapshotMaxEvents)
+	cfg.ResyncSettle = cmp.Or(cfg.ResyncSettle, DefaultResyncSettle)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	b := &Bookings{cfg: cfg, id: cfg.RouterID, subject: cfg.Scope.Subject(TopicActiveSequences),
-		out: make(chan []byte, cfg.QueueLimit), stop: make(chan struct{})}
+		affSubject: cfg.Scope.Subject(TopicSessionAffinity), snapshotSubject: cfg.Scope.Subject(TopicSlotSnapshot),
+		out: make(chan []byte, cfg.QueueLimit), affOut: make(chan []byte, cfg.AffinityQueueLimit),
+		snapJobs: make(chan string, snapshotJobs), snapKick: make(chan struct{}, 1), stop: make(chan struct{})}
+	b.req.lim = map[uint64]*mesh.SnapshotLimiter{}
 	for b.id == 0 {
 		var r [8]byte
 		_, _ = rand.Read(r[:])
@@ -192,8 +254,21 @@ func (b *Bookings) Start(nc *nats.Conn, app Applier) error {
 	b.in.Unlock()
 	b.subsMu.Lock()
 	defer b.subsMu.Unlock()
+	handlers := map[string]nats.MsgHandler{}
 	for _, subj := range b.Subjects() {
-		sub, err := nc.Subscribe(subj, func(m *nats.Msg) { b.handle(m.Data) })
+		handlers[subj] = func(m *nats.Msg) { b.handle(m.Data) }
+	}
+	subjects := b.Subjects()
+	if b.aff.Load() != nil {
+		subjects = append(subjects, b.affSubject)
+		handlers[b.affSubject] = func(m *nats.Msg) { b.handleAffinity(m.Data) }
+	}
+	if !b.cfg.NoSnapshot {
+		subjects = append(subjects, b.snapshotSubject)
+		handlers[b.snapshotSubject] = b.handleSnapshotRequest
+	}
+	for _, subj := range subjects {
+		sub, err := nc.Subscribe(subj, handlers[subj])
 		if err == nil {
 			err = sub.SetPendingLimits(b.cfg.PendingMsgs, b.cfg.PendingBytes)
 		}
@@ -208,7 +283,12 @@ func (b *Bookings) Start(nc *nats.Conn, app Applier) error {
 	}
 	b.wg.Add(1)
 	go b.publish(nc)
-	b.cfg.Logger.Info("bookings: sharing on the NATS event plane", "publish", b.subject, "subscribe", b.Subjects(), "router_id", b.id)
+	if !b.cfg.NoSnapshot {
+		b.wg.Add(1)
+		go b.snapshotter(nc)
+		b.kick() // the catch-up on join
+	}
+	b.cfg.Logger.Info("bookings: sharing on the NATS event plane", "publish", b.subject, "subscribe", subjects, "router_id", b.id)
 	return nil
 }
 
@@ -223,6 +303,14 @@ func (b *Bookings) publish(nc *nats.Conn) {
 		select {
 		case <-b.stop:
 			return
+		case p := <-b.affOut:
+			// Bindings are few: each goes out at once.
+			env = AppendEnvelope(env[:0], b.id, 0, uint64(time.Now().UnixMilli()), TopicSessionAffinity, p)
+			if err := nc.Publish(b.affSubject, env); err != nil {
+				b.rst.affPublishErrors.Add(1)
+			}
+		case reply := <-b.snapJobs:
+			b.serveSnapshot(nc, reply)
 		case p := <-b.out:
 			env = AppendEnvelope(env[:0], b.id, seq, uint64(time.Now().UnixMilli()), TopicActiveSequences, p)
 			seq++
@@ -278,6 +366,9 @@ func (b *Bookings) handle(body []byte) {
 		return
 	}
 	ev.ModelName, ev.RoutingGroup, ev.BlockSize = model, group, bs
+	if b.in.freed != nil && ev.Kind == core.ReplicaFree && len(b.in.freed) < maxFreedDuringSnapshot {
+		b.in.freed[strings.Clone(ev.RequestID)] = ev.Origin
+	}
 	b.in.app.ApplyReplica(b.in.batch)
 	b.st.applied.Add(1)
 	clear(b.in.batch)
@@ -295,6 +386,9 @@ func (b *Bookings) Close() error {
 	}
 	b.subs = nil
 	b.subsMu.Unlock()
+	if sub := b.inbox.Load(); sub != nil {
+		_ = sub.Unsubscribe()
+	}
 	close(b.stop)
 	b.wg.Wait()
 	// What was published reaches the server unless it is unreachable:

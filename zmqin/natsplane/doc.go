@@ -92,6 +92,18 @@
 // cannot apply (unknown workers and requests) with its own counters.
 // There is no catch-up on this topic (Dynamo has none).
 //
+// # Between kvselect replicas
+//
+// Bookings also carry what the ZMQ mesh carries between kvselect
+// replicas (replicas.go), with the mesh's encoders and limits: session
+// bindings (HandleAffinity, PublishAffinity: core.AffinitySink) on
+// kvselect-session-affinity, and the catch-up snapshot by request/reply
+// on kvselect-slot-snapshot, asked on join (Start), on each reconnect
+// (Resync, both ways), on a new route of the embedded server (CatchUp),
+// and again after one fell short of the catalog. A complete reply
+// reconciles its peer's mirrors (core.Service.ReleaseMirrors), so frees
+// missed while cut off do not leak until the expiry guard.
+//
 // # Partitions
 //
 // A replica cut off from NATS (its server gone, the network split) keeps
@@ -108,9 +120,13 @@
 // # Goroutines
 //
 //   - The NATS client's: a reader, and one delivery goroutine per
-//     subscription (four for KV, two for bookings), which run Ingress
+//     subscription (four for KV; two for bookings, plus the bindings' and
+//     the snapshot requests' and, while gathering, the reply inbox), which run Ingress
 //     and Bookings processing; they stop on Unsubscribe (Close).
-//   - Bookings: one publisher, fed by Publish; stops on Close.
+//   - Bookings: one publisher, fed by Publish, PublishAffinity and the
+//     snapshot requests to answer; one snapshotter, which asks for and
+//     gathers snapshots (woken by Start, Resync, CatchUp, and its own
+//     ticker for the catalog); both stop on Close.
 //   - Link: one running the OnReconnect callbacks; stops on Close.
 //   - Server: nats-server's own (accept, routes, clients); stops on
 //     Close.

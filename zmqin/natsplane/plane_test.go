@@ -78,6 +78,7 @@ func newNode(t *testing.T, url string, routerID uint64) *node {
 		t.Fatal(err)
 	}
 	nc := link.Conn()
+	link.OnReconnect(bk.Resync)
 	n := &node{svc: svc, in: in, bk: bk, nc: nc, link: link}
 	t.Cleanup(func() {
 		_ = bk.Close()

@@ -117,6 +117,13 @@
 // stale view until then. Bookings published while cut off wait in
 // nats.go's reconnect buffer (8 MiB; past it they are PublishErrors).
 //
+// # The worker catalog
+//
+// Catalog (catalog.go) shares the worker catalog through a JetStream
+// key-value bucket (ServerConfig.JetStream on an embedded server): every
+// replica watches it (a core.CatalogSource), and the one that has the
+// discovery source mirrors it with compare-and-swap writes (Mirror).
+//
 // # Goroutines
 //
 //   - The NATS client's: a reader, and one delivery goroutine per
@@ -128,6 +135,8 @@
 //     gathers snapshots (woken by Start, Resync, CatchUp, and its own
 //     ticker for the catalog); both stop on Close.
 //   - Link: one running the OnReconnect callbacks; stops on Close.
+//   - Catalog: one binding the bucket then watching it, and a writer
+//     (mirror passes); both stop on Close.
 //   - Server: nats-server's own (accept, routes, clients); stops on
 //     Close.
 package natsplane

@@ -39,6 +39,12 @@ type ServerConfig struct {
 	MaxPayload int32
 	// Logger receives the server's notices and errors; nil: silent.
 	Logger *slog.Logger
+	// JetStream enables JetStream (the worker catalog's bucket, Catalog)
+	// with its files under StoreDir (required then). Clustered, every
+	// member must enable it, and its leader is elected once a majority of
+	// the members are up.
+	JetStream bool
+	StoreDir  string
 }
 
 // DefaultMaxPayload is ServerConfig.MaxPayload's default.
@@ -90,6 +96,17 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 				return nil, fmt.Errorf("%w: NATS route %q is not nats://host:port", ErrConfig, r)
 			}
 			opts.Routes = append(opts.Routes, u)
+		}
+	}
+	if cfg.JetStream {
+		if cfg.StoreDir == "" {
+			return nil, fmt.Errorf("%w: JetStream needs a store directory", ErrConfig)
+		}
+		opts.JetStream, opts.StoreDir = true, cfg.StoreDir
+		if opts.ServerName == "" && opts.Port > 0 {
+			// A clustered JetStream tells members apart by name, and a
+			// restarted member is the same peer under the same name.
+			opts.ServerName = fmt.Sprintf("kvselect-%s-%d", opts.Host, opts.Port)
 		}
 	}
 	s, err := server.NewServer(opts)

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +50,13 @@ type eventPlaneOptions struct {
 	bookings bool
 	// queueLimit is --event-plane-queue: the outbound booking queue.
 	queueLimit int
+	// catalog is --nats-catalog: the worker catalog in a JetStream
+	// key-value bucket, with --nats-catalog-replicas copies; storeDir is
+	// the embedded server's JetStream directory (--nats-store-dir, ""
+	// for a temporary one removed at exit).
+	catalog         bool
+	catalogReplicas int
+	storeDir        string
 	// noSnapshot is serve's --no-replica-snapshot: no catch-up snapshot
 	// on the bus either.
 	noSnapshot bool
@@ -58,6 +68,7 @@ var eventPlaneFlags = map[string]bool{
 	"event-plane": false, "nats-server": false, "namespace": false, "component": false, "endpoint": false,
 	"nats-listen": false, "nats-cluster-listen": false, "nats-routes": false,
 	"event-plane-bookings": true, "event-plane-queue": false,
+	"nats-catalog": true, "nats-catalog-replicas": false, "nats-store-dir": false,
 }
 
 // splitEventPlaneArgs separates the event-plane flags (in any of the flag
@@ -113,6 +124,9 @@ func eventPlaneFlagSet(env func(string) (string, bool), stderr io.Writer) (fs *f
 	routes := fs.String("nats-routes", "", "embedded NATS server: comma-separated route URLs (nats://host:port) of the other replicas' servers")
 	fs.BoolVar(&o.bookings, "event-plane-bookings", true, "with --event-plane nats, share bookings with Dynamo routers and replicas on active_sequences_events")
 	fs.IntVar(&o.queueLimit, "event-plane-queue", natsplane.DefaultQueueLimit, "bookings queued for NATS at most; past it a booking's event is dropped (counted), never waited for")
+	fs.BoolVar(&o.catalog, "nats-catalog", false, "with --event-plane nats, share the worker catalog in a JetStream key-value bucket: a replica with --workers-file mirrors the file into it, the others take their catalog from it (their POST, PATCH and DELETE /workers then answer 409); the embedded server runs JetStream")
+	fs.IntVar(&o.catalogReplicas, "nats-catalog-replicas", 1, "JetStream copies of the catalog bucket (1 to 5; at most the cluster's servers)")
+	fs.StringVar(&o.storeDir, "nats-store-dir", "", "embedded NATS server: JetStream directory with --nats-catalog; empty: a temporary one, removed at exit")
 	return fs, func() (*eventPlaneOptions, error) { return o.finish(*plane, *endpoint, *routes) }
 }
 
@@ -164,8 +178,11 @@ func (o *eventPlaneOptions) finish(plane, endpoint, routes string) (*eventPlaneO
 	if o.queueLimit <= 0 {
 		return nil, errors.New("--event-plane-queue must be > 0")
 	}
-	if o.url != "" && (o.clusterListen != "" || len(o.routes) > 0) {
-		return nil, errors.New("--nats-cluster-listen and --nats-routes configure the embedded server; with --nats-server there is none")
+	if o.catalogReplicas < 1 || o.catalogReplicas > 5 {
+		return nil, errors.New("--nats-catalog-replicas must be 1 to 5")
+	}
+	if o.url != "" && (o.clusterListen != "" || len(o.routes) > 0 || o.storeDir != "") {
+		return nil, errors.New("--nats-cluster-listen, --nats-routes and --nats-store-dir configure the embedded server; with --nats-server there is none")
 	}
 	return o, nil
 }
@@ -183,6 +200,53 @@ type eventPlane struct {
 	start func(svc *core.Service) error
 	// affinity: the bookings also carry session bindings.
 	affinity bool
+	// cat is the catalog bucket (nil without --nats-catalog).
+	cat *natsplane.Catalog
+	log *slog.Logger
+}
+
+// catalogMirrorPoll is how often the mirroring replica hands its catalog
+// to the bucket's writer (which writes only what differs).
+const catalogMirrorPoll = time.Second
+
+// runCatalog puts the catalog bucket to work once the service exists and
+// its discovery source (hasSource: --workers-file) holds the catalog: the
+// replica with the source mirrors its catalog into the bucket; one
+// without takes its catalog from the bucket, which then owns it.
+func (ep *eventPlane) runCatalog(n *node, svc *core.Service, hasSource bool) error {
+	if ep == nil || ep.cat == nil {
+		return nil
+	}
+	if hasSource {
+		mirror := func(time.Time) {
+			ws := svc.ListWorkers("", "")
+			specs := make([]core.WorkerSpec, len(ws))
+			for i := range ws {
+				specs[i] = core.WorkerSpec{WorkerID: ws[i].WorkerID, ModelName: ws[i].ModelName, RoutingGroup: ws[i].RoutingGroup, WorkerFields: ws[i].WorkerFields}
+			}
+			if err := ep.cat.Mirror(specs); err != nil {
+				ep.log.Warn("worker catalog: not mirrored", "err", err)
+			}
+		}
+		mirror(time.Now())
+		n.every("catalog bucket mirror", catalogMirrorPoll, mirror)
+		ep.log.Info("worker catalog: mirroring --workers-file into the JetStream bucket", "bucket", ep.cat.Bucket())
+		return nil
+	}
+	rec, err := core.NewCatalogReconciler(svc, core.ReconcilerConfig{
+		Name: "--nats-catalog", Exclusive: true, Logf: printf(ep.log, slog.LevelWarn),
+	})
+	if err != nil {
+		return err
+	}
+	n.onStopDo("catalog bucket ownership", rec.Close)
+	n.loop("catalog bucket reconciler", func(ctx context.Context) {
+		if err := rec.Run(ctx, ep.cat); err != nil {
+			ep.log.Warn("worker catalog: clearing the catalog failed", "err", err)
+		}
+	})
+	ep.log.Info("worker catalog: taken from the JetStream bucket (POST, PATCH and DELETE /workers answer 409)", "bucket", ep.cat.Bucket())
+	return nil
 }
 
 // routeWatch is how often the embedded server's routes are counted.
@@ -205,12 +269,22 @@ func startEventPlane(n *node, o *eventPlaneOptions, logs *logs, ccfg *core.Confi
 		return nil, ingress, replica, nil
 	}
 	log := logs.logger("kvselect::natsplane")
-	ep := &eventPlane{o: o}
+	ep := &eventPlane{o: o, log: log}
 	url := o.url
 	if url == "" {
 		cfg, err := o.serverConfig()
 		if err != nil {
 			return nil, nil, nil, err
+		}
+		if o.catalog {
+			cfg.JetStream, cfg.StoreDir = true, o.storeDir
+			if cfg.StoreDir == "" {
+				if cfg.StoreDir, err = os.MkdirTemp("", "kvselect-jetstream-"); err != nil {
+					return nil, nil, nil, err
+				}
+				dir := cfg.StoreDir
+				n.onStop("JetStream directory", func() error { return os.RemoveAll(dir) })
+			}
 		}
 		cfg.Logger = logs.logger("kvselect::nats-server")
 		if ep.srv, err = natsplane.StartServer(cfg); err != nil {
@@ -227,6 +301,15 @@ func startEventPlane(n *node, o *eventPlaneOptions, logs *logs, ccfg *core.Confi
 	ep.link = link
 	nc := link.Conn()
 	n.onStopDo("NATS connection", link.Close)
+	if o.catalog {
+		if ep.cat, err = natsplane.NewCatalog(natsplane.CatalogConfig{Scope: o.scope, Replicas: o.catalogReplicas, Logger: logs.logger("kvselect::catalog_bucket")}); err != nil {
+			return nil, nil, nil, err
+		}
+		if err := ep.cat.Start(nc); err != nil {
+			return nil, nil, nil, err
+		}
+		n.onStop("NATS catalog bucket", ep.cat.Close)
+	}
 	var starts []func(*core.Service) error
 	if _, nop := ingress.(core.NopIngress); !nop {
 		// Workers on the bus have no ZMQ endpoint: their ranks are fed
@@ -391,6 +474,13 @@ var eventPlaneDescs = []perf.Desc{
 	{Name: "kvselect_event_plane_mirrors_reconciled_total", Kind: perf.Counter, Help: "Peers' mirrored bookings released because the peer's snapshot no longer held them (frees missed while cut off)."},
 	{Name: "kvselect_event_plane_snapshots_served_total", Kind: perf.Counter, Help: "Snapshots sent to other replicas, by outcome (served, refused: rate limit or queue full, publish_error)."},
 	{Name: "kvselect_event_plane_snapshot_events_served_total", Kind: perf.Counter, Help: "Bookings sent in snapshots."},
+	{Name: "kvselect_event_plane_catalog_bound", Kind: perf.Gauge, Help: "1 once the worker catalog's JetStream bucket is bound (--nats-catalog)."},
+	{Name: "kvselect_event_plane_catalog_workers", Kind: perf.Gauge, Help: "Workers in the catalog bucket as watched."},
+	{Name: "kvselect_event_plane_catalog_workers_limit", Kind: perf.Gauge, Help: "Workers the watcher holds at most; more are dropped."},
+	{Name: "kvselect_event_plane_catalog_updates_total", Kind: perf.Counter, Help: "Catalog bucket puts and deletes watched."},
+	{Name: "kvselect_event_plane_catalog_dropped_total", Kind: perf.Counter, Help: "Catalog bucket entries dropped: a key outside w.{worker_id}, an undecodable value, past the worker bound."},
+	{Name: "kvselect_event_plane_catalog_writes_total", Kind: perf.Counter, Help: "Mirror writes to the catalog bucket, by op (put, delete) and outcome (conflict: another writer was first, error)."},
+	{Name: "kvselect_event_plane_catalog_bind_errors_total", Kind: perf.Counter, Help: "Failed attempts to bind the catalog bucket (JetStream not up yet)."},
 	{Name: "kvselect_event_plane_bookings_dropped_total", Kind: perf.Counter, Help: "Booking messages not applied, by reason (too_large, malformed_envelope, wrong_topic, malformed_event, unknown_worker)."},
 }
 
@@ -406,6 +496,23 @@ func writeEventPlaneMetrics(w io.Writer, ep *eventPlane) {
 	perf.WriteCounter(w, "kvselect_event_plane_reconnects_total", ls.Reconnects)
 	if ep.srv != nil {
 		perf.WriteGauge(w, "kvselect_event_plane_nats_routes", float64(ep.srv.NumRoutes()))
+	}
+	if ep.cat != nil {
+		cs := ep.cat.Stats()
+		bound := 0.0
+		if cs.Bound {
+			bound = 1
+		}
+		perf.WriteGauge(w, "kvselect_event_plane_catalog_bound", bound)
+		perf.WriteGauge(w, "kvselect_event_plane_catalog_workers", float64(cs.Workers))
+		perf.WriteGauge(w, "kvselect_event_plane_catalog_workers_limit", float64(cs.MaxWorkers))
+		perf.WriteCounter(w, "kvselect_event_plane_catalog_updates_total", cs.Updates)
+		perf.WriteCounter(w, "kvselect_event_plane_catalog_dropped_total", cs.Dropped)
+		perf.WriteCounter(w, `kvselect_event_plane_catalog_writes_total{op="put",outcome="ok"}`, cs.Writes)
+		perf.WriteCounter(w, `kvselect_event_plane_catalog_writes_total{op="delete",outcome="ok"}`, cs.Deletes)
+		perf.WriteCounter(w, `kvselect_event_plane_catalog_writes_total{op="any",outcome="conflict"}`, cs.Conflicts)
+		perf.WriteCounter(w, `kvselect_event_plane_catalog_writes_total{op="any",outcome="error"}`, cs.Errors)
+		perf.WriteCounter(w, "kvselect_event_plane_catalog_bind_errors_total", cs.BindErrors)
 	}
 	if ep.in != nil {
 		st := ep.in.Stats()

@@ -191,6 +191,11 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		reg.Describe(membershipDescs...)
 		reg.OnScrape(func(w io.Writer) { writeMembershipMetrics(w, members.file.stats(), members.rec.Stats()) })
 	}
+	// The catalog bucket (--nats-catalog): mirrored from the workers
+	// file, or the catalog's source.
+	if err := ep.runCatalog(n, svc, members != nil); err != nil {
+		return fail(2, "--nats-catalog", err)
+	}
 	if opts.engineMetrics > 0 {
 		scrape := startEngineScrape(svc, opts.engineMetrics, logs.logger("kvselect::engines"))
 		n.onStopDo("engine metrics", scrape.stop)

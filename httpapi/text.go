@@ -124,7 +124,7 @@ func (s *Server) handleTokenize(ctx *fasthttp.RequestCtx) {
 	// (its template writes them).
 	addSpecial := r.addSpecial
 	if !r.hasAdd {
-		addSpecial = r.txt.hasText
+		addSpecial = r.txt.HasPrompt
 	}
 	ids, err := r.txt.tokens(tok, nil, addSpecial)
 	if err != nil {

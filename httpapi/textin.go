@@ -1,8 +1,6 @@
 package httpapi
 
 import (
-	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/kvselect/kvselect/core"
@@ -15,15 +13,10 @@ import (
 // (a completion's text), or messages (a chat completion's, rendered with
 // the model's chat template, with tools, chat_template_kwargs,
 // add_generation_prompt, continue_final_message and chat_template as
-// vLLM's ChatCompletionRequest takes them). The raw JSON fields and text
-// alias the body: valid while the handler runs.
-type textIn struct {
-	text                           string
-	hasText                        bool
-	messages, tools, kwargs        []byte // raw JSON; nil: absent
-	template                       string
-	addGen, hasAddGen, continueMsg bool
-}
+// vLLM's ChatCompletionRequest takes them): text.Input, decoded from the
+// body's fields. The raw JSON fields and text alias the body: valid while
+// the handler runs.
+type textIn struct{ text.Input }
 
 // textFields are textIn's keys, for the routes' field sets.
 var textFields = []string{"prompt", "messages", "tools", "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "chat_template"}
@@ -35,29 +28,29 @@ func (t *textIn) reset() { *t = textIn{} }
 func (t *textIn) field(s *jsonscan.Scanner, key string) (known bool, err error) {
 	switch key {
 	case "prompt":
-		t.text, t.hasText, err = s.Str("prompt")
+		t.Prompt, t.HasPrompt, err = s.Str("prompt")
 	case "messages":
-		t.messages, err = rawValue(s)
+		t.Messages, err = rawValue(s)
 	case "tools":
-		t.tools, err = rawValue(s)
+		t.Tools, err = rawValue(s)
 	case "chat_template_kwargs":
-		t.kwargs, err = rawValue(s)
+		t.Kwargs, err = rawValue(s)
 	case "chat_template":
 		var v *string
 		if v, err = optStr(s, "chat_template"); v != nil {
-			t.template = *v
+			t.Template = *v
 		}
 	case "add_generation_prompt":
 		if n, e := s.Null(); n || e != nil {
 			return true, e
 		}
-		t.addGen, err = s.Boolean("add_generation_prompt")
-		t.hasAddGen = true
+		t.AddGenerationPrompt, err = s.Boolean("add_generation_prompt")
+		t.HasAddGenerationPrompt = true
 	case "continue_final_message":
 		if n, e := s.Null(); n || e != nil {
 			return true, e
 		}
-		t.continueMsg, err = s.Boolean("continue_final_message")
+		t.ContinueFinalMessage, err = s.Boolean("continue_final_message")
 	default:
 		return false, nil
 	}
@@ -78,39 +71,11 @@ func rawValue(s *jsonscan.Scanner) ([]byte, error) {
 }
 
 // has reports whether the body carried text of either kind.
-func (t *textIn) has() bool { return t.hasText || t.messages != nil }
+func (t *textIn) has() bool { return t.Has() }
 
-// tokens appends the text's token ids to dst as the engine computes them:
-// a prompt with special tokens when addSpecial (vLLM's completions
-// default: true), messages rendered and tokenized without them unless
-// addSpecial (vLLM's chat default: false; the template writes the BOS).
-// add_generation_prompt defaults to true, as in vLLM's chat request. An
-// error is the client's: its message is the 400's.
+// tokens is text.Input.Tokens at the server's time.
 func (t *textIn) tokens(tok *text.Tokenizer, dst []uint32, addSpecial bool) ([]uint32, error) {
-	if t.hasText {
-		return tok.Encode(dst, t.text, addSpecial), nil
-	}
-	req := text.ChatRequest{
-		Messages: t.messages, Tools: t.tools, Template: t.template,
-		AddGenerationPrompt: !t.hasAddGen || t.addGen, ContinueFinalMessage: t.continueMsg,
-		Now: time.Now(),
-	}
-	if t.continueMsg && !t.hasAddGen {
-		req.AddGenerationPrompt = false // vLLM: the two are exclusive, the default yields
-	}
-	if t.kwargs != nil {
-		if err := json.Unmarshal(t.kwargs, &req.Kwargs); err != nil {
-			return dst, errors.New("chat_template_kwargs: want a JSON object: " + err.Error())
-		}
-	}
-	prompt, err := tok.RenderChat(req)
-	if errors.Is(err, text.ErrNoChatTemplate) {
-		return dst, errors.New("the model's tokenizer has no chat template (tokenizer_config.json's chat_template): send prompt, or chat_template")
-	}
-	if err != nil {
-		return dst, err
-	}
-	return tok.Encode(dst, prompt, addSpecial), nil
+	return t.Tokens(tok, dst, addSpecial, time.Now())
 }
 
 // textTokens puts the body's text's ids into p for model: a selection or
@@ -128,7 +93,7 @@ func (s *Server) textTokens(p *core.Prompt, model string, t *textIn) string {
 	if tok == nil {
 		return msg
 	}
-	ids, err := t.tokens(tok, p.TokenIDs[:0], t.hasText)
+	ids, err := t.tokens(tok, p.TokenIDs[:0], t.HasPrompt)
 	if err != nil {
 		return err.Error()
 	}

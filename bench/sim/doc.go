@@ -15,7 +15,8 @@
 // bench.Config.Seed), and the peer routers' policies of package
 // bench/sim/peers (PeerPolicies: sglang_cache_aware, smg_cache_aware,
 // llm-d, llm-d_precise, prodstack_prefixaware, aibrix_prefix_cache;
-// --policies all or peers adds them, the default set is Policies). The
+// all of them run by default (AllPolicies; --policies own runs only
+// kvselect's and the baselines, Policies; peers only the peers). The
 // kvselect policy is the reference's default, NVIDIA Dynamo's KV router
 // cost, and the report names it so (ReferenceNames). The load harness
 // itself is package bench; this package adds the virtual-time loop, the

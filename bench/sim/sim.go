@@ -72,7 +72,7 @@ func DefaultConfig() Config {
 		ArrivalRate:      2,
 		ThinkTime:        5,
 		ToolThinkTime:    1,
-		Policies:         slices.Clone(Policies),
+		Policies:         slices.Clone(AllPolicies),
 		SyncTimeout:      5 * time.Second,
 	}
 }
@@ -102,7 +102,7 @@ func (s *Config) Validate() error {
 	}
 	for _, p := range s.Policies {
 		if !slices.Contains(AllPolicies, p) {
-			return fmt.Errorf("%w: unknown policy %q (want some of %v, or %q, %q)", bench.ErrConfig, p, AllPolicies, PolicyGroupAll, PolicyGroupPeers)
+			return fmt.Errorf("%w: unknown policy %q (want some of %v, or %q, %q, %q)", bench.ErrConfig, p, AllPolicies, PolicyGroupAll, PolicyGroupPeers, PolicyGroupOwn)
 		}
 	}
 	return nil
@@ -148,6 +148,7 @@ var AllPolicies = []string{
 const (
 	PolicyGroupAll   = "all"   // AllPolicies
 	PolicyGroupPeers = "peers" // PeerPolicies
+	PolicyGroupOwn   = "own"   // Policies: kvselect's and the baselines
 )
 
 // ExpandPolicies replaces the groups "all" and "peers" in names by their
@@ -167,6 +168,10 @@ func ExpandPolicies(names []string) []string {
 			}
 		case PolicyGroupPeers:
 			for _, p := range PeerPolicies {
+				add(p)
+			}
+		case PolicyGroupOwn:
+			for _, p := range Policies {
 				add(p)
 			}
 		default:

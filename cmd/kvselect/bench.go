@@ -61,7 +61,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		simulate  = fs.Bool("simulate", false, "routing quality instead of load: replay the workload in virtual time through simulated vLLM engines publishing real ZMQ KV events, routed by each policy of --policies, at each of --loads, and report KV hit rate, TTFT, end-to-end latency, throughput, preemptions and load balance per policy")
 		simCfg    = sim.DefaultConfig()
 		loads     = fs.String("loads", "0.5,0.9", "--simulate: load levels as fractions of the cluster's capacity, which the run measures first (ignored with --time-scale or --rate)")
-		policies  = fs.String("policies", strings.Join(sim.Policies, ","), "--simulate: policies to run, in order; \"peers\" stands for the peer routers' policies ("+strings.Join(sim.PeerPolicies, ",")+"), \"all\" for every policy")
+		policies  = fs.String("policies", "all", "--simulate: policies to run, in order; \"all\" (the default) is every policy ("+strings.Join(sim.AllPolicies, ",")+"), \"peers\" the peer routers' ("+strings.Join(sim.PeerPolicies, ",")+"), \"own\" kvselect's and the baselines ("+strings.Join(sim.Policies, ",")+")")
 	)
 	fs.StringVar(&cfg.Target, "target", "", "base URL of a running selector, e.g. http://127.0.0.1:8092 (default: start one in-process)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "client goroutines (closed loop) or the pool serving the schedule (open loop)")
@@ -84,6 +84,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.BoolVar(&cfg.Fill, "fill", true, "before the load, route every prompt once through the selector and serve it on the chosen worker's engine, whose KV events fill the selector's index (needs engines); false leaves the index empty")
 	fs.StringVar(&cfg.Baseline, "baseline", "", "noop: also drive an in-process no-op fasthttp server in the same run and report ratios")
 	fs.IntVar(&cfg.Replicas, "replicas", 1, "in-process kvselect replicas meshed over loopback ZMQ to spread the load over (operations alternate between them); > 1 also drives one replica alone in the same run and reports the throughput ratio and the booking propagation lag between replicas")
+	benchPlane := fs.String("event-plane", "zmq", "with --replicas > 1: zmq (the replicas meshed over loopback ZMQ) or nats (besides, as many replicas over the NATS event plane, embedded servers clustered through routes, measured in the same rounds and reported beside the mesh)")
 	fs.DurationVar(&cfg.ProbeInterval, "probe-interval", cfg.ProbeInterval, "with --replicas > 1: pause between two propagation probes (a booking on one replica, timed until the other applies it)")
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "with --replicas > 1: alternating windows, each of --duration/N, in which one replica and the replicas are measured (one long window each would give the second whatever else the machine ran then)")
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "write cpu, heap, mutex and block profiles of the server's measured window (from /debug/pprof) into this directory")
@@ -173,6 +174,10 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		cfg.EngineBlocks = 0
 	}
 	cfg.Fill = cfg.Fill && cfg.EngineBlocks > 0
+	if *benchPlane != "zmq" && (*benchPlane != "nats" || cfg.Replicas < 2) {
+		fmt.Fprintln(stderr, "kvselect bench: --event-plane is zmq, or nats with --replicas > 1")
+		return 2
+	}
 	if cfg.Replicas > 1 && cfg.Target != "" {
 		fmt.Fprintln(stderr, errNoReplicas)
 		return 2
@@ -204,6 +209,9 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if cfg.Replicas > 1 {
 			// --replicas: that many replicas, and one alone (replicas.go).
 			cfg.StartReplicas = inProcessReplicas(cfg.ProfileDir != "", extra...)
+			if *benchPlane == "nats" {
+				cfg.StartAltReplicas, cfg.AltLabel = inProcessNATSReplicas(extra...), "the NATS event plane"
+			}
 		}
 	}
 	if f, ok := stdout.(*os.File); ok && !*noBar && bench.IsTerminal(f) {

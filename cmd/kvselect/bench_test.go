@@ -211,7 +211,7 @@ func TestBenchSimulateEndToEnd(t *testing.T) {
 	}
 	first := string(page)[strings.Index(string(page), "<svg "):]
 	first = first[:strings.Index(first, "</svg>")+len("</svg>")]
-	if series, texts := svgSeries(t, []byte(first)); strings.Join(series, ",") != "kvselect,approximate,cache_balance,random,round_robin" || !strings.Contains(texts, "p99 ") {
+	if series, texts := svgSeries(t, []byte(first)); strings.Join(series, ",") != "kvselect,aibrix_prefix_cache,approximate,cache_balance,llm-d,llm-d_precise,prodstack_prefixaware,random,round_robin,sglang_cache_aware,smg_cache_aware" || !strings.Contains(texts, "p99 ") {
 		t.Fatalf("--plot TTFT chart: series %v, texts %s", series, texts)
 	}
 	if !strings.Contains(string(page), "requests per worker") || !strings.Contains(string(page), ">w8<") {
@@ -245,7 +245,7 @@ func TestBenchSimulateEndToEnd(t *testing.T) {
 	if err := json.Unmarshal(raw, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.BlockSize != 64 || rep.Workers != 8 || len(rep.Policies) != 5 {
+	if rep.BlockSize != 64 || rep.Workers != 8 || len(rep.Policies) != 11 { // kvselect's 3, the 6 peers', the 2 baselines
 		t.Fatalf("report %s", raw)
 	}
 	for name, p := range rep.Policies {

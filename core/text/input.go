@@ -37,7 +37,7 @@ func (in *Input) Has() bool { return in.HasPrompt || in.Messages != nil }
 // template writes the BOS). add_generation_prompt defaults to true, as in
 // vLLM's chat request, and yields to continue_final_message. now is the
 // template's strftime_now clock. An error is the client's: its message is
-// the front end's 400.
+// the front end's bad-request answer.
 func (in *Input) Tokens(tok *Tokenizer, dst []uint32, addSpecial bool, now time.Time) ([]uint32, error) {
 	if in.HasPrompt {
 		return tok.Encode(dst, in.Prompt, addSpecial), nil

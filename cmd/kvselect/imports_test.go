@@ -37,8 +37,14 @@ var allowedInRepo = map[string][]string{
 	"httpapi/client": {},
 	// httpapi's JSON scanner, internal to it: the standard library only.
 	"httpapi/internal/jsonscan": {},
+	// httpapi/epp is the gateway's endpoint picker (Envoy ext_proc over
+	// gRPC), a sibling of httpapi: core, the tokenizers, never httpapi.
+	"httpapi/epp": {"core", "core/text"},
 	// httpapi/engines scrapes engines' metrics; it knows no domain type.
 	"httpapi/engines": {},
+	// httpapi/kube turns pods and InferencePools into catalog snapshots
+	// for core's reconciler, and exports its stats on a perf registry.
+	"httpapi/kube": {"core", "perf"},
 	"perf":            {},
 	// perf/promcheck reads expositions for tests only (expfmt).
 	"perf/promcheck": {},
@@ -88,12 +94,18 @@ var externalOnly = []struct {
 	// NATS (client and embedded server) only in the event plane.
 	{"github.com/nats-io/", []string{"zmqin/natsplane"}},
 	{"github.com/valyala/fasthttp", []string{"httpapi", "perf", "bench"}},
+	// gRPC and Envoy's API types only in the endpoint picker and its host.
+	{"google.golang.org/grpc", []string{"httpapi/epp", "cmd/kvselect"}},
+	{"github.com/envoyproxy/go-control-plane", []string{"httpapi/epp", "cmd/kvselect"}},
 	{"flag", []string{"cmd/kvselect"}},
 	// The Prometheus parser is a test tool: it stays out of the binary.
 	{"github.com/prometheus/", []string{"perf/promcheck"}},
 	// The JSON-schema validator checks the OpenAPI document in tests only.
 	{"github.com/santhosh-tekuri/jsonschema", []string{}},
 	{"gopkg.in/yaml.v3", []string{"cmd/kvselect"}},
+	// client-go and apimachinery only in Kubernetes discovery (core stays
+	// free of them) and the program that wires it.
+	{"k8s.io/", []string{"httpapi/kube", "cmd/kvselect"}},
 }
 
 // testOnly are the in-repo packages only test files may import, with
@@ -345,6 +357,15 @@ func TestImportRulesNestedPackages(t *testing.T) {
 		{"zmqin", "zmqin/mesh", true},
 		{"zmqin/zmtp", "zmqin/mesh", true},
 		{"zmqin/mesh", "github.com/go-zeromq/zmq4", true},
+		{"httpapi/epp", "core", false},
+		{"httpapi/epp", "core/text", false},
+		{"httpapi/epp", "httpapi", true},
+		{"httpapi/epp", "zmqin", true},
+		{"httpapi/epp", "google.golang.org/grpc", false},
+		{"httpapi/epp", "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3", false},
+		{"httpapi", "google.golang.org/grpc", true},
+		{"core", "github.com/envoyproxy/go-control-plane/envoy/config/core/v3", true},
+		{"core", "httpapi/epp", true},
 	} {
 		path := filepath.Join(dir, "f.go")
 		imp := tc.imp

@@ -149,10 +149,23 @@ func runReplicas(ctx context.Context, cfg *Config, rep *Report, params loadParam
 		return err
 	}
 	defer pr.close()
+	// The other bus's replicas (cfg.StartAltReplicas), when given.
+	var alt *loadTarget
+	var altPr *prober
+	if cfg.StartAltReplicas != nil {
+		if alt, err = openTarget(ctx, *cfg, cfg.AltLabel+" replica", replicaStart(cfg, cfg.Replicas, true, logw), true, cfg.Replicas, prompts, logw); err != nil {
+			return err
+		}
+		defer alt.close()
+		if altPr, err = newProber(alt.reps, prompts, "bench-"+nonce+"-alt", cfg); err != nil {
+			return err
+		}
+		defer altPr.close()
+	}
 
 	rounds := max(1, cfg.Rounds)
 	slice := cfg.Duration / time.Duration(rounds)
-	var oneSlices, meshSlices []loadSlice
+	var oneSlices, meshSlices, altSlices []loadSlice
 	var waitProfiles func() ([]string, []string)
 	for r := range rounds {
 		if err := ctx.Err(); err != nil {
@@ -187,6 +200,14 @@ func runReplicas(ctx context.Context, cfg *Config, rep *Report, params loadParam
 		}
 		meshSlices = append(meshSlices, mesh.measure(ctx, p2, prompts))
 		pr.join()
+
+		if alt != nil {
+			p3 := p
+			p3.label, p3.idPrefix = strconv.Itoa(cfg.Replicas)+" "+cfg.AltLabel+" replicas"+tag, fmt.Sprintf("bench-%s-alt-r%d", nonce, r)
+			p3.atMeasureStart = func() { altPr.start(ctx, slice) }
+			altSlices = append(altSlices, alt.measure(ctx, p3, prompts))
+			altPr.join()
+		}
 	}
 	single := mergeSlices(params, oneSlices)
 	rep.Result = mergeSlices(params, meshSlices)
@@ -200,6 +221,20 @@ func runReplicas(ctx context.Context, cfg *Config, rep *Report, params loadParam
 	rep.LeakedReservations = leakCheck(mesh, &rep.Warnings)
 	for _, r := range mesh.reps {
 		rr.Counters = append(rr.Counters, r.Probe.Counters())
+	}
+	if alt != nil {
+		res := mergeSlices(params, altSlices)
+		ar := &AltReplicaReport{Label: cfg.AltLabel, Result: &res, Propagation: altPr.result(),
+			ThroughputRatio: ratio(res.ThroughputRPS, single.ThroughputRPS), P99Ratio: ratio(res.P99ms, single.P99ms),
+			ThroughputToMesh: ratio(res.ThroughputRPS, rep.ThroughputRPS)}
+		if c, c1 := res.Client.ProcessCPUCores, single.Client.ProcessCPUCores; c > 0 && c1 > 0 {
+			ar.PerCPURatio = ratio(res.ThroughputRPS/c, single.ThroughputRPS/c1)
+		}
+		ar.Leaked = leakCheck(alt, &rep.Warnings)
+		for _, r := range alt.reps {
+			ar.Counters = append(ar.Counters, r.Probe.Counters())
+		}
+		rr.Alt = ar
 	}
 	rr.ThroughputRatio = ratio(rep.ThroughputRPS, single.ThroughputRPS)
 	rr.P99Ratio = ratio(rep.P99ms, single.P99ms)

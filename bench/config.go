@@ -86,6 +86,13 @@ type Config struct {
 	// every other, subscribed both ways before it returns), and a stop
 	// function. It is the seam through which cmd wires them.
 	StartReplicas func(n int) (replicas []Replica, stop func(), err error)
+	// StartAltReplicas, when set with Replicas > 1, starts n replicas
+	// meshed over another bus (cmd's --event-plane nats: the NATS event
+	// plane), kept up and measured in the same rounds as the ZMQ mesh,
+	// after it, and reported beside it (ReplicaReport.Alt); AltLabel names
+	// the bus.
+	StartAltReplicas func(n int) (replicas []Replica, stop func(), err error)
+	AltLabel         string
 	// ProbeInterval is the pause between two propagation probes of a
 	// replica run (see Propagation).
 	ProbeInterval time.Duration
@@ -313,6 +320,8 @@ func (c *Config) Validate() error {
 		return bad("replicas %d < 0", c.Replicas)
 	case c.Replicas > 1 && (c.Target != "" || c.StartReplicas == nil):
 		return bad("%d replicas need in-process replicas (no target; the host's StartReplicas)", c.Replicas)
+	case c.StartAltReplicas != nil && c.Replicas < 2:
+		return bad("replicas over another bus need --replicas > 1")
 	case c.Replicas > 1 && c.ProbeInterval <= 0:
 		return bad("probe interval %v <= 0", c.ProbeInterval)
 	case c.Replicas > 1 && (c.Rounds < 1 || c.Duration/time.Duration(max(1, c.Rounds)) <= 0):

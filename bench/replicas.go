@@ -75,6 +75,26 @@ type ReplicaReport struct {
 	// Counters are each replica's (ReplicaProbe.Counters), read after the
 	// run, in replica order.
 	Counters []map[string]uint64 `json:"replica_counters"`
+	// Alt is the replicas over the other bus (Config.StartAltReplicas),
+	// nil without.
+	Alt *AltReplicaReport `json:"alt,omitempty"`
+}
+
+// AltReplicaReport is the same number of replicas meshed over another bus
+// (the NATS event plane), measured in the same rounds as the ZMQ mesh.
+type AltReplicaReport struct {
+	Label  string  `json:"label"`
+	Result *Result `json:"result"`
+	Leaked int64   `json:"leaked_reservations"`
+	// ThroughputRatio, P99Ratio and PerCPURatio are against the one
+	// replica, as ReplicaReport's; ThroughputToMesh against the ZMQ
+	// mesh's replicas.
+	ThroughputRatio  float64             `json:"throughput_ratio"`
+	P99Ratio         float64             `json:"p99_ratio"`
+	PerCPURatio      float64             `json:"per_cpu_ratio"`
+	ThroughputToMesh float64             `json:"throughput_to_mesh"`
+	Propagation      *Propagation        `json:"propagation"`
+	Counters         []map[string]uint64 `json:"replica_counters"`
 }
 
 // Replica targets of this harness on this machine: the mesh costs at most
@@ -113,7 +133,32 @@ func writeReplicaSection(out *reportWriter, rep *Report) {
 				pr.NotVisible, okIf(pr.NotVisible == 0))
 		}
 	}
-	for i, c := range rr.Counters {
+	writeCounters(out, rr.Counters)
+	if a := rr.Alt; a != nil {
+		r := a.Result
+		out.printf("\n%d replicas over %s, same client, same rounds: requests/s %.0f (ratio %.2f to 1 replica, %.2f to the ZMQ mesh), p99 %.3f ms (ratio %.2f), errors %d, leaked %d\n",
+			rr.Replicas, a.Label, r.ThroughputRPS, a.ThroughputRatio, a.ThroughputToMesh, r.P99ms, a.P99Ratio, r.ErrorCount(), a.Leaked)
+		out.printf("process CPU %.2f cores; requests per CPU-second ratio %.2f\n", r.Client.ProcessCPUCores, a.PerCPURatio)
+		if pr := a.Propagation; pr != nil {
+			out.printf("propagation (%s), %d probes:\n", pr.Method, pr.Probes)
+			out.printf("  booked: p50 %.3f ms, p99 %.3f ms, max %.3f ms (%d applied before the booking's response arrived, counted as 0); not visible %d\n",
+				pr.BookedP50ms, pr.BookedP99ms, pr.BookedMaxMs, pr.AppliedBeforeResponse, pr.NotVisible)
+			out.printf("  freed:  p50 %.3f ms, p99 %.3f ms, max %.3f ms; not freed %d\n", pr.FreedP50ms, pr.FreedP99ms, pr.FreedMaxMs, pr.NotFreed)
+			if rep.Loop == "closed" {
+				out.printf("targets (%s): throughput ratio to 1 replica %.2f (>= %.2f %s), to the ZMQ mesh %.2f (>= 1 %s), propagation p99 %.3f ms (< %.0f ms %s), not visible %d (%s)\n",
+					a.Label, a.ThroughputRatio, replicaMinThroughput, okIf(a.ThroughputRatio >= replicaMinThroughput),
+					a.ThroughputToMesh, okIf(a.ThroughputToMesh >= 1),
+					pr.BookedP99ms, replicaMaxLagP99Ms, okIf(pr.BookedP99ms < replicaMaxLagP99Ms && pr.Probes > 0),
+					pr.NotVisible, okIf(pr.NotVisible == 0))
+			}
+		}
+		writeCounters(out, a.Counters)
+	}
+}
+
+// writeCounters prints each replica's counters.
+func writeCounters(out *reportWriter, counters []map[string]uint64) {
+	for i, c := range counters {
 		m := make(map[string]int64, len(c))
 		for k, v := range c {
 			m[k] = int64(v)

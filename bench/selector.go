@@ -147,12 +147,21 @@ func (lt *loadTarget) label() string { return strings.Join(lt.urls, " ") }
 // selectorStart is the serverStart of the selector: cfg.Target or
 // cfg.StartServer with replicas 0, else cfg.StartReplicas(replicas).
 func selectorStart(cfg *Config, replicas int, logw io.Writer) serverStart {
+	return replicaStart(cfg, replicas, false, logw)
+}
+
+// replicaStart is selectorStart, or with alt cfg.StartAltReplicas(replicas).
+func replicaStart(cfg *Config, replicas int, alt bool, logw io.Writer) serverStart {
 	return func() ([]string, []Replica, func(), error) {
 		if replicas == 0 {
 			base, stop, err := ResolveTarget(cfg, logw)
 			return []string{base}, nil, stop, err
 		}
-		reps, stop, err := cfg.StartReplicas(replicas)
+		start := cfg.StartReplicas
+		if alt {
+			start = cfg.StartAltReplicas
+		}
+		reps, stop, err := start(replicas)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("bench: starting %d in-process replicas: %w", replicas, err)
 		}

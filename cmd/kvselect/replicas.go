@@ -48,7 +48,11 @@ func inProcessReplicas(profile bool, args ...string) func(n int) ([]bench.Replic
 			}
 		}
 		for range n {
-			r, err := startReplica(append([]string{"--host", "127.0.0.1", "--port", "0"}, args...), n > 1, profile)
+			var bus replicaBus
+			if n > 1 {
+				bus = meshBus
+			}
+			r, err := startReplica(append([]string{"--host", "127.0.0.1", "--port", "0"}, args...), bus, profile)
 			if err != nil {
 				stopAll()
 				return nil, nil, err
@@ -118,13 +122,29 @@ type replica struct {
 	n       *node
 	url     string
 	svc     *core.Service
-	mesh    *mesh.Mesh // nil alone
+	mesh    *mesh.Mesh // nil alone or over NATS
+	nats    *benchNATS
 	applier *stampedApplier
 }
 
-// startReplica builds and starts one replica, with a mesh (not yet
-// started) when meshed; stop undoes it.
-func startReplica(args []string, meshed, profile bool) (*replica, error) {
+// replicaBus builds a replica's replica sink (nil: alone), pushing its
+// stops onto r.n.
+type replicaBus func(r *replica, opts *serveOptions) (core.ReplicaSink, error)
+
+// meshBus is the ZMQ mesh on a free loopback port, not yet started.
+func meshBus(r *replica, opts *serveOptions) (core.ReplicaSink, error) {
+	var err error
+	if r.mesh, err = mesh.New(mesh.Config{Bind: "tcp://127.0.0.1:0"}); err != nil {
+		return nil, err
+	}
+	r.n.onStop("replica mesh", r.mesh.Close)
+	opts.http.Peers = r.mesh
+	return r.mesh, nil
+}
+
+// startReplica builds and starts one replica, with bus's sink (not yet
+// started) when bus is not nil; stop undoes it.
+func startReplica(args []string, bus replicaBus, profile bool) (*replica, error) {
 	opts, err := parseServe(args, os.LookupEnv, io.Discard)
 	if err != nil {
 		return nil, err
@@ -144,19 +164,16 @@ func startReplica(args []string, meshed, profile bool) (*replica, error) {
 		r.n.onStop("KV-event ingress", zing.Close)
 	}
 	var sink core.ReplicaSink = core.NopReplicaSink{}
-	if meshed {
-		if r.mesh, err = mesh.New(mesh.Config{Bind: "tcp://127.0.0.1:0"}); err != nil {
+	if bus != nil {
+		if sink, err = bus(r, opts); err != nil {
 			return fail(err)
 		}
-		r.n.onStop("replica mesh", r.mesh.Close)
-		sink = r.mesh
-		opts.http.Peers = r.mesh
 	}
 	if r.svc, err = core.New(opts.core, core.Options{Ingress: ingress, Replica: sink}); err != nil {
 		return fail(err)
 	}
 	r.n.onStopDo("service", r.svc.Close)
-	r.applier = &stampedApplier{svc: r.svc, mesh: r.mesh}
+	r.applier = &stampedApplier{svc: r.svc, mesh: r.mesh, nats: r.nats}
 	opts.http.Logger = slog.New(slog.DiscardHandler)
 	if profile {
 		// Contention sampling is process-wide; the debug listener is
@@ -187,6 +204,7 @@ func (r *replica) stop() { r.n.stop(0) }
 type stampedApplier struct {
 	svc    *core.Service
 	mesh   *mesh.Mesh
+	nats   *benchNATS // over the NATS event plane (eventplane_bench.go)
 	stamps bench.ApplyStamps
 }
 
@@ -208,6 +226,15 @@ func (a *stampedApplier) ApplyReplica(evs []core.ReplicaEvent) {
 
 // CatalogVersion implements mesh.Applier.
 func (a *stampedApplier) CatalogVersion() uint64 { return a.svc.CatalogVersion() }
+
+// WorkerPartition and ReleaseMirrors implement natsplane.Applier.
+func (a *stampedApplier) WorkerPartition(id uint64) (string, string, uint32, bool) {
+	return a.svc.WorkerPartition(id)
+}
+
+func (a *stampedApplier) ReleaseMirrors(origin core.Origin, before time.Time, keep func(string) bool) int {
+	return a.svc.ReleaseMirrors(origin, before, keep)
+}
 
 func (a *stampedApplier) AppendLocalBookings(dst []core.ReplicaEvent) []core.ReplicaEvent {
 	return a.svc.AppendLocalBookings(dst)
@@ -234,6 +261,9 @@ func (a *stampedApplier) Counters() map[string]uint64 {
 	c := map[string]uint64{"replica_applied": st.ReplicaApplied, "replica_freed": st.ReplicaFreed, "replica_replaced": st.ReplicaReplaced}
 	for d, v := range st.ReplicaDropped {
 		c["replica_dropped_"+core.ReplicaDrop(d).String()] = v
+	}
+	if a.nats != nil {
+		natsCounters(a.nats, c)
 	}
 	if a.mesh != nil {
 		ms := a.mesh.Stats()

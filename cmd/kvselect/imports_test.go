@@ -45,7 +45,7 @@ var allowedInRepo = map[string][]string{
 	// httpapi/kube turns pods and InferencePools into catalog snapshots
 	// for core's reconciler, and exports its stats on a perf registry.
 	"httpapi/kube": {"core", "perf"},
-	"perf":            {},
+	"perf":         {},
 	// perf/promcheck reads expositions for tests only (expfmt).
 	"perf/promcheck": {},
 	"bench":          {"radix", "zmqin", "zmqin/zmtp", "zmqin/zmqpub"},

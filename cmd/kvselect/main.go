@@ -34,6 +34,8 @@ func run(args []string) int {
 		return untilSignal(serve, args)
 	case "indexer":
 		return untilSignal(runIndexer, args)
+	case "epp":
+		return untilSignal(runEpp, args)
 	case "mocker":
 		return runMocker(args)
 	case "bench":

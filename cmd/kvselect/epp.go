@@ -1,0 +1,365 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/httpapi"
+	"github.com/kvselect/kvselect/httpapi/epp"
+	"github.com/kvselect/kvselect/perf"
+	"github.com/kvselect/kvselect/zmqin"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+)
+
+// `kvselect epp`: the Gateway API Inference Extension's endpoint picker
+// (httpapi/epp) over the same core as serve. GIE's flag names and ports
+// (llm-d/llm-d-router:pkg/epp/server/options.go: --grpc-port 9002,
+// --grpc-health-port 9003, --metrics-port 9090, --pool-name,
+// --pool-namespace) and the environment of Dynamo's standalone EPP
+// (ai-dynamo/dynamo:deploy/inference-gateway/ext-proc/src/epp_standalone_config.rs),
+// a flag beating its variable. Workers come from --workers-file until
+// Kubernetes discovery lands; the pod-derivation settings (KV-event
+// port, topic, replay port, data-parallel size, totals) are read and
+// validated now, and reported as without effect.
+
+// eppOptions is everything `kvselect epp` reads.
+type eppOptions struct {
+	host                                 string
+	grpcPort, healthPort, metricsPort    uint16
+	poolName, poolNamespace, prefillPool string
+	core                                 core.Config
+	epp                                  epp.Config
+	modelPaths                           []modelPath
+	workersFile                          string
+	engineMetrics                        time.Duration
+	debugAddr                            string
+	debugExplicit                        bool
+	// pods are the settings Kubernetes discovery derives worker records
+	// with (not built yet: reported as inactive).
+	kvEventPort, replayPort, dpSize int
+	kvTopic                         string
+	totalKVBlocks, maxBatched       uint64
+	inactive                        []string
+}
+
+// eppEnv names the environment variable behind each flag (Dynamo's;
+// POD_NAMESPACE and GIE's NAMESPACE for the namespace).
+var eppEnv = map[string][]string{
+	"pool-name":                 {"DYN_EPP_INFERENCE_POOL_NAME"},
+	"pool-namespace":            {"POD_NAMESPACE", "NAMESPACE"},
+	"prefill-pool-name":         {"DYN_EPP_PREFILL_INFERENCE_POOL_NAME"},
+	"model-name":                {"DYN_MODEL_NAME"},
+	"block-size":                {"DYN_KV_CACHE_BLOCK_SIZE"},
+	"kv-event-port":             {"DYN_EPP_KV_EVENT_PORT"},
+	"kv-event-replay-port":      {"DYN_EPP_KV_EVENT_REPLAY_PORT"},
+	"kv-event-topic":            {"DYN_EPP_KV_EVENT_TOPIC"},
+	"data-parallel-size":        {"DYN_EPP_DATA_PARALLEL_SIZE"},
+	"total-kv-blocks":           {"DYN_EPP_TOTAL_KV_BLOCKS"},
+	"max-num-batched-tokens":    {"DYN_EPP_MAX_NUM_BATCHED_TOKENS"},
+	"session-affinity-ttl-secs": {"DYN_EPP_SESSION_AFFINITY_TTL_SECS"},
+	"session-affinity-mode":     {"DYN_EPP_SESSION_AFFINITY_MODE"},
+	"metrics-port":              {"DYN_EPP_METRICS_PORT"},
+}
+
+func parseEpp(args []string, env func(string) (string, bool), stderr io.Writer) (*eppOptions, error) {
+	if m, ok := env("DYN_EPP_MODE"); ok && strings.TrimSpace(m) != "" && strings.TrimSpace(m) != "standalone" {
+		return nil, fmt.Errorf("DYN_EPP_MODE=%q: kvselect epp is the standalone mode (standalone or unset)", m)
+	}
+	o := &eppOptions{core: core.DefaultConfig()}
+	fs := flag.NewFlagSet("kvselect epp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.host, "host", "0.0.0.0", "bind address of the gRPC and metrics ports")
+	grpcPort := fs.Uint("grpc-port", 9002, "ext_proc gRPC port (GIE's)")
+	healthPort := fs.Uint("grpc-health-port", 9003, "grpc.health.v1 port (GIE's)")
+	metricsPort := fs.Uint("metrics-port", 9090, "HTTP port of /metrics and the selector's routes (/health, /ready, /loads, /workers, ...)")
+	fs.StringVar(&o.poolName, "pool-name", "", "InferencePool of the decode (or aggregated) workers (DYN_EPP_INFERENCE_POOL_NAME); informational until Kubernetes discovery lands")
+	fs.StringVar(&o.poolNamespace, "pool-namespace", "default", "namespace of the pool (POD_NAMESPACE, NAMESPACE)")
+	fs.StringVar(&o.prefillPool, "prefill-pool-name", "", "InferencePool of the prefill workers (DYN_EPP_PREFILL_INFERENCE_POOL_NAME): disaggregated, the workers' routing groups are prefill and decode")
+	fs.StringVar(&o.epp.ModelName, "model-name", "", "the model every pick targets (DYN_MODEL_NAME); empty: the body's model")
+	blockSize := fs.Uint("block-size", 16, "KV block size: output blocks of bookings whose worker reports none (DYN_KV_CACHE_BLOCK_SIZE)")
+	fs.IntVar(&o.kvEventPort, "kv-event-port", 5557, "engines' ZMQ KV-event port, per pod (DYN_EPP_KV_EVENT_PORT; Kubernetes discovery)")
+	fs.IntVar(&o.replayPort, "kv-event-replay-port", 0, "engines' KV-event replay port, 0 none (DYN_EPP_KV_EVENT_REPLAY_PORT; Kubernetes discovery)")
+	fs.StringVar(&o.kvTopic, "kv-event-topic", "", "KV-event topic (DYN_EPP_KV_EVENT_TOPIC; Kubernetes discovery)")
+	fs.IntVar(&o.dpSize, "data-parallel-size", 1, "data-parallel ranks per pod (DYN_EPP_DATA_PARALLEL_SIZE; Kubernetes discovery)")
+	fs.Uint64Var(&o.totalKVBlocks, "total-kv-blocks", 0, "KV blocks per worker, 0 unknown (DYN_EPP_TOTAL_KV_BLOCKS; Kubernetes discovery)")
+	fs.Uint64Var(&o.maxBatched, "max-num-batched-tokens", 0, "engines' max batched tokens, 0 unknown (DYN_EPP_MAX_NUM_BATCHED_TOKENS; Kubernetes discovery)")
+	ttl := fs.Float64("session-affinity-ttl-secs", 0, "x-dynamo-session-id affinity TTL in seconds, 0 off (DYN_EPP_SESSION_AFFINITY_TTL_SECS)")
+	mode := fs.String("session-affinity-mode", "hard", "session affinity mode: hard or soft (DYN_EPP_SESSION_AFFINITY_MODE)")
+	fs.IntVar(&o.epp.Fallbacks, "fallback-endpoints", 0, "endpoints listed after the booked one in x-gateway-destination-endpoint, for the gateway's retries (unbooked)")
+	fs.IntVar(&o.epp.MaxBodyBytes, "max-body-bytes", epp.DefaultMaxBodyBytes, "largest request body accumulated; larger gets 413")
+	kvEvents := fs.Bool("kv-events", true, "listen to the workers' ZMQ KV events (false: the approximate index)")
+	fs.StringVar(&o.workersFile, "workers-file", "", "JSON file of the worker membership ({\"workers\": [POST /workers bodies]}), polled every second (the off-cluster source)")
+	fs.DurationVar(&o.engineMetrics, "engine-metrics-interval", 0, "scrape each worker's {endpoint}/metrics this often for its LoRA adapters (0: never)")
+	addModelPathFlag(fs, &o.modelPaths, "tokenizing the bodies")
+	pprofOn := fs.Bool("pprof", true, "serve /debug/pprof/* on --debug-addr")
+	fs.StringVar(&o.debugAddr, "debug-addr", "127.0.0.1:6060", "host:port of the debug listener (a taken default falls back to a free port)")
+	// Variables first, so that a flag beats its variable.
+	for name, vars := range eppEnv {
+		for _, v := range vars {
+			if val, ok := env(v); ok && strings.TrimSpace(val) != "" {
+				if err := fs.Set(name, strings.TrimSpace(val)); err != nil {
+					return nil, fmt.Errorf("%s: %w", v, err)
+				}
+				break
+			}
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	for _, p := range []struct {
+		v   uint
+		dst *uint16
+		f   string
+	}{{*grpcPort, &o.grpcPort, "grpc-port"}, {*healthPort, &o.healthPort, "grpc-health-port"}, {*metricsPort, &o.metricsPort, "metrics-port"}} {
+		if p.v > math.MaxUint16 {
+			return nil, fmt.Errorf("--%s %d out of range", p.f, p.v)
+		}
+		*p.dst = uint16(p.v)
+	}
+	if *blockSize < 1 || *blockSize > math.MaxUint32 {
+		return nil, fmt.Errorf("--block-size %d: want >= 1", *blockSize)
+	}
+	o.epp.BlockSize = uint32(*blockSize)
+	if o.kvEventPort < 1 || o.kvEventPort > math.MaxUint16 || o.replayPort < 0 || o.replayPort > math.MaxUint16 || o.dpSize < 1 {
+		return nil, errors.New("--kv-event-port, --kv-event-replay-port and --data-parallel-size out of range")
+	}
+	o.core.UseKVEvents = *kvEvents
+	if *ttl != 0 {
+		if !(*ttl >= 1 && *ttl <= 31_536_000) {
+			return nil, fmt.Errorf("--session-affinity-ttl-secs %v: between 1 and 31536000", *ttl)
+		}
+		o.core.SessionAffinity.TTL = time.Duration(*ttl * float64(time.Second))
+	}
+	m, err := core.ParseAffinityMode(*mode)
+	if err != nil {
+		return nil, fmt.Errorf("--session-affinity-mode: %w", err)
+	}
+	o.core.SessionAffinity.Mode = m
+	o.epp.Disaggregated = o.prefillPool != ""
+	if !*pprofOn {
+		o.debugAddr = ""
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	o.debugExplicit = set["debug-addr"]
+	if o.workersFile == "" {
+		o.inactive = append(o.inactive, "no --workers-file: the catalog stays empty (Kubernetes discovery is not built yet) and every pick answers 503")
+	}
+	for _, f := range []string{"kv-event-port", "kv-event-replay-port", "kv-event-topic", "data-parallel-size", "total-kv-blocks", "max-num-batched-tokens"} {
+		if set[f] {
+			o.inactive = append(o.inactive, "--"+f+" (Kubernetes discovery derives workers with it; with --workers-file the file's records say it)")
+		}
+	}
+	if err := o.core.Validate(); err != nil {
+		return nil, err
+	}
+	return o, o.epp.Validate()
+}
+
+// runEpp is the endpoint picker's life, composed on the node like serve:
+// the ingress, the service, the tokenizers, the workers file, background
+// loops, the debug listener, the metrics port, then the two gRPC ports;
+// stopped in reverse.
+func runEpp(ctx context.Context, args []string, env func(string) (string, bool), stderr io.Writer, ready chan<- bound) int {
+	logs := newLogs(stderr, parseLogEnv(env))
+	log := logs.logger("kvselect::epp")
+	opts, err := parseEpp(args, env, stderr)
+	if err != nil {
+		log.Error("epp: invalid configuration", "err", err)
+		return 2
+	}
+	build := readBuildInfo()
+	log.Info("starting", "version", build.version, "grpc_port", opts.grpcPort, "grpc_health_port", opts.healthPort, "metrics_port", opts.metricsPort,
+		"pool_name", opts.poolName, "pool_namespace", opts.poolNamespace, "prefill_pool_name", opts.prefillPool, "model_name", opts.epp.ModelName,
+		"block_size", opts.epp.BlockSize, "kv_events", opts.core.UseKVEvents, "workers_file", opts.workersFile, "fallback_endpoints", opts.epp.Fallbacks)
+	for _, s := range opts.inactive {
+		log.Warn("accepted without effect: " + s)
+	}
+	n := newNode("epp", log)
+	fail := func(code int, what string, err error) int {
+		log.Error("epp: "+what, "err", err)
+		return n.stop(code)
+	}
+	var ingress core.Ingress = core.NopIngress{}
+	var zing *zmqin.Ingress
+	if opts.core.UseKVEvents {
+		if zing, err = zmqin.New(zmqin.Config{Logger: logs.logger("kvselect::zmqin")}); err != nil {
+			return fail(2, "KV-event ingress", err)
+		}
+		ingress = zing
+		n.onStop("KV-event ingress", zing.Close)
+	}
+	svc, err := core.New(opts.core, core.Options{Ingress: ingress, Logf: printf(logs.logger("kvselect::core"), slog.LevelWarn)})
+	if err != nil {
+		return fail(2, "invalid configuration", err)
+	}
+	n.onStopDo("service", svc.Close)
+	hcfg := httpapi.DefaultConfig()
+	hcfg.Logger = logs.logger("kvselect::httpapi")
+	if hcfg.Tokenizers, err = startTokenizers(log, opts.modelPaths); err != nil {
+		return fail(2, "invalid configuration", err)
+	}
+	opts.epp.Tokenizers, opts.epp.Logger = hcfg.Tokenizers, log
+	picker, err := epp.New(svc, opts.epp)
+	if err != nil {
+		return fail(2, "invalid configuration", err)
+	}
+	srv, err := httpapi.New(svc, hcfg)
+	if err != nil {
+		return fail(2, "invalid configuration", err)
+	}
+	reg := srv.Registry()
+	reg.Describe(buildDesc)
+	reg.OnScrape(func(w io.Writer) { writeBuildInfo(w, build) })
+	reg.Describe(eppDescs...)
+	reg.OnScrape(func(w io.Writer) { writeEppMetrics(w, picker.Stats()) })
+	if zing != nil {
+		reg.Describe(ingressDescs...)
+		reg.OnScrape(func(w io.Writer) { writeIngressMetrics(w, zing.Stats()) })
+	}
+	if opts.workersFile != "" {
+		members, err := openMembership(svc, opts.workersFile, logs.logger("kvselect::workers_file"))
+		if err != nil {
+			return fail(2, "--workers-file", err)
+		}
+		n.onStopDo("workers file", members.stop)
+		reg.Describe(membershipDescs...)
+		reg.OnScrape(func(w io.Writer) { writeMembershipMetrics(w, members.file.stats(), members.rec.Stats()) })
+		poll := time.NewTicker(workersFilePoll)
+		n.onStopDo("workers file poll", poll.Stop)
+		members.start(poll.C)
+	}
+	if opts.engineMetrics > 0 {
+		scrape := startEngineScrape(svc, opts.engineMetrics, logs.logger("kvselect::engines"))
+		n.onStopDo("engine metrics", scrape.stop)
+		reg.Describe(engineScrapeDescs...)
+		reg.OnScrape(func(w io.Writer) { writeEngineScrapeMetrics(w, scrape.sc.Stats()) })
+	}
+	n.loop("sweep", func(ctx context.Context) { sweep(ctx, svc, core.DefaultSweepInterval) })
+	if d := opts.core.SessionAffinity.ReapInterval(); d > 0 {
+		n.every("affinity reaping", d, func(now time.Time) { svc.ReapAffinity(now) })
+	}
+	debug, err := n.serveDebug(opts.debugAddr, opts.debugExplicit)
+	if err != nil {
+		return fail(1, "--debug-addr (use --pprof=false to serve no profiles)", err)
+	}
+	maddr, err := n.serveHTTP(srv, opts.host, opts.metricsPort)
+	if err != nil {
+		return fail(1, "--metrics-port", err)
+	}
+	// The gRPC ports: ext_proc (with the health service too, which Envoy's
+	// cluster check asks there) and health on its own port.
+	extproc, hsrv := grpc.NewServer(), grpc.NewServer()
+	picker.Register(extproc)
+	hs := []*health.Server{epp.RegisterHealth(extproc), epp.RegisterHealth(hsrv)}
+	gaddr, err := n.serveGRPC("ext_proc", extproc, opts.host, opts.grpcPort)
+	if err != nil {
+		return fail(1, "--grpc-port", err)
+	}
+	haddr, err := n.serveGRPC("health", hsrv, opts.host, opts.healthPort)
+	if err != nil {
+		return fail(1, "--grpc-health-port", err)
+	}
+	// Popped first at the stop: not serving, then the drain.
+	n.onStopDo("health: not serving", func() {
+		for _, h := range hs {
+			h.Shutdown()
+		}
+	})
+	n.onStopDo("router queue waits", svc.CancelWaits)
+	for _, h := range hs {
+		epp.SetServing(h, true)
+	}
+	log.Info("listening", "ext_proc", gaddr.String(), "grpc_health", haddr.String(), "metrics", "http://"+maddr.String()+"/metrics", "workers", len(svc.ListWorkers("", "")))
+	if ready != nil {
+		ready <- bound{http: maddr.String(), debug: debug.addr()}
+	}
+	code := n.stop(n.wait(ctx))
+	log.Info("stopped", "exit_code", code)
+	return code
+}
+
+// serveGRPC listens on host:port and serves g until the node stops: the
+// stop drains (streams in progress end on their own within
+// shutdownGrace, then the rest are cancelled, which frees their
+// bookings), then reads Serve's result. A Serve that fails before that
+// fails the node.
+func (n *node) serveGRPC(what string, g *grpc.Server, host string, port uint16) (net.Addr, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(int(port))))
+	if err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex // guards stopping
+	stopping := false
+	served := make(chan error, 1)
+	go func() {
+		err := g.Serve(ln)
+		mu.Lock()
+		if !stopping && err != nil {
+			n.fail("the "+what+" gRPC server stopped", err)
+		}
+		mu.Unlock()
+		served <- err
+	}()
+	n.onStopDo(what+" drain", func() {
+		mu.Lock()
+		stopping = true
+		mu.Unlock()
+		done := make(chan struct{})
+		go func() { g.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(shutdownGrace):
+			g.Stop()
+			<-done
+		}
+		<-served
+	})
+	return ln.Addr(), nil
+}
+
+var eppDescs = []perf.Desc{
+	{Name: "kvselect_epp_requests_total", Kind: perf.Counter, Help: "EPP requests by outcome: routed, routed_unbooked (no body), bad_request (400), too_large (413), overloaded (429), unavailable (503), internal (500), abandoned (the stream ended before a pick)."},
+	{Name: "kvselect_epp_picks_total", Kind: perf.Counter, Help: "Destinations answered to the gateway."},
+	{Name: "kvselect_epp_subset_picks_total", Kind: perf.Counter, Help: "Picks restricted by the gateway's subset hint."},
+	{Name: "kvselect_epp_frees_total", Kind: perf.Counter, Help: "Bookings the EPP freed, by reason: complete (the response ended), closed (the gateway closed the stream first), cancelled (reset or dropped), send_failed, rejected."},
+	{Name: "kvselect_epp_streams_total", Kind: perf.Counter, Help: "ext_proc streams opened."},
+	{Name: "kvselect_epp_active_streams", Kind: perf.Gauge, Help: "ext_proc streams open now."},
+	{Name: "kvselect_epp_prefill_complete_total", Kind: perf.Counter, Help: "Prefill completions seen on the response stream (its first body chunk)."},
+	{Name: "kvselect_epp_output_blocks_total", Kind: perf.Counter, Help: "Output blocks reported from the response stream."},
+	{Name: "kvselect_epp_served_elsewhere_total", Kind: perf.Counter, Help: "Responses the gateway reports served by an endpoint other than the booked one (x-gateway-destination-endpoint-served)."},
+}
+
+func writeEppMetrics(w io.Writer, st epp.Stats) {
+	for i, name := range epp.OutcomeNames {
+		perf.WriteCounter(w, perf.Label("kvselect_epp_requests_total", "outcome", name), st.Requests[i])
+	}
+	for i, name := range epp.FreeReasonNames {
+		if name != "" {
+			perf.WriteCounter(w, perf.Label("kvselect_epp_frees_total", "reason", name), st.Freed[i])
+		}
+	}
+	perf.WriteCounter(w, "kvselect_epp_picks_total", st.Picks)
+	perf.WriteCounter(w, "kvselect_epp_subset_picks_total", st.SubsetPicks)
+	perf.WriteCounter(w, "kvselect_epp_streams_total", st.Streams)
+	perf.WriteGauge(w, "kvselect_epp_active_streams", float64(st.Active))
+	perf.WriteCounter(w, "kvselect_epp_prefill_complete_total", st.PrefillComplete)
+	perf.WriteCounter(w, "kvselect_epp_output_blocks_total", st.OutputBlocks)
+	perf.WriteCounter(w, "kvselect_epp_served_elsewhere_total", st.ServedElsewhere)
+}

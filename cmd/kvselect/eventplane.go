@@ -294,7 +294,13 @@ func startEventPlane(n *node, o *eventPlaneOptions, logs *logs, ccfg *core.Confi
 		url = ep.srv.ClientURL()
 		log.Info("embedded NATS server running", "client_url", url, "cluster_url", ep.srv.ClusterURL(), "routes", o.routes)
 	}
-	link, err := natsplane.Dial(url, "kvselect", log)
+	var link *natsplane.Link
+	var err error
+	if ep.srv != nil {
+		link, err = natsplane.DialInProcess(ep.srv, "kvselect", log)
+	} else {
+		link, err = natsplane.Dial(url, "kvselect", log)
+	}
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("NATS %s: %w", url, err)
 	}

@@ -98,7 +98,7 @@ func natsBus(srv *natsplane.Server) replicaBus {
 	return func(r *replica, opts *serveOptions) (core.ReplicaSink, error) {
 		r.n.onStop("embedded NATS server", srv.Close)
 		quiet := slog.New(slog.DiscardHandler)
-		link, err := natsplane.Dial(srv.ClientURL(), "kvselect-bench", quiet)
+		link, err := natsplane.DialInProcess(srv, "kvselect-bench", quiet)
 		if err != nil {
 			return nil, err
 		}

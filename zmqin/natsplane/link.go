@@ -58,17 +58,29 @@ type LinkStatus struct {
 // than 8 MiB while disconnected. name labels the connection on the server.
 // A first connection that fails is retried in the background
 // (RetryOnFailedConnect): Dial returns with the link down.
-func Dial(url, name string, log *slog.Logger) (*Link, error) {
+func Dial(url, name string, log *slog.Logger) (*Link, error) { return dialLink(url, name, log) }
+
+// DialInProcess is Dial to this process's embedded server over an
+// in-process pipe (nats.InProcessServer) instead of loopback TCP: two
+// fewer socket hops, each a wake-up through the network poller behind
+// every runnable goroutine. In `kvselect bench --replicas 3 --event-plane
+// nats` at C1024 (load average 5 to 7), TCP to the own server gave a
+// booking-to-peer lag p50 of 45 ms, p99 262 ms.
+func DialInProcess(srv *Server, name string, log *slog.Logger) (*Link, error) {
+	return dialLink(srv.ClientURL(), name, log, nats.InProcessServer(srv.s))
+}
+
+func dialLink(url, name string, log *slog.Logger, extra ...nats.Option) (*Link, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	l := &Link{kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	l.mu.since = time.Now()
-	nc, err := nats.Connect(url,
+	opts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-		nats.ReconnectBufSize(8<<20),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectBufSize(8 << 20),
 		nats.RetryOnFailedConnect(true),
 		// What this connection publishes is not delivered back to its own
 		// subscriptions: each replica would otherwise receive, decode and
@@ -94,7 +106,8 @@ func Dial(url, name string, log *slog.Logger) (*Link, error) {
 			// (Stats.SlowConsumerDrops) and show as gaps.
 			log.Warn("NATS event plane: async error", "subject", subj, "err", err)
 		}),
-	)
+	}
+	nc, err := nats.Connect(url, append(opts, extra...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -116,3 +116,35 @@ func TestPartition(t *testing.T) {
 	}
 	eventually(t, "A's stale view gone", func() bool { return a.overlap(t, 2, toks) == 0 && a.overlap(t, 2, toks2) == 1 })
 }
+
+// TestDialInProcess: a Link over the in-process pipe reaches TCP clients
+// of the same server both ways.
+func TestDialInProcess(t *testing.T) {
+	srv, tcp := bus(t)
+	link, err := DialInProcess(srv, "t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer link.Close()
+	if st := link.Status(); !st.Connected {
+		t.Fatalf("%+v", st)
+	}
+	in, err := link.Conn().SubscribeSync("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := tcp.SubscribeSync("y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = link.Conn().Flush()
+	_ = tcp.Flush()
+	_ = tcp.Publish("x", []byte("to pipe"))
+	_ = link.Conn().Publish("y", []byte("to tcp"))
+	if m, err := in.NextMsg(5 * time.Second); err != nil || string(m.Data) != "to pipe" {
+		t.Fatalf("pipe side: %v %v", m, err)
+	}
+	if m, err := back.NextMsg(5 * time.Second); err != nil || string(m.Data) != "to tcp" {
+		t.Fatalf("tcp side: %v %v", m, err)
+	}
+}

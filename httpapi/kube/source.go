@@ -332,12 +332,14 @@ func (s *Source) build() {
 	s.emit(specs)
 }
 
-// emit queues a snapshot, replacing one nobody has taken yet.
+// emit queues a snapshot, replacing one nobody has taken yet. It is
+// counted first, so that a reader who sees the catalog apply it also sees
+// the count.
 func (s *Source) emit(specs []core.WorkerSpec) {
+	s.st.snapshots.Add(1)
 	for {
 		select {
 		case s.snaps <- specs:
-			s.st.snapshots.Add(1)
 			return
 		default:
 		}

@@ -7,11 +7,12 @@ import (
 )
 
 // usage is printed for -h and for an unknown subcommand.
-const usage = `usage: kvselect [serve|indexer|bench|mocker|health] [flags]
+const usage = `usage: kvselect [serve|indexer|epp|bench|mocker|health] [flags]
        kvselect --version
 
   serve   the selection service (default)
   indexer the standalone KV indexer (python -m dynamo.indexer)
+  epp     the Gateway API Inference Extension endpoint picker (Envoy ext_proc gRPC)
   bench   the load and routing-quality harness
   mocker  simulated vLLM engines publishing real ZMQ KV events
   health  GET a selector's /health (or --path); exit 0 on a 200 (container health checks)

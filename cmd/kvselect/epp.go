@@ -17,6 +17,7 @@ import (
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/httpapi"
 	"github.com/kvselect/kvselect/httpapi/epp"
+	"github.com/kvselect/kvselect/httpapi/kube"
 	"github.com/kvselect/kvselect/perf"
 	"github.com/kvselect/kvselect/zmqin"
 	"google.golang.org/grpc"
@@ -36,36 +37,33 @@ import (
 
 // eppOptions is everything `kvselect epp` reads.
 type eppOptions struct {
-	host                                 string
-	grpcPort, healthPort, metricsPort    uint16
-	poolName, poolNamespace, prefillPool string
-	core                                 core.Config
-	epp                                  epp.Config
-	modelPaths                           []modelPath
-	workersFile                          string
-	engineMetrics                        time.Duration
-	debugAddr                            string
-	debugExplicit                        bool
-	// pods are the settings Kubernetes discovery derives worker records
-	// with (not built yet: reported as inactive).
-	kvEventPort, replayPort, dpSize int
-	kvTopic                         string
-	totalKVBlocks, maxBatched       uint64
-	inactive                        []string
+	host                              string
+	grpcPort, healthPort, metricsPort uint16
+	prefillPool                       string
+	core                              core.Config
+	epp                               epp.Config
+	modelPaths                        []modelPath
+	workersFile                       string
+	engineMetrics                     time.Duration
+	debugAddr                         string
+	debugExplicit                     bool
+	// kube is Kubernetes discovery's configuration (httpapi/kube): on
+	// when it names a pool or an endpoint selector.
+	kube     kube.Config
+	kubeOn   bool
+	kvTopic  string
+	inactive []string
 }
 
-// eppEnv names the environment variable behind each flag (Dynamo's;
-// POD_NAMESPACE and GIE's NAMESPACE for the namespace).
+// eppEnv names the environment variable behind each flag of the EPP's
+// own (Dynamo's); Kubernetes discovery's (pool, namespace, selector, KV
+// event and replay ports, data-parallel size) are httpapi/kube's, with
+// their variables.
 var eppEnv = map[string][]string{
-	"pool-name":                 {"DYN_EPP_INFERENCE_POOL_NAME"},
-	"pool-namespace":            {"POD_NAMESPACE", "NAMESPACE"},
 	"prefill-pool-name":         {"DYN_EPP_PREFILL_INFERENCE_POOL_NAME"},
 	"model-name":                {"DYN_MODEL_NAME"},
 	"block-size":                {"DYN_KV_CACHE_BLOCK_SIZE"},
-	"kv-event-port":             {"DYN_EPP_KV_EVENT_PORT"},
-	"kv-event-replay-port":      {"DYN_EPP_KV_EVENT_REPLAY_PORT"},
 	"kv-event-topic":            {"DYN_EPP_KV_EVENT_TOPIC"},
-	"data-parallel-size":        {"DYN_EPP_DATA_PARALLEL_SIZE"},
 	"total-kv-blocks":           {"DYN_EPP_TOTAL_KV_BLOCKS"},
 	"max-num-batched-tokens":    {"DYN_EPP_MAX_NUM_BATCHED_TOKENS"},
 	"session-affinity-ttl-secs": {"DYN_EPP_SESSION_AFFINITY_TTL_SECS"},
@@ -84,17 +82,16 @@ func parseEpp(args []string, env func(string) (string, bool), stderr io.Writer) 
 	grpcPort := fs.Uint("grpc-port", 9002, "ext_proc gRPC port (GIE's)")
 	healthPort := fs.Uint("grpc-health-port", 9003, "grpc.health.v1 port (GIE's)")
 	metricsPort := fs.Uint("metrics-port", 9090, "HTTP port of /metrics and the selector's routes (/health, /ready, /loads, /workers, ...)")
-	fs.StringVar(&o.poolName, "pool-name", "", "InferencePool of the decode (or aggregated) workers (DYN_EPP_INFERENCE_POOL_NAME); informational until Kubernetes discovery lands")
-	fs.StringVar(&o.poolNamespace, "pool-namespace", "default", "namespace of the pool (POD_NAMESPACE, NAMESPACE)")
 	fs.StringVar(&o.prefillPool, "prefill-pool-name", "", "InferencePool of the prefill workers (DYN_EPP_PREFILL_INFERENCE_POOL_NAME): disaggregated, the workers' routing groups are prefill and decode")
 	fs.StringVar(&o.epp.ModelName, "model-name", "", "the model every pick targets (DYN_MODEL_NAME); empty: the body's model")
 	blockSize := fs.Uint("block-size", 16, "KV block size: output blocks of bookings whose worker reports none (DYN_KV_CACHE_BLOCK_SIZE)")
-	fs.IntVar(&o.kvEventPort, "kv-event-port", 5557, "engines' ZMQ KV-event port, per pod (DYN_EPP_KV_EVENT_PORT; Kubernetes discovery)")
-	fs.IntVar(&o.replayPort, "kv-event-replay-port", 0, "engines' KV-event replay port, 0 none (DYN_EPP_KV_EVENT_REPLAY_PORT; Kubernetes discovery)")
-	fs.StringVar(&o.kvTopic, "kv-event-topic", "", "KV-event topic (DYN_EPP_KV_EVENT_TOPIC; Kubernetes discovery)")
-	fs.IntVar(&o.dpSize, "data-parallel-size", 1, "data-parallel ranks per pod (DYN_EPP_DATA_PARALLEL_SIZE; Kubernetes discovery)")
-	fs.Uint64Var(&o.totalKVBlocks, "total-kv-blocks", 0, "KV blocks per worker, 0 unknown (DYN_EPP_TOTAL_KV_BLOCKS; Kubernetes discovery)")
-	fs.Uint64Var(&o.maxBatched, "max-num-batched-tokens", 0, "engines' max batched tokens, 0 unknown (DYN_EPP_MAX_NUM_BATCHED_TOKENS; Kubernetes discovery)")
+	o.kube = kube.DefaultConfig()
+	if err := kube.RegisterFlags(fs, env, &o.kube); err != nil {
+		return nil, err
+	}
+	fs.StringVar(&o.kvTopic, "kv-event-topic", "", "KV-event topic (DYN_EPP_KV_EVENT_TOPIC): accepted; the engines' ZMQ topic is not filtered on")
+	fs.Uint64Var(&o.kube.TotalKVBlocks, "total-kv-blocks", 0, "KV blocks of every discovered worker, 0 unknown (DYN_EPP_TOTAL_KV_BLOCKS; Kubernetes discovery)")
+	fs.Uint64Var(&o.kube.MaxNumBatchedTokens, "max-num-batched-tokens", 0, "max batched tokens of every discovered worker, 0 unknown (DYN_EPP_MAX_NUM_BATCHED_TOKENS; Kubernetes discovery)")
 	ttl := fs.Float64("session-affinity-ttl-secs", 0, "x-dynamo-session-id affinity TTL in seconds, 0 off (DYN_EPP_SESSION_AFFINITY_TTL_SECS)")
 	mode := fs.String("session-affinity-mode", "hard", "session affinity mode: hard or soft (DYN_EPP_SESSION_AFFINITY_MODE)")
 	fs.IntVar(&o.epp.Fallbacks, "fallback-endpoints", 0, "endpoints listed after the booked one in x-gateway-destination-endpoint, for the gateway's retries (unbooked)")
@@ -136,9 +133,6 @@ func parseEpp(args []string, env func(string) (string, bool), stderr io.Writer) 
 		return nil, fmt.Errorf("--block-size %d: want >= 1", *blockSize)
 	}
 	o.epp.BlockSize = uint32(*blockSize)
-	if o.kvEventPort < 1 || o.kvEventPort > math.MaxUint16 || o.replayPort < 0 || o.replayPort > math.MaxUint16 || o.dpSize < 1 {
-		return nil, errors.New("--kv-event-port, --kv-event-replay-port and --data-parallel-size out of range")
-	}
 	o.core.UseKVEvents = *kvEvents
 	if *ttl != 0 {
 		if !(*ttl >= 1 && *ttl <= 31_536_000) {
@@ -158,14 +152,35 @@ func parseEpp(args []string, env func(string) (string, bool), stderr io.Writer) 
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	o.debugExplicit = set["debug-addr"]
-	if o.workersFile == "" {
-		o.inactive = append(o.inactive, "no --workers-file: the catalog stays empty (Kubernetes discovery is not built yet) and every pick answers 503")
-	}
-	for _, f := range []string{"kv-event-port", "kv-event-replay-port", "kv-event-topic", "data-parallel-size", "total-kv-blocks", "max-num-batched-tokens"} {
-		if set[f] {
-			o.inactive = append(o.inactive, "--"+f+" (Kubernetes discovery derives workers with it; with --workers-file the file's records say it)")
+	// Discovery: Kubernetes (a pool or an endpoint selector) or the
+	// workers file, one of them.
+	o.kubeOn = o.kube.PoolName != "" || o.kube.Selector != ""
+	switch {
+	case o.kubeOn && o.workersFile != "":
+		return nil, errors.New("--workers-file and Kubernetes discovery (--pool-name, --endpoint-selector) exclude each other")
+	case o.kubeOn:
+		if o.epp.ModelName == "" {
+			return nil, errors.New("Kubernetes discovery needs --model-name (DYN_MODEL_NAME): the model the pool's workers serve")
+		}
+		o.kube.ModelName, o.kube.BlockSize = o.epp.ModelName, o.epp.BlockSize
+		if err := o.kube.Validate(); err != nil {
+			return nil, err
+		}
+		if o.prefillPool != "" {
+			o.inactive = append(o.inactive, "--prefill-pool-name with Kubernetes discovery (one pool: split prefill and decode pods with --role-label)")
+		}
+	default:
+		o.inactive = append(o.inactive, "no --workers-file, --pool-name or --endpoint-selector: the catalog stays empty and every pick answers 503")
+		for _, f := range []string{"total-kv-blocks", "max-num-batched-tokens", "kv-events-port", "kv-events-replay-port", "data-parallel-size"} {
+			if set[f] {
+				o.inactive = append(o.inactive, "--"+f+" (Kubernetes discovery derives workers with it; with --workers-file the file's records say it)")
+			}
 		}
 	}
+	if o.kvTopic != "" {
+		o.inactive = append(o.inactive, "--kv-event-topic (the engines' ZMQ messages are read whatever their topic)")
+	}
+	o.epp.Disaggregated = o.epp.Disaggregated || o.kubeOn && o.kube.RoleLabel != ""
 	if err := o.core.Validate(); err != nil {
 		return nil, err
 	}
@@ -186,7 +201,7 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 	}
 	build := readBuildInfo()
 	log.Info("starting", "version", build.version, "grpc_port", opts.grpcPort, "grpc_health_port", opts.healthPort, "metrics_port", opts.metricsPort,
-		"pool_name", opts.poolName, "pool_namespace", opts.poolNamespace, "prefill_pool_name", opts.prefillPool, "model_name", opts.epp.ModelName,
+		"pool_name", opts.kube.PoolName, "pool_namespace", opts.kube.Namespace, "endpoint_selector", opts.kube.Selector, "prefill_pool_name", opts.prefillPool, "model_name", opts.epp.ModelName,
 		"block_size", opts.epp.BlockSize, "kv_events", opts.core.UseKVEvents, "workers_file", opts.workersFile, "fallback_endpoints", opts.epp.Fallbacks)
 	for _, s := range opts.inactive {
 		log.Warn("accepted without effect: " + s)
@@ -244,6 +259,23 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 		poll := time.NewTicker(workersFilePoll)
 		n.onStopDo("workers file poll", poll.Stop)
 		members.start(poll.C)
+	}
+	if opts.kubeOn {
+		rec, err := core.NewCatalogReconciler(svc, core.ReconcilerConfig{Name: "Kubernetes discovery", Exclusive: true})
+		if err != nil {
+			return fail(2, "Kubernetes discovery", err)
+		}
+		src, err := kube.New(opts.kube, rec, logs.logger("kvselect::kube"))
+		if err != nil {
+			return fail(2, "Kubernetes discovery", err)
+		}
+		n.onStopDo("catalog reconciler", rec.Close)
+		src.RegisterMetrics(reg)
+		n.loop("Kubernetes discovery", func(ctx context.Context) {
+			if err := src.Run(ctx); err != nil {
+				n.fail("Kubernetes discovery", err)
+			}
+		})
 	}
 	if opts.engineMetrics > 0 {
 		scrape := startEngineScrape(svc, opts.engineMetrics, logs.logger("kvselect::engines"))

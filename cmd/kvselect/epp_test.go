@@ -176,7 +176,7 @@ func TestEppFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.grpcPort != 9002 || o.healthPort != 9003 || o.metricsPort != 9090 || o.epp.ModelName != "llama" || o.epp.BlockSize != 32 || o.poolNamespace != "inf" || o.poolName != "pool" || o.epp.Disaggregated {
+	if o.grpcPort != 9002 || o.healthPort != 9003 || o.metricsPort != 9090 || o.epp.ModelName != "llama" || o.epp.BlockSize != 32 || o.kube.Namespace != "inf" || o.kube.PoolName != "pool" || !o.kubeOn || o.kube.ModelName != "llama" || o.kube.BlockSize != 32 || o.epp.Disaggregated {
 		t.Fatalf("%+v", o)
 	}
 	o, err = parseEpp([]string{"--block-size", "64", "--prefill-pool-name", "pre"}, envOf(map[string]string{"DYN_KV_CACHE_BLOCK_SIZE": "32"}), os.Stderr)
@@ -185,5 +185,20 @@ func TestEppFlags(t *testing.T) {
 	}
 	if _, err := parseEpp(nil, envOf(map[string]string{"DYN_EPP_MODE": "dynamo"}), os.Stderr); err == nil {
 		t.Fatal("DYN_EPP_MODE=dynamo accepted")
+	}
+	// Kubernetes discovery: one source, and the model it serves.
+	for _, args := range [][]string{
+		{"--pool-name", "p", "--model-name", "m", "--workers-file", "w.json"},
+		{"--pool-name", "p"},
+		{"--endpoint-selector", "app=vllm", "--model-name", "m"}, // no target port
+		{"--pool-name", "p", "--endpoint-selector", "app=vllm", "--endpoint-target-ports", "8000", "--model-name", "m"},
+	} {
+		if _, err := parseEpp(args, envOf(nil), os.Stderr); err == nil {
+			t.Errorf("%q accepted", args)
+		}
+	}
+	o, err = parseEpp([]string{"--endpoint-selector", "app=vllm", "--endpoint-target-ports", "8000", "--model-name", "m", "--role-label", "llm-d.ai/role"}, envOf(nil), os.Stderr)
+	if err != nil || !o.kubeOn || o.kube.TargetPorts[0] != 8000 || !o.epp.Disaggregated {
+		t.Fatalf("selector mode: %+v %v", o, err)
 	}
 }

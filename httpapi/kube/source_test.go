@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/kvselect/kvselect/httpapi/kube/kubetest"
 	"log/slog"
 	"maps"
 	"strings"
@@ -23,7 +24,7 @@ const waitTimeout = 30 * time.Second
 // env is a Source running against a fake API server, feeding a reconciler
 // of a real core.Service.
 type env struct {
-	api     *fakeAPI
+	api     *kubetest.API
 	svc     *core.Service
 	rec     *core.CatalogReconciler
 	src     *Source
@@ -51,7 +52,7 @@ func testConfig() Config {
 
 // start runs a source with cfg against api, through a kubeconfig file
 // (whose context names testNS: cfg.Namespace stays empty).
-func start(t *testing.T, api *fakeAPI, cfg Config) *env {
+func start(t *testing.T, api *kubetest.API, cfg Config) *env {
 	t.Helper()
 	sc := core.DefaultConfig()
 	sc.UseKVEvents = false
@@ -64,7 +65,7 @@ func start(t *testing.T, api *fakeAPI, cfg Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Kubeconfig = api.kubeconfig(t, testNS)
+	cfg.Kubeconfig = api.Kubeconfig(t, testNS)
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e.src, err = New(cfg, e.rec, log)
 	if err != nil {
@@ -143,17 +144,17 @@ func id(uid string) uint64 { return WorkerID(uid) }
 // terminating, IP-less and unselected pods do not; the stats and metrics
 // count them.
 func TestPoolPodsBecomeWorkers(t *testing.T) {
-	api := newFakeAPI(t)
-	api.put("inferencepools", poolObj(testNS, "pool", vllm, 8000))
-	api.put("pods", podObj(testNS, "vllm-0", "u0", "10.0.0.1", true, vllm))
-	api.put("pods", podObj(testNS, "vllm-1", "u1", "fd00::2", true, map[string]string{"app": "vllm", "role": "decode"}))
-	api.put("pods", podObj(testNS, "vllm-2", "u2", "10.0.0.3", false, vllm))
-	api.put("pods", podObj(testNS, "vllm-3", "u3", "", true, vllm))
-	term := podObj(testNS, "vllm-4", "u4", "10.0.0.5", true, vllm)
-	meta(term)["deletionTimestamp"] = "2026-01-01T00:01:00Z"
-	api.put("pods", term)
-	api.put("pods", podObj(testNS, "other-0", "u5", "10.0.0.6", true, map[string]string{"app": "other"}))
-	api.put("pods", podObj("elsewhere", "vllm-9", "u9", "10.0.0.9", true, vllm))
+	api := kubetest.NewAPI(t)
+	api.Put("inferencepools", kubetest.PoolObj(testNS, "pool", vllm, 8000))
+	api.Put("pods", kubetest.PodObj(testNS, "vllm-0", "u0", "10.0.0.1", true, vllm))
+	api.Put("pods", kubetest.PodObj(testNS, "vllm-1", "u1", "fd00::2", true, map[string]string{"app": "vllm", "role": "decode"}))
+	api.Put("pods", kubetest.PodObj(testNS, "vllm-2", "u2", "10.0.0.3", false, vllm))
+	api.Put("pods", kubetest.PodObj(testNS, "vllm-3", "u3", "", true, vllm))
+	term := kubetest.PodObj(testNS, "vllm-4", "u4", "10.0.0.5", true, vllm)
+	kubetest.Meta(term)["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+	api.Put("pods", term)
+	api.Put("pods", kubetest.PodObj(testNS, "other-0", "u5", "10.0.0.6", true, map[string]string{"app": "other"}))
+	api.Put("pods", kubetest.PodObj("elsewhere", "vllm-9", "u9", "10.0.0.9", true, vllm))
 
 	cfg := testConfig()
 	cfg.PoolName = "pool"
@@ -190,7 +191,7 @@ func TestPoolPodsBecomeWorkers(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
-	if q := api.queriesOf("inferencepools"); len(q) == 0 || !strings.Contains(q[0], "fieldSelector=metadata.name%3Dpool") {
+	if q := api.QueriesOf("inferencepools"); len(q) == 0 || !strings.Contains(q[0], "fieldSelector=metadata.name%3Dpool") {
 		t.Errorf("pool queries %v: want the pool's name as a field selector", q)
 	}
 }
@@ -199,10 +200,10 @@ func TestPoolPodsBecomeWorkers(t *testing.T) {
 // its booking released; a deleted pod is removed; an IP change moves the
 // worker (same id); a pod recreated under its name is a new worker.
 func TestPodLifecycle(t *testing.T) {
-	api := newFakeAPI(t)
-	api.put("inferencepools", poolObj(testNS, "pool", vllm, 8000))
-	api.put("pods", podObj(testNS, "vllm-0", "a", "10.0.0.1", true, vllm))
-	api.put("pods", podObj(testNS, "vllm-1", "b", "10.0.0.2", true, vllm))
+	api := kubetest.NewAPI(t)
+	api.Put("inferencepools", kubetest.PoolObj(testNS, "pool", vllm, 8000))
+	api.Put("pods", kubetest.PodObj(testNS, "vllm-0", "a", "10.0.0.1", true, vllm))
+	api.Put("pods", kubetest.PodObj(testNS, "vllm-1", "b", "10.0.0.2", true, vllm))
 	cfg := testConfig()
 	cfg.PoolName = "pool"
 	e := start(t, api, cfg)
@@ -228,23 +229,23 @@ func TestPodLifecycle(t *testing.T) {
 		name, uid, ip, otherName, otherUID = "vllm-1", "b", "10.0.0.2", "vllm-0", "a"
 	}
 
-	api.put("pods", podObj(testNS, name, uid, ip, false, vllm))
+	api.Put("pods", kubetest.PodObj(testNS, name, uid, ip, false, vllm))
 	e.waitFor(t, "booked pod unready", map[uint64]string{id(otherUID): both[id(otherUID)]})
 	if _, ok := e.svc.Reservation("r1"); ok || e.svc.Stats().Reservations != 0 {
 		t.Fatalf("r1 still booked after its worker left: %+v", e.svc.Stats())
 	}
 
-	api.put("pods", podObj(testNS, name, uid, ip, true, vllm))
+	api.Put("pods", kubetest.PodObj(testNS, name, uid, ip, true, vllm))
 	e.waitFor(t, "ready again", both)
 
-	api.remove("pods", testNS, otherName)
+	api.Remove("pods", testNS, otherName)
 	e.waitFor(t, "other pod deleted", map[uint64]string{id(uid): both[id(uid)]})
 
-	api.put("pods", podObj(testNS, name, uid, "10.0.1.7", true, vllm))
+	api.Put("pods", kubetest.PodObj(testNS, name, uid, "10.0.1.7", true, vllm))
 	e.waitFor(t, "IP change", map[uint64]string{id(uid): "http://10.0.1.7:8000"})
 
-	api.remove("pods", testNS, name)
-	api.put("pods", podObj(testNS, name, uid+"-2", "10.0.1.8", true, vllm))
+	api.Remove("pods", testNS, name)
+	api.Put("pods", kubetest.PodObj(testNS, name, uid+"-2", "10.0.1.8", true, vllm))
 	e.waitFor(t, "recreated under its name", map[uint64]string{id(uid + "-2"): "http://10.0.1.8:8000"})
 }
 
@@ -252,35 +253,35 @@ func TestPodLifecycle(t *testing.T) {
 // deleted pool empties it (and the source is not ready); a pool without
 // labels is unusable; a recreated pool restores it.
 func TestPoolChanges(t *testing.T) {
-	api := newFakeAPI(t)
+	api := kubetest.NewAPI(t)
 	blue, green := map[string]string{"app": "blue"}, map[string]string{"app": "green"}
-	api.put("inferencepools", poolObj(testNS, "pool", blue, 8000))
-	api.put("inferencepools", poolObj(testNS, "other-pool", green, 8000))
-	api.put("pods", podObj(testNS, "blue-0", "b0", "10.0.0.1", true, blue))
-	api.put("pods", podObj(testNS, "green-0", "g0", "10.0.0.2", true, green))
+	api.Put("inferencepools", kubetest.PoolObj(testNS, "pool", blue, 8000))
+	api.Put("inferencepools", kubetest.PoolObj(testNS, "other-pool", green, 8000))
+	api.Put("pods", kubetest.PodObj(testNS, "blue-0", "b0", "10.0.0.1", true, blue))
+	api.Put("pods", kubetest.PodObj(testNS, "green-0", "g0", "10.0.0.2", true, green))
 	cfg := testConfig()
 	cfg.PoolName = "pool"
 	e := start(t, api, cfg)
 	e.waitFor(t, "blue", map[uint64]string{id("b0"): "http://10.0.0.1:8000"})
 
-	api.put("inferencepools", poolObj(testNS, "pool", green, 8000))
+	api.Put("inferencepools", kubetest.PoolObj(testNS, "pool", green, 8000))
 	e.waitFor(t, "selector to green", map[uint64]string{id("g0"): "http://10.0.0.2:8000"})
 
-	api.put("inferencepools", poolObj(testNS, "pool", green, 9000, 9001))
+	api.Put("inferencepools", kubetest.PoolObj(testNS, "pool", green, 9000, 9001))
 	e.waitFor(t, "target port 9000", map[uint64]string{id("g0"): "http://10.0.0.2:9000"})
 	until(t, "ignored ports counted", func() bool { return e.src.Stats().IgnoredTargetPorts == 1 })
 
-	api.remove("inferencepools", testNS, "pool")
+	api.Remove("inferencepools", testNS, "pool")
 	e.waitFor(t, "pool deleted", map[uint64]string{})
 	until(t, "not ready without a pool", func() bool { return !e.src.Ready() && e.src.Stats().PoolErrors == 1 })
 
-	api.put("inferencepools", poolObj(testNS, "pool", map[string]string{}, 8000))
+	api.Put("inferencepools", kubetest.PoolObj(testNS, "pool", map[string]string{}, 8000))
 	until(t, "an unusable pool counted", func() bool {
 		st := e.src.Stats()
 		return st.PoolErrors == 2 && strings.Contains(st.LastError, "matchLabels")
 	})
 
-	api.put("inferencepools", poolObj(testNS, "pool", blue, 8000))
+	api.Put("inferencepools", kubetest.PoolObj(testNS, "pool", blue, 8000))
 	e.waitFor(t, "pool recreated", map[uint64]string{id("b0"): "http://10.0.0.1:8000"})
 	if !e.src.Ready() {
 		t.Fatal("not ready with a pool")
@@ -295,28 +296,28 @@ func TestPoolChanges(t *testing.T) {
 func TestAPIServerRestart(t *testing.T) {
 	for _, mode := range []string{"watch-list", "list"} {
 		t.Run(mode, func(t *testing.T) {
-			api := newFakeAPI(t)
-			api.noWatchList.Store(mode == "list")
-			api.put("inferencepools", poolObj(testNS, "pool", vllm, 8000))
-			api.put("pods", podObj(testNS, "vllm-0", "a", "10.0.0.1", true, vllm))
-			api.put("pods", podObj(testNS, "vllm-1", "b", "10.0.0.2", true, vllm))
+			api := kubetest.NewAPI(t)
+			api.NoWatchList.Store(mode == "list")
+			api.Put("inferencepools", kubetest.PoolObj(testNS, "pool", vllm, 8000))
+			api.Put("pods", kubetest.PodObj(testNS, "vllm-0", "a", "10.0.0.1", true, vllm))
+			api.Put("pods", kubetest.PodObj(testNS, "vllm-1", "b", "10.0.0.2", true, vllm))
 			cfg := testConfig()
 			cfg.PoolName = "pool"
 			e := start(t, api, cfg)
 			e.waitFor(t, "before", map[uint64]string{id("a"): "http://10.0.0.1:8000", id("b"): "http://10.0.0.2:8000"})
-			relists := func() int64 { return api.lists.Load() + api.streams.Load() }
+			relists := func() int64 { return api.Lists.Load() + api.Streams.Load() }
 
 			// Down: every request fails (the reflectors back off) until it
 			// is up again.
 			n := relists()
-			api.down.Store(true)
-			api.restart(func() {
-				api.remove("pods", testNS, "vllm-1")
-				api.put("pods", podObj(testNS, "vllm-2", "c", "10.0.0.3", true, vllm))
-				api.put("pods", podObj(testNS, "vllm-0", "a", "10.0.0.1", false, vllm))
+			api.Down.Store(true)
+			api.Restart(func() {
+				api.Remove("pods", testNS, "vllm-1")
+				api.Put("pods", kubetest.PodObj(testNS, "vllm-2", "c", "10.0.0.3", true, vllm))
+				api.Put("pods", kubetest.PodObj(testNS, "vllm-0", "a", "10.0.0.1", false, vllm))
 			})
-			until(t, "requests refused while down", func() bool { return api.refused.Load() >= 2 })
-			api.down.Store(false)
+			until(t, "requests refused while down", func() bool { return api.Refused.Load() >= 2 })
+			api.Down.Store(false)
 			e.waitFor(t, "after being down", map[uint64]string{id("c"): "http://10.0.0.3:8000"})
 			if relists() == n {
 				t.Errorf("converged without a relist")
@@ -327,10 +328,10 @@ func TestAPIServerRestart(t *testing.T) {
 			// cache does not have (410: client-go relists without telling
 			// the watch-error handler).
 			n = relists()
-			expired := api.expired.Load()
-			api.restart(func() {
-				api.put("pods", podObj(testNS, "vllm-0", "a", "10.0.0.1", true, vllm))
-				api.put("pods", podObj(testNS, "vllm-2", "c", "10.0.2.3", true, vllm))
+			expired := api.Expired.Load()
+			api.Restart(func() {
+				api.Put("pods", kubetest.PodObj(testNS, "vllm-0", "a", "10.0.0.1", true, vllm))
+				api.Put("pods", kubetest.PodObj(testNS, "vllm-2", "c", "10.0.2.3", true, vllm))
 			})
 			e.waitFor(t, "after expiry", map[uint64]string{id("a"): "http://10.0.0.1:8000", id("c"): "http://10.0.2.3:8000"})
 			if relists() == n {
@@ -339,10 +340,10 @@ func TestAPIServerRestart(t *testing.T) {
 			// Whether a reflector resumed its watch (and got 410) or
 			// relisted at once depends on timing: a watch that ends within
 			// a second of its start makes client-go relist directly.
-			t.Logf("watches answered 410 Expired after the restart: %d", api.expired.Load()-expired)
+			t.Logf("watches answered 410 Expired after the restart: %d", api.Expired.Load()-expired)
 
 			// And the new watches deliver again.
-			api.remove("pods", testNS, "vllm-2")
+			api.Remove("pods", testNS, "vllm-2")
 			e.waitFor(t, "events after the restarts", map[uint64]string{id("a"): "http://10.0.0.1:8000"})
 		})
 	}
@@ -352,11 +353,11 @@ func TestAPIServerRestart(t *testing.T) {
 // pods (the selector is in every pod query), the first target port is the
 // endpoint, and a pod relabelled out of the selector is removed.
 func TestSelectorMode(t *testing.T) {
-	api := newFakeAPI(t)
+	api := kubetest.NewAPI(t)
 	gpu := map[string]string{"app": "vllm", "tier": "gpu"}
-	api.put("pods", podObj(testNS, "vllm-0", "a", "10.0.0.1", true, gpu))
-	api.put("pods", podObj(testNS, "vllm-1", "b", "10.0.0.2", true, gpu))
-	api.put("pods", podObj(testNS, "cpu-0", "c", "10.0.0.3", true, map[string]string{"app": "vllm", "tier": "cpu"}))
+	api.Put("pods", kubetest.PodObj(testNS, "vllm-0", "a", "10.0.0.1", true, gpu))
+	api.Put("pods", kubetest.PodObj(testNS, "vllm-1", "b", "10.0.0.2", true, gpu))
+	api.Put("pods", kubetest.PodObj(testNS, "cpu-0", "c", "10.0.0.3", true, map[string]string{"app": "vllm", "tier": "cpu"}))
 	cfg := testConfig()
 	cfg.Selector, cfg.TargetPorts = "app=vllm,tier in (gpu)", []int{8080, 8081}
 	cfg.KVEventsPort, cfg.ReplayPort = 0, 5600
@@ -369,9 +370,9 @@ func TestSelectorMode(t *testing.T) {
 	}
 	until(t, "stats", func() bool { st := e.src.Stats(); return st.PodsSeen == 2 && st.Ready() })
 
-	api.put("pods", podObj(testNS, "vllm-1", "b", "10.0.0.2", true, map[string]string{"app": "vllm", "tier": "cpu"}))
+	api.Put("pods", kubetest.PodObj(testNS, "vllm-1", "b", "10.0.0.2", true, map[string]string{"app": "vllm", "tier": "cpu"}))
 	e.waitFor(t, "relabelled out", map[uint64]string{id("a"): "http://10.0.0.1:8080"})
-	qs := api.queriesOf("pods")
+	qs := api.QueriesOf("pods")
 	if len(qs) == 0 {
 		t.Fatal("no pod queries")
 	}
@@ -380,7 +381,7 @@ func TestSelectorMode(t *testing.T) {
 			t.Errorf("pod query %q lacks the selector", q)
 		}
 	}
-	if len(api.queriesOf("inferencepools")) != 0 {
+	if len(api.QueriesOf("inferencepools")) != 0 {
 		t.Error("selector mode read InferencePools")
 	}
 }
@@ -391,8 +392,8 @@ func (st Stats) Ready() bool { return st.Synced && st.PoolResolved }
 // TestMembershipDebounced: a burst of changes within the window costs one
 // snapshot, and a change that leaves the membership equal sends none.
 func TestMembershipDebounced(t *testing.T) {
-	api := newFakeAPI(t)
-	api.put("inferencepools", poolObj(testNS, "pool", vllm, 8000))
+	api := kubetest.NewAPI(t)
+	api.Put("inferencepools", kubetest.PoolObj(testNS, "pool", vllm, 8000))
 	cfg := testConfig()
 	cfg.PoolName = "pool"
 	cfg.Debounce = 300 * time.Millisecond
@@ -400,7 +401,7 @@ func TestMembershipDebounced(t *testing.T) {
 	until(t, "synced", e.src.Ready)
 	base := e.src.Stats().Snapshots
 	for i := range 20 {
-		api.put("pods", podObj(testNS, fmt.Sprintf("vllm-%02d", i), fmt.Sprint("u", i), fmt.Sprintf("10.0.0.%d", i+1), true, vllm))
+		api.Put("pods", kubetest.PodObj(testNS, fmt.Sprintf("vllm-%02d", i), fmt.Sprint("u", i), fmt.Sprintf("10.0.0.%d", i+1), true, vllm))
 	}
 	want := map[uint64]string{}
 	for i := range 20 {
@@ -412,7 +413,7 @@ func TestMembershipDebounced(t *testing.T) {
 	}
 	before := e.src.Stats()
 	// A change no worker sees: another label.
-	api.put("pods", podObj(testNS, "vllm-00", "u0", "10.0.0.1", true, map[string]string{"app": "vllm", "x": "y"}))
+	api.Put("pods", kubetest.PodObj(testNS, "vllm-00", "u0", "10.0.0.1", true, map[string]string{"app": "vllm", "x": "y"}))
 	until(t, "rebuilt", func() bool { return e.src.Stats().Builds > before.Builds })
 	if got := e.src.Stats().Snapshots; got != before.Snapshots {
 		t.Errorf("an unchanged membership was sent again: %d snapshots, had %d", got, before.Snapshots)

@@ -3,6 +3,7 @@ package kube
 import (
 	"errors"
 	"flag"
+	"github.com/kvselect/kvselect/httpapi/kube/kubetest"
 	"io"
 	"maps"
 	"strings"
@@ -53,7 +54,7 @@ func testPod(mut func(*corev1.Pod)) *corev1.Pod {
 
 // TestWorkerFor: which pods are workers, and their records.
 func TestWorkerFor(t *testing.T) {
-	pool := &unstructured.Unstructured{Object: poolObj("llm", "p", map[string]string{"app": "vllm"}, 8000)}
+	pool := &unstructured.Unstructured{Object: kubetest.PoolObj("llm", "p", map[string]string{"app": "vllm"}, 8000)}
 	tg, err := parsePool(pool)
 	if err != nil {
 		t.Fatal(err)

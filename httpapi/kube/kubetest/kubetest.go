@@ -1,4 +1,4 @@
-package kube
+package kubetest
 
 import (
 	"encoding/base64"
@@ -22,7 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-// fakeAPI is a protocol-level fake of kube-apiserver for the two
+// API is a protocol-level fake of kube-apiserver for the two
 // resources the source reads: GET list and watch of
 // /api/v1/namespaces/{ns}/pods and
 // /apis/inference.networking.k8s.io/v1/namespaces/{ns}/inferencepools, as
@@ -45,20 +45,20 @@ import (
 //   - restarts: every watch dropped, every older resource version expired.
 //
 // Every object has a resourceVersion from one counter, as etcd's revision.
-type fakeAPI struct {
+type API struct {
 	srv   *httptest.Server
 	token string
 
-	// noWatchList: refuse streaming lists (422), so reflectors list.
-	noWatchList atomic.Bool
-	// down: answer every request 503 (the server is restarting).
-	down atomic.Bool
-	// expire: answer every watch from a resource version 410 Expired.
-	expire atomic.Bool
+	// NoWatchList: refuse streaming lists (422), so reflectors list.
+	NoWatchList atomic.Bool
+	// Down: answer every request 503 (the server is restarting).
+	Down atomic.Bool
+	// Expire: answer every watch from a resource version 410 Expired.
+	Expire atomic.Bool
 
-	// lists, streams (streaming lists) and watches served; refused
+	// Lists, Streams (streaming lists) and watches served; refused
 	// (503 while down) and expired (410) answers.
-	lists, streams, watches, refused, expired atomic.Int64
+	Lists, Streams, Watches, Refused, Expired atomic.Int64
 
 	mu struct {
 		sync.Mutex
@@ -100,25 +100,25 @@ var fakeKinds = map[string][2]string{
 	"inferencepools": {"inference.networking.k8s.io/v1", "InferencePool"},
 }
 
-// newFakeAPI starts the server over TLS (its certificate is
+// NewAPI starts the server over TLS (its certificate is
 // httptest's, for 127.0.0.1).
-func newFakeAPI(t testing.TB) *fakeAPI {
-	a := &fakeAPI{token: "kvselect-test-token"}
+func NewAPI(t testing.TB) *API {
+	a := &API{token: "kvselect-test-token"}
 	a.mu.objs = map[string]map[string]map[string]any{"pods": {}, "inferencepools": {}}
 	a.mu.live = map[*fakeWatch]struct{}{}
 	a.mu.rv = 100
 	a.srv = httptest.NewTLSServer(http.HandlerFunc(a.serve))
 	t.Cleanup(func() {
-		a.dropWatches()
+		a.DropWatches()
 		a.srv.Close()
 	})
 	return a
 }
 
-// kubeconfig writes a kubeconfig naming the server and its CA, the token
+// Kubeconfig writes a kubeconfig naming the server and its CA, the token
 // and namespace ns, and returns its path. (Over TLS: client-go reads a
 // kubeconfig's credentials only for a TLS server.)
-func (a *fakeAPI) kubeconfig(t testing.TB, ns string) string {
+func (a *API) Kubeconfig(t testing.TB, ns string) string {
 	path := filepath.Join(t.TempDir(), "kubeconfig")
 	cfg := fmt.Sprintf(`apiVersion: v1
 kind: Config
@@ -177,9 +177,9 @@ func route(path string) (resource, ns string, ok bool) {
 	return parts[1], parts[0], true
 }
 
-func (a *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
-	if a.down.Load() {
-		a.refused.Add(1)
+func (a *API) serve(w http.ResponseWriter, r *http.Request) {
+	if a.Down.Load() {
+		a.Refused.Add(1)
 		status(w, http.StatusServiceUnavailable, "ServiceUnavailable", "the server is restarting")
 		return
 	}
@@ -210,7 +210,7 @@ func (a *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		a.watch(w, r, &fakeWatch{resource: resource, ns: ns, sel: sel, fsel: fsel})
 		return
 	}
-	a.lists.Add(1)
+	a.Lists.Add(1)
 	a.mu.Lock()
 	items := []any{}
 	for _, o := range a.sortedLocked(resource) {
@@ -229,7 +229,7 @@ func (a *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b)
 }
 
-func (a *fakeAPI) sortedLocked(resource string) []map[string]any {
+func (a *API) sortedLocked(resource string) []map[string]any {
 	keys := slices.Sorted(maps.Keys(a.mu.objs[resource]))
 	out := make([]map[string]any, len(keys))
 	for i, k := range keys {
@@ -238,7 +238,8 @@ func (a *fakeAPI) sortedLocked(resource string) []map[string]any {
 	return out
 }
 
-func meta(o map[string]any) map[string]any {
+// Meta is an object's metadata map, for editing it in place.
+func Meta(o map[string]any) map[string]any {
 	m, _ := o["metadata"].(map[string]any)
 	return m
 }
@@ -247,7 +248,7 @@ func matches(o map[string]any, ns string, sel labels.Selector, fsel fields.Selec
 	if o == nil {
 		return false
 	}
-	m := meta(o)
+	m := Meta(o)
 	if m["namespace"] != ns {
 		return false
 	}
@@ -288,19 +289,19 @@ func (fw *fakeWatch) eventFor(ev fakeEvent) []byte {
 }
 
 // watch serves one watch request.
-func (a *fakeAPI) watch(w http.ResponseWriter, r *http.Request, fw *fakeWatch) {
-	a.watches.Add(1)
+func (a *API) watch(w http.ResponseWriter, r *http.Request, fw *fakeWatch) {
+	a.Watches.Add(1)
 	q := r.URL.Query()
 	fw.ch, fw.done = make(chan []byte, 4096), make(chan struct{})
 	a.mu.Lock()
 	switch rv := q.Get("resourceVersion"); {
 	case q.Get("sendInitialEvents") == "true":
-		if a.noWatchList.Load() {
+		if a.NoWatchList.Load() {
 			a.mu.Unlock()
 			status(w, http.StatusUnprocessableEntity, "Invalid", "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled")
 			return
 		}
-		a.streams.Add(1)
+		a.Streams.Add(1)
 		for _, o := range a.sortedLocked(fw.resource) {
 			if matches(o, fw.ns, fw.sel, fw.fsel) {
 				fw.ch <- line("ADDED", o)
@@ -321,9 +322,9 @@ func (a *fakeAPI) watch(w http.ResponseWriter, r *http.Request, fw *fakeWatch) {
 		}
 	default:
 		from, err := strconv.ParseInt(rv, 10, 64)
-		if err != nil || from < a.mu.minRV || a.expire.Load() {
+		if err != nil || from < a.mu.minRV || a.Expire.Load() {
 			a.mu.Unlock()
-			a.expired.Add(1)
+			a.Expired.Add(1)
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write(line("ERROR", statusObj(http.StatusGone, "Expired", fmt.Sprintf("too old resource version: %s (%d)", rv, a.mu.minRV))))
 			return
@@ -372,11 +373,11 @@ func (a *fakeAPI) watch(w http.ResponseWriter, r *http.Request, fw *fakeWatch) {
 
 // record stores obj (or deletes the object when typ is DELETED) at a new
 // version and sends the event to the live watches.
-func (a *fakeAPI) record(resource, typ string, obj map[string]any) {
+func (a *API) record(resource, typ string, obj map[string]any) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.mu.rv++
-	m := meta(obj)
+	m := Meta(obj)
 	m["resourceVersion"] = strconv.FormatInt(a.mu.rv, 10)
 	key := m["namespace"].(string) + "/" + m["name"].(string)
 	old := a.mu.objs[resource][key]
@@ -416,29 +417,29 @@ func clone(o map[string]any) map[string]any {
 	return c
 }
 
-// put creates or replaces an object (a copy of obj).
-func (a *fakeAPI) put(resource string, obj map[string]any) {
+// Put creates or replaces an object (a copy of obj).
+func (a *API) Put(resource string, obj map[string]any) {
 	obj = clone(obj)
 	if _, ok := fakeKinds[resource]; !ok {
-		panic("fakeAPI: unknown resource " + resource)
+		panic("API: unknown resource " + resource)
 	}
 	obj["apiVersion"], obj["kind"] = fakeKinds[resource][0], fakeKinds[resource][1]
 	a.record(resource, "", obj)
 }
 
-// remove deletes the object ns/name; its last state is the DELETED event's.
-func (a *fakeAPI) remove(resource, ns, name string) {
+// Remove deletes the object ns/name; its last state is the DELETED event's.
+func (a *API) Remove(resource, ns, name string) {
 	a.mu.Lock()
 	o, ok := a.mu.objs[resource][ns+"/"+name]
 	a.mu.Unlock()
 	if !ok {
-		panic("fakeAPI: no " + resource + " " + ns + "/" + name)
+		panic("API: no " + resource + " " + ns + "/" + name)
 	}
 	a.record(resource, "DELETED", clone(o))
 }
 
-// dropWatches ends every open watch (connections reset by a restart).
-func (a *fakeAPI) dropWatches() {
+// DropWatches ends every open watch (connections reset by a restart).
+func (a *API) DropWatches() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for fw := range a.mu.live {
@@ -446,13 +447,13 @@ func (a *fakeAPI) dropWatches() {
 	}
 }
 
-// restart models a restarted API server whose watch cache starts anew:
+// Restart models a restarted API server whose watch cache starts anew:
 // every watch ends, changes made meanwhile (missed) reach no watch, and a
 // watch from any version before the restart's end is expired, so the
 // reflectors must relist to see them.
-func (a *fakeAPI) restart(missed func()) {
-	a.expire.Store(true)
-	a.dropWatches()
+func (a *API) Restart(missed func()) {
+	a.Expire.Store(true)
+	a.DropWatches()
 	a.mu.Lock()
 	for fw := range a.mu.live {
 		delete(a.mu.live, fw)
@@ -463,11 +464,11 @@ func (a *fakeAPI) restart(missed func()) {
 	a.mu.minRV = a.mu.rv
 	a.mu.history = nil
 	a.mu.Unlock()
-	a.expire.Store(false)
+	a.Expire.Store(false)
 }
 
-// queriesOf returns the queries made of resource so far.
-func (a *fakeAPI) queriesOf(resource string) []string {
+// QueriesOf returns the queries made of resource so far.
+func (a *API) QueriesOf(resource string) []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var out []string
@@ -479,9 +480,9 @@ func (a *fakeAPI) queriesOf(resource string) []string {
 	return out
 }
 
-// podObj is a pod object: name, uid, IP ("" none), Ready condition,
+// PodObj is a pod object: name, uid, IP ("" none), Ready condition,
 // labels.
-func podObj(ns, name, uid, ip string, ready bool, lbl map[string]string) map[string]any {
+func PodObj(ns, name, uid, ip string, ready bool, lbl map[string]string) map[string]any {
 	l := map[string]any{}
 	for k, v := range lbl {
 		l[k] = v
@@ -505,8 +506,8 @@ func podObj(ns, name, uid, ip string, ready bool, lbl map[string]string) map[str
 	}
 }
 
-// poolObj is an InferencePool selecting matchLabels on the target ports.
-func poolObj(ns, name string, matchLabels map[string]string, ports ...int) map[string]any {
+// PoolObj is an InferencePool selecting matchLabels on the target ports.
+func PoolObj(ns, name string, matchLabels map[string]string, ports ...int) map[string]any {
 	ml := map[string]any{}
 	for k, v := range matchLabels {
 		ml[k] = v

@@ -134,6 +134,23 @@
 //     publisher draining the outbound queue; one drainer applying peers'
 //     events to the service; one dial-and-receive loop per peer. Closed
 //     after the HTTP drain and the service, before the ingress.
+//   - NATS event plane (with --event-plane nats, eventplane.go and
+//     zmqin/natsplane): the embedded nats-server's own goroutines (accept,
+//     routes, one reader and writer per client and route; without
+//     --nats-server), reached in process through a pipe; the client's
+//     reader and flusher, and one delivery goroutine per subscription,
+//     which run the KV ingress's and the bookings' handlers (KV events
+//     under the registry's read lock; bookings, session bindings and
+//     snapshot requests under the bookings' lock); the Link's reconnect
+//     callback goroutine (which re-asks for snapshots); the bookings'
+//     publisher (outbound bookings, bindings and snapshot answers, from
+//     bounded queues) and snapshotter (asks for and gathers catch-up
+//     snapshots); with an embedded server, a route watch every 250 ms
+//     (a new route asks again); with --nats-catalog, the catalog
+//     bucket's binder-then-watcher and writer, and either a mirror loop
+//     every second (with --workers-file) or a core.CatalogReconciler fed
+//     by the bucket. Stopped after the HTTP drain: the loops, then the
+//     bookings, the catalog, the KV ingress, the connection, the server.
 //   - engine metrics (with --engine-metrics-interval): one loop scraping
 //     the workers' {endpoint}/metrics, at most 16 requests in flight
 //     (httpapi/engines); stopped after the HTTP drain.
@@ -167,7 +184,9 @@
 // goroutine, HTTP server (serve's goroutines above) and, when meshed, a
 // mesh.Mesh (its publisher, drainer and one receive loop per peer, plus
 // its PUB socket's; mesh.Mesh lists them), all stopped when the bench
-// run ends with it. bench --simulate (package bench/sim) runs the
+// run ends with it; with --event-plane nats, N more replicas each with an
+// embedded NATS server and natsplane.Bookings (eventplane_bench.go; the
+// goroutines of serve's event plane above). bench --simulate (package bench/sim) runs the
 // in-process serve (with a seeded picker, --rand-seed) without idle
 // engines: the simulation creates its own engine models, and for each run
 // of a selector policy one KV event publisher per engine (its goroutines

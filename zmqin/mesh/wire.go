@@ -330,7 +330,15 @@ func decodeAdd(r *msgpack.Reader, ev *core.ReplicaEvent) error {
 			if n > maxEnvelopeHashes {
 				return errTooManyHashes
 			}
-			ev.SequenceHashes = make([]uint64, n)
+			// Into ev's own slice when it has the room: a decoder of one
+			// event at a time (zmqin/natsplane's bookings) reuses it. Its
+			// decode, allocating per event, took 1.7% of the process in a
+			// CPU profile of three NATS replicas at C1024 (2026-12-02).
+			if ev.SequenceHashes != nil && cap(ev.SequenceHashes) >= n {
+				ev.SequenceHashes = ev.SequenceHashes[:n]
+			} else {
+				ev.SequenceHashes = make([]uint64, n)
+			}
 			for k := range ev.SequenceHashes {
 				v, neg, err := r.Integer()
 				if err == nil && neg {

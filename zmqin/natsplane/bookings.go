@@ -344,8 +344,12 @@ func (b *Bookings) handle(body []byte) {
 		b.in.lg.LogAt(slog.LevelWarn, "bookings: envelope of another topic dropped", "topic", string(env.Topic))
 		return
 	}
-	b.in.batch = append(b.in.batch[:0], core.ReplicaEvent{})
+	if len(b.in.batch) == 0 {
+		b.in.batch = append(b.in.batch, core.ReplicaEvent{})
+	}
 	ev := &b.in.batch[0]
+	hs := ev.SequenceHashes[:0]
+	*ev = core.ReplicaEvent{SequenceHashes: hs}
 	if err := mesh.DecodeSequenceEvent(env.Payload, ev); err != nil {
 		b.st.dropped[BookingMalformedEvent].Add(1)
 		b.in.lg.LogAt(slog.LevelWarn, "bookings: malformed ActiveSequenceEvent dropped", "publisher_id", env.PublisherID, "err", err)
@@ -371,7 +375,9 @@ func (b *Bookings) handle(body []byte) {
 	}
 	b.in.app.ApplyReplica(b.in.batch)
 	b.st.applied.Add(1)
+	hs = ev.SequenceHashes[:0] // reused by the next decode (ApplyReplica keeps none)
 	clear(b.in.batch)
+	ev.SequenceHashes = hs
 }
 
 // Close stops the publisher and unsubscribes. Events still queued are

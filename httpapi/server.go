@@ -92,6 +92,10 @@ func newServer(cfg Config, table *routeTable) (*Server, error) {
 	}
 	s.reg.Describe(table.descs...)
 	s.reg.OnScrape(func(w io.Writer) { table.stats(s, w) })
+	if len(cfg.Tokenizers) > 0 {
+		s.reg.Describe(tokenizerDescs...)
+		s.reg.OnScrape(s.writeTokenizerStats)
+	}
 	s.selectPool.New = func() any { return new(selectReq) }
 	s.reservePool.New = func() any { return new(reserveReq) }
 	s.disaggPool.New = func() any { return new(disaggReq) }

@@ -202,3 +202,28 @@ func TestClientMessages(t *testing.T) {
 		t.Fatalf("isl_tokens %d, want %d (the rendered prompt's)", sel.ISLTokens, want)
 	}
 }
+
+// TestTokenizerCacheMetrics: each configured tokenizer's word and chunk
+// caches are in /metrics with their bytes, limit, hits and misses; a long
+// prompt tokenized twice shows chunk hits.
+func TestTokenizerCacheMetrics(t *testing.T) {
+	h := start(t, withTokenizer(t))
+	long := strings.Repeat("ab abab b ", 400)
+	for range 2 {
+		h.want(h.do("POST", "/tokenize", `{"prompt":`+strconv.Quote(long)+`}`), 200)
+	}
+	m := h.do("GET", "/metrics", "").raw
+	for _, want := range []string{
+		`kvselect_tokenizer_cache_limit_bytes{model="m",cache="word"} 8.388608e+06`,
+		`kvselect_tokenizer_cache_limit_bytes{model="m",cache="chunk"} 3.3554432e+07`,
+		`kvselect_tokenizer_cache_hits_total{model="m",cache="chunk"} `,
+		`# TYPE kvselect_tokenizer_cache_bytes gauge`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Fatalf("metrics lack %q:\n%s", want, m)
+		}
+	}
+	if strings.Contains(m, `kvselect_tokenizer_cache_hits_total{model="m",cache="chunk"} 0`+"\n") {
+		t.Fatal("no chunk hits after the same long prompt twice")
+	}
+}

@@ -48,7 +48,11 @@ var allowedInRepo = map[string][]string{
 	"perf":         {},
 	// perf/promcheck reads expositions for tests only (expfmt).
 	"perf/promcheck": {},
-	"bench":          {"radix", "zmqin", "zmqin/zmtp", "zmqin/zmqpub"},
+	"bench":          {"radix", "zmqin", "zmqin/zmtp", "zmqin/zmqpub", "bench/extproc"},
+	// bench/extproc plays Envoy's side of ext_proc for the epp mix, with
+	// its no-op processor: gRPC and Envoy's types, no repository package,
+	// so that bench's own files stay free of them.
+	"bench/extproc":  {},
 	"bench/sim":      {"bench", "bench/sim/vllm"},
 	"bench/sim/vllm": {},
 	// bench/plot draws numbers it is handed: no harness, no domain.
@@ -95,8 +99,9 @@ var externalOnly = []struct {
 	{"github.com/nats-io/", []string{"zmqin/natsplane"}},
 	{"github.com/valyala/fasthttp", []string{"httpapi", "perf", "bench"}},
 	// gRPC and Envoy's API types only in the endpoint picker and its host.
-	{"google.golang.org/grpc", []string{"httpapi/epp", "cmd/kvselect"}},
-	{"github.com/envoyproxy/go-control-plane", []string{"httpapi/epp", "cmd/kvselect"}},
+	// bench/extproc: the load harness's ext_proc client and no-op server.
+	{"google.golang.org/grpc", []string{"httpapi/epp", "bench/extproc", "cmd/kvselect"}},
+	{"github.com/envoyproxy/go-control-plane", []string{"httpapi/epp", "bench/extproc", "cmd/kvselect"}},
 	{"flag", []string{"cmd/kvselect"}},
 	// The Prometheus parser is a test tool: it stays out of the binary.
 	{"github.com/prometheus/", []string{"perf/promcheck"}},
@@ -342,6 +347,10 @@ func TestImportRulesNestedPackages(t *testing.T) {
 		{"bench/sim", "github.com/go-zeromq/zmq4", true},
 		{"bench", "github.com/valyala/fasthttp", false},
 		{"bench", "bench/sim", true},
+		{"bench", "bench/extproc", false},
+		{"bench", "google.golang.org/grpc", true},
+		{"bench/extproc", "google.golang.org/grpc", false},
+		{"bench/extproc", "bench", true},
 		{"zmqin/zmqpub", "github.com/go-zeromq/zmq4", true},
 		{"zmqin", "github.com/go-zeromq/zmq4", true},
 		{"zmqin/zmtp", "github.com/go-zeromq/zmq4", false},

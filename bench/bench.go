@@ -30,7 +30,9 @@ func IsTerminal(f *os.File) bool {
 //     ProfileDir is set);
 //  5. read GET /loads for reservations left active.
 //
-// With Replicas > 1, steps 3 to 5 run runReplicas instead: one replica
+// With MixEPP, steps 2 to 5 run runEPP instead: the no-op ext_proc server
+// and the in-process endpoint picker. With Replicas > 1, steps 3 to 5 run
+// runReplicas instead: one replica
 // alone and the meshed replicas, measured in alternating windows.
 //
 // Failed calls during the load are counted in the report, not returned as an
@@ -63,6 +65,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	params := loadParams{
 		concurrency: cfg.Concurrency, rate: cfg.Rate, warmup: cfg.Warmup, duration: cfg.Duration,
 		mix: cfg.Mix, outputBlocks: cfg.OutputBlocks, blockSize: cfg.BlockSize, progress: cfg.Progress,
+	}
+
+	if cfg.Mix == MixEPP {
+		// The epp mix brings its own baseline and target (runEPP).
+		if err := runEPP(ctx, &cfg, rep, params, prompts, nonce, logw); err != nil {
+			return nil, err
+		}
+		rep.setRatios()
+		return rep, nil
 	}
 
 	if cfg.Baseline == "noop" {

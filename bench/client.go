@@ -22,16 +22,19 @@ const (
 	routePlan                     // POST /disagg/plan
 	routePlanPrefill              // POST /disagg/{id}/prefill_complete
 	routePlanDelete               // DELETE /disagg/{id}
+	routeEPP                      // one ext_proc stream (MixEPP)
 	nRoutes
 )
 
 var routeNames = [nRoutes]string{"select", "select_and_reserve", "prefill_complete", "output_block", "delete",
-	"disagg_plan", "disagg_prefill_complete", "disagg_delete"}
+	"disagg_plan", "disagg_prefill_complete", "disagg_delete", "epp_stream"}
 
 // selection reports whether r is an operation's first call, the one that
 // selects (and books): its latency is also recorded apart, and in the open
 // loop it is timed from the intended send time.
-func (r route) selection() bool { return r == routeSelect || r == routeReserve || r == routePlan }
+func (r route) selection() bool {
+	return r == routeSelect || r == routeReserve || r == routePlan || r == routeEPP
+}
 
 func (r route) String() string { return routeNames[r] }
 

@@ -26,9 +26,17 @@ const (
 	// /disagg/plan (both legs booked), POST /disagg/{id}/prefill_complete
 	// (the prefill leg freed at the hand-off) and DELETE /disagg/{id}.
 	MixDisagg
+	// MixEPP is one Envoy ext_proc stream through the endpoint picker
+	// (`kvselect epp`, in-process), as Envoy runs it in
+	// FULL_DUPLEX_STREAMED mode: request headers, the OpenAI completions
+	// body, the pick, the echoed body, response headers, OutputBlocks SSE
+	// chunks of one block of tokens each, end of stream (bench/extproc's
+	// package doc); against a no-op ext_proc server on the same gRPC
+	// stack as the baseline (see runEPP).
+	MixEPP
 )
 
-var mixNames = [...]string{MixLifecycle: "lifecycle", MixSelect: "select", MixReserve: "reserve", MixDisagg: "disagg"}
+var mixNames = [...]string{MixLifecycle: "lifecycle", MixSelect: "select", MixReserve: "reserve", MixDisagg: "disagg", MixEPP: "epp"}
 
 func (m Mix) String() string {
 	if int(m) < len(mixNames) {
@@ -37,14 +45,14 @@ func (m Mix) String() string {
 	return fmt.Sprintf("Mix(%d)", int(m))
 }
 
-// ParseMix parses "select", "reserve", "lifecycle" or "disagg".
+// ParseMix parses "select", "reserve", "lifecycle", "disagg" or "epp".
 func ParseMix(s string) (Mix, error) {
 	for i, n := range mixNames {
 		if s == n {
 			return Mix(i), nil
 		}
 	}
-	return 0, fmt.Errorf("%w: mix %q (want select, reserve, lifecycle or disagg)", ErrConfig, s)
+	return 0, fmt.Errorf("%w: mix %q (want select, reserve, lifecycle, disagg or epp)", ErrConfig, s)
 }
 
 // ErrConfig marks an invalid Config.
@@ -61,6 +69,19 @@ type Server struct {
 	URL string
 	// PprofURL is its pprof base on the debug listener, "" when it serves
 	// no profiles.
+	PprofURL string
+	// Stop stops it.
+	Stop func()
+}
+
+// EPPServer is an endpoint picker StartEPP started in-process.
+type EPPServer struct {
+	// GRPCAddr is its ext_proc port (host:port).
+	GRPCAddr string
+	// URL is its HTTP port's base URL (/ready, /loads, /overlap_scores,
+	// /metrics).
+	URL string
+	// PprofURL is its pprof base, "" when it serves no profiles.
 	PprofURL string
 	// Stop stops it.
 	Stop func()
@@ -171,6 +192,15 @@ type Config struct {
 	// Timeout bounds each HTTP call of the load (read and write).
 	Timeout time.Duration
 
+	// StartEPP starts the endpoint picker of MixEPP in-process with its
+	// workers from workersFile ({"workers": [POST /workers bodies]}, the
+	// harness's workers and engines): the seam through which cmd wires
+	// `kvselect epp`.
+	StartEPP func(workersFile string) (EPPServer, error)
+	// EPPConns is the gRPC connections MixEPP's client opens to each
+	// ext_proc server (Envoy opens one per worker thread); 0: 4.
+	EPPConns int
+
 	// Baseline is "" (none) or "noop": the same client and bodies against an
 	// in-process no-op fasthttp handler on loopback, in the same run.
 	Baseline string
@@ -222,6 +252,8 @@ type SyntheticConfig struct {
 //
 //   - "chat": multi-turn chat, as DefaultSynthetic but 2-12 turns, so that
 //     most prompts continue a conversation;
+//   - "short": one-turn prompts of at most 256 tokens (a 64-128-token
+//     system prompt of 16 families, a 16-128-token user message);
 //   - "agent": agentic sessions: 8 agents whose 4-8k-token system prompts
 //     (instructions and tool schemas) start 8-32-turn sessions in which 85%
 //     of the answers are 16-128-token tool calls followed by a
@@ -233,6 +265,12 @@ func SyntheticPreset(name string, prompts int) (SyntheticConfig, bool) {
 	switch name {
 	case "chat":
 		c.TurnsMin, c.TurnsMax = 2, 12
+	case "short":
+		// At most 256 tokens a prompt: 64-128 shared system tokens and one
+		// 16-128-token user turn (the epp mix's short-prompt target).
+		c.SystemMin, c.SystemMax = 64, 128
+		c.TurnsMin, c.TurnsMax = 1, 1
+		c.UserMin, c.UserMax = 16, 128
 	case "agent":
 		c.Families, c.SystemMin, c.SystemMax = 8, 4096, 8192
 		c.TurnsMin, c.TurnsMax = 8, 32
@@ -302,7 +340,7 @@ func (c *Config) Validate() error {
 		return bad("block size %d < 1", c.BlockSize)
 	case c.Workers < 0:
 		return bad("workers %d < 0", c.Workers)
-	case c.Mix < MixLifecycle || c.Mix > MixDisagg:
+	case c.Mix < MixLifecycle || c.Mix > MixEPP:
 		return bad("mix %v", c.Mix)
 	case c.Baseline != "" && c.Baseline != "noop":
 		return bad("baseline %q (want noop or empty)", c.Baseline)
@@ -332,9 +370,15 @@ func (c *Config) Validate() error {
 		return bad("the disagg mix runs against one replica")
 	case c.Mix == MixDisagg && c.Workers < 1:
 		return bad("the disagg mix needs workers >= 1 (per pool)")
+	case c.Mix == MixEPP && (c.StartEPP == nil || c.Target != "" || c.Replicas > 1 || len(c.KVEventsEndpoints) > 0):
+		return bad("the epp mix runs against an in-process endpoint picker (the host's StartEPP; no target, one replica, the harness's engines)")
+	case c.Mix == MixEPP && c.Workers < 1:
+		return bad("the epp mix needs workers >= 1")
+	case c.EPPConns < 0:
+		return bad("epp connections %d < 0", c.EPPConns)
 	}
 	if _, ok := c.synthetic(); !ok && !strings.HasPrefix(c.Workload, "trace:") {
-		return bad("workload %q (want synthetic, synthetic:chat, synthetic:agent or trace:FILE)", c.Workload)
+		return bad("workload %q (want synthetic, synthetic:chat, synthetic:agent, synthetic:short or trace:FILE)", c.Workload)
 	}
 	if c.TraceLimit < 0 {
 		return bad("trace limit %d < 0", c.TraceLimit)

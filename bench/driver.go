@@ -332,6 +332,10 @@ func (w *worker) op(p loadParams, pr *Prompt, intended time.Time, rec bool) {
 		w.do(routeSelect, nil, pr.Body, intended)
 		return
 	}
+	if p.mix == MixEPP {
+		w.do(routeEPP, nil, pr.openAI, intended) // the whole stream is one call
+		return
+	}
 	w.id = strconv.AppendUint(append(w.id[:0], w.prefix...), w.seq, 10)
 	w.seq++
 	if p.mix == MixDisagg {

@@ -39,6 +39,28 @@ func startEngines(cfg *Config) ([]*Engine, error) {
 	return engines, nil
 }
 
+// fillPick routes fill prompt i, whose selection body is body, and
+// returns the chosen worker and rank.
+type fillPick func(ctx context.Context, i int, body []byte) (worker uint64, rank uint32, err error)
+
+// selectPick routes with POST /select on c.
+func selectPick(c *Control) fillPick {
+	return func(_ context.Context, _ int, body []byte) (uint64, uint32, error) {
+		resp, err := c.Call("POST", "/select", body)
+		if err != nil {
+			return 0, 0, err
+		}
+		var sel struct {
+			WorkerID uint64 `json:"worker_id"`
+			DPRank   uint32 `json:"dp_rank"`
+		}
+		if err := json.Unmarshal(resp, &sel); err != nil {
+			return 0, 0, fmt.Errorf("/select response: %w", err)
+		}
+		return sel.WorkerID, sel.DPRank, nil
+	}
+}
+
 func closeEngines(engines []*Engine) error {
 	var errs []error
 	for _, e := range engines {
@@ -51,8 +73,9 @@ func closeEngines(engines []*Engine) error {
 // live cluster's pools fill as it serves: every prompt of the workload,
 // once and in order, is
 //
-//  1. routed by the selector: POST /select with its body (a query; it
-//     books nothing) to the first of ctls;
+//  1. routed by the selector with pick: POST /select with its body (a
+//     query; it books nothing) to the first of ctls (selectPick), or one
+//     ext_proc stream through the endpoint picker (MixEPP: eppPick);
 //  2. served by the chosen worker's engine (Engine.ServeTokens: the cached
 //     leading blocks are hits, the rest is stored, evicting least recently
 //     used blocks, and published as one KV event batch over ZMQ);
@@ -65,7 +88,7 @@ func closeEngines(engines []*Engine) error {
 // Afterwards every selector's index holds exactly the engines' pools, and
 // it stays so during the load: the engines publish nothing more. With
 // MixDisagg the prompts go to the prefill pool (fillBodies).
-func fill(ctx context.Context, ctls []*Control, cfg *Config, engines []*Engine, prompts []Prompt, logw io.Writer) (FillStats, error) {
+func fill(ctx context.Context, ctls []*Control, cfg *Config, engines []*Engine, prompts []Prompt, pick fillPick, logw io.Writer) (FillStats, error) {
 	start := time.Now()
 	st := FillStats{Engines: len(engines), CapacityBlocks: cfg.EngineBlocks}
 	if err := awaitSubscribers(ctx, engines, len(ctls), cfg.ReadyTimeout); err != nil {
@@ -81,21 +104,17 @@ func fill(ctx context.Context, ctls []*Control, cfg *Config, engines []*Engine, 
 	var tokens []uint32
 	var hit, total int64
 	var sel struct {
-		WorkerID uint64 `json:"worker_id"`
-		DPRank   uint32 `json:"dp_rank"`
+		WorkerID uint64
+		DPRank   uint32
 	}
 	for i := range prompts {
 		if err := ctx.Err(); err != nil {
 			return st, err
 		}
 		p, body := &prompts[i], bodies[i]
-		resp, err := ctls[0].Call("POST", "/select", body)
-		if err != nil {
+		var err error
+		if sel.WorkerID, sel.DPRank, err = pick(ctx, i, body); err != nil {
 			return st, fmt.Errorf("bench: fill, prompt %d: %w", i, err)
-		}
-		sel.WorkerID, sel.DPRank = 0, 0
-		if err := json.Unmarshal(resp, &sel); err != nil {
-			return st, fmt.Errorf("bench: fill, prompt %d: /select response: %w", i, err)
 		}
 		if sel.WorkerID < 1 || sel.WorkerID > uint64(len(engines)) || sel.DPRank != 0 {
 			return st, fmt.Errorf("bench: fill, prompt %d: the selector chose worker %d rank %d, not one of the harness's", i, sel.WorkerID, sel.DPRank)

@@ -128,8 +128,10 @@ type Report struct {
 	// Replicas is the replica run's section (Config.Replicas > 1): the
 	// top-level figures are then the replicas', together.
 	Replicas *ReplicaReport `json:"replicas,omitempty"`
-	Profiles []string       `json:"profiles,omitempty"`
-	Warnings []string       `json:"warnings,omitempty"`
+	// EPP is the epp mix's section (MixEPP).
+	EPP      *EPPReport `json:"epp,omitempty"`
+	Profiles []string   `json:"profiles,omitempty"`
+	Warnings []string   `json:"warnings,omitempty"`
 }
 
 func ratio(a, b float64) float64 {
@@ -269,6 +271,7 @@ func (rep *Report) WriteTable(out io.Writer) error {
 			rep.ErrorCount(), okIf(rep.ErrorCount() == 0),
 			rep.LeakedReservations, okIf(rep.LeakedReservations == 0))
 	}
+	writeEPPSection(out, rep)
 	rw := &reportWriter{w: out}
 	writeReplicaSection(rw, rep)
 	if rw.err != nil {

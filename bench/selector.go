@@ -81,7 +81,7 @@ func openTarget(ctx context.Context, cfg Config, name string, start serverStart,
 		lt.targets = append(lt.targets, t)
 	}
 	if cfg.Fill && es != nil {
-		st, err := fill(ctx, lt.ctls, &cfg, es, prompts, logw)
+		st, err := fill(ctx, lt.ctls, &cfg, es, prompts, selectPick(lt.ctls[0]), logw)
 		if err != nil {
 			return nil, err
 		}

@@ -50,6 +50,9 @@ type Prompt struct {
 	// (AppendPromptJSON, AppendPromptTokensJSON). Body[1:] is spliced after
 	// a selection_id.
 	Body []byte
+	// openAI is the prompt's OpenAI completions body of MixEPP
+	// (openAIBody); nil otherwise.
+	openAI []byte
 }
 
 // Prompt forms: how Config.PromptForm sends a prompt in selection bodies.

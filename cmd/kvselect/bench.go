@@ -51,7 +51,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fs.PrintDefaults()
 	}
 	var (
-		mix       = fs.String("mix", cfg.Mix.String(), "calls per operation: select, reserve (select_and_reserve + DELETE), lifecycle (select_and_reserve, prefill_complete, output_block x N, DELETE) or disagg (POST /disagg/plan, /disagg/{id}/prefill_complete, DELETE /disagg/{id} over a prefill and a decode pool of --workers each)")
+		mix       = fs.String("mix", cfg.Mix.String(), "calls per operation: select, reserve (select_and_reserve + DELETE), lifecycle (select_and_reserve, prefill_complete, output_block x N, DELETE) disagg (POST /disagg/plan, /disagg/{id}/prefill_complete, DELETE /disagg/{id} over a prefill and a decode pool of --workers each) or epp (one Envoy ext_proc stream, full duplex, through an in-process `kvselect epp` fed by the engines' KV events: headers, an OpenAI completions body, the pick, the echoed body, response headers, --output-blocks SSE chunks of one block each, end of stream; always against a no-op ext_proc server in the same run)")
 		jsonPath  = fs.String("json", "", "write the report as JSON to this file")
 		plotPath  = fs.String("plot", "", "draw the run into this file, .svg or .html (self-contained): the latency CDF of the selector and the no-op baseline (log latency, p50/p99/p99.9 marked); with --simulate, every policy's TTFT CDF and per-worker load bars")
 		kvEvents  = fs.String("kv-events-endpoints", "", "comma-separated ZMQ endpoints; worker i registers endpoint i mod n as its rank-0 kv_events_endpoints (default: none sent)")
@@ -69,7 +69,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured window")
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "warm-up before the measured window (not recorded)")
 	fs.IntVar(&cfg.OutputBlocks, "output-blocks", cfg.OutputBlocks, "output_block calls per lifecycle")
-	fs.StringVar(&cfg.Workload, "workload", cfg.Workload, "synthetic, synthetic:chat (multi-turn chat), synthetic:agent (agentic sessions with tool calls) or trace:FILE (Mooncake JSONL)")
+	fs.StringVar(&cfg.Workload, "workload", cfg.Workload, "synthetic, synthetic:chat (multi-turn chat), synthetic:agent (agentic sessions with tool calls), synthetic:short (one-turn prompts of at most 256 tokens) or trace:FILE (Mooncake JSONL)")
 	fs.IntVar(&cfg.TraceLimit, "trace-limit", 0, "replay only the trace's first N requests (0: all), e.g. a quick look at the bundled trace")
 	fs.IntVar(&cfg.TraceRepeat, "trace-repeat", 0, "replay a trace this many times, each copy after the previous one with its own content (e.g. 12 turns mooncake_trace_1000.jsonl into 12,000 requests)")
 	fs.IntVar(&synthetic.Prompts, "prompts", synthetic.Prompts, "synthetic workload: prompts generated (the run cycles over them)")
@@ -87,6 +87,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	benchPlane := fs.String("event-plane", "zmq", "with --replicas > 1: zmq (the replicas meshed over loopback ZMQ) or nats (besides, as many replicas over the NATS event plane, embedded servers clustered through routes, measured in the same rounds and reported beside the mesh)")
 	fs.DurationVar(&cfg.ProbeInterval, "probe-interval", cfg.ProbeInterval, "with --replicas > 1: pause between two propagation probes (a booking on one replica, timed until the other applies it)")
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "with --replicas > 1: alternating windows, each of --duration/N, in which one replica and the replicas are measured (one long window each would give the second whatever else the machine ran then)")
+	fs.IntVar(&cfg.EPPConns, "epp-conns", 4, "--mix epp: gRPC connections from the client to each ext_proc server (Envoy opens one per worker thread)")
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "write cpu, heap, mutex and block profiles of the server's measured window (from /debug/pprof) into this directory")
 	fs.StringVar(&cfg.PprofURL, "pprof", "", "pprof base URL for --profile: the selector's --debug-addr, e.g. http://127.0.0.1:6060/debug/pprof (default: the in-process server's; required with --target)")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-call read and write timeout")
@@ -206,6 +207,16 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			extra = append(extra, "--model-path", mp.name+"="+mp.dir)
 		}
 		cfg.StartServer = inProcessServer(stderr, cfg.ProfileDir != "", extra...)
+		if cfg.Mix == bench.MixEPP {
+			// --mix epp: `kvselect epp` in this process, its workers from
+			// the harness's workers file (its HTTP port serves no POST
+			// /workers); the profiling flags are serve's only.
+			var eppExtra []string
+			for _, mp := range benchModels {
+				eppExtra = append(eppExtra, "--model-path", mp.name+"="+mp.dir)
+			}
+			cfg.StartEPP = inProcessEpp(stderr, cfg.ProfileDir != "", eppExtra...)
+		}
 		if cfg.Replicas > 1 {
 			// --replicas: that many replicas, and one alone (replicas.go).
 			cfg.StartReplicas = inProcessReplicas(cfg.ProfileDir != "", extra...)

@@ -49,6 +49,12 @@ type Config struct {
 	// test routes, POST /test/pause_listener and /test/resume_listener
 	// (DYN_KV_INDEXER_TEST_ENDPOINTS); never in production.
 	IndexerTestEndpoints bool
+	// ReadyCheck, when set, is the host's own readiness, asked by GET
+	// /ready beside the service's: a non-nil error makes it answer 503
+	// with ready false and the error's text as not_ready_reason (the
+	// EPP's Kubernetes discovery before its informers synced). It is
+	// called on the request path and must not block.
+	ReadyCheck func() error
 	// AccessLog, when set, receives one line per request (the standalone
 	// indexer's --access-log; the selector has none, as the reference's).
 	// The server does not close it.

@@ -10,7 +10,10 @@
 // server machinery serves a second route table: NewIndexer, the standalone
 // indexer's routes over a core.Indexer (indexer.go), which serves its own
 // description at its GET /openapi.json (indexer_openapi.json, kept in step
-// by TestIndexerOpenAPIDescribesResponses). Client side: Recover (a
+// by TestIndexerOpenAPIDescribesResponses), and a third: NewEPP, the
+// endpoint picker's read-only port, the selector's inspection routes
+// without any write route (epp_routes.go, described by
+// epp_openapi.json). Client side: Recover (a
 // peer's /dump, for startup recovery into a selector or an indexer) and
 // RemoteIndex (a standalone indexer as a selector's core.PrimaryIndex,
 // remote.go). kvselect adds the /disagg routes over core's disaggregated

@@ -29,3 +29,7 @@ func IndexerRouteNames() []string {
 // Connection: close) without closing its listeners, so that a test can
 // reach each route's draining answer on a fresh connection.
 func StartDraining(s *Server) { s.draining.Store(true) }
+
+// EPPRouteNames returns the EPP's read-only route names, for the OpenAPI
+// test.
+func EPPRouteNames() []string { return eppRouteNames[:] }

@@ -39,6 +39,9 @@ type readinessBody struct {
 	Workers            []workerJSON   `json:"workers"`
 	Recovery           *core.Recovery `json:"recovery,omitempty"`
 	EventPlane         any            `json:"event_plane,omitempty"`
+	// NotReadyReason is Config.ReadyCheck's error (kvselect's EPP), empty
+	// when the host is ready.
+	NotReadyReason string `json:"not_ready_reason,omitempty"`
 }
 
 func readinessJSON(r core.Readiness) readinessBody {

@@ -144,12 +144,17 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx) int {
 		if !get {
 			return s.notAllowed(ctx)
 		}
-		r := s.svc.Ready()
+		body := readinessJSON(s.svc.Ready())
+		if s.cfg.ReadyCheck != nil {
+			if err := s.cfg.ReadyCheck(); err != nil {
+				body.Ready, body.NotReadyReason = false, err.Error()
+			}
+		}
 		status := 200
-		if !r.Ready {
+		if !body.Ready {
 			status = 503
 		}
-		s.writeValue(ctx, status, readinessJSON(r))
+		s.writeValue(ctx, status, body)
 		return rReady
 	case "/loads":
 		if !get {

@@ -81,7 +81,7 @@ func parseEpp(args []string, env func(string) (string, bool), stderr io.Writer) 
 	fs.StringVar(&o.host, "host", "0.0.0.0", "bind address of the gRPC and metrics ports")
 	grpcPort := fs.Uint("grpc-port", 9002, "ext_proc gRPC port (GIE's)")
 	healthPort := fs.Uint("grpc-health-port", 9003, "grpc.health.v1 port (GIE's)")
-	metricsPort := fs.Uint("metrics-port", 9090, "HTTP port of /metrics and the selector's routes (/health, /ready, /loads, /workers, ...)")
+	metricsPort := fs.Uint("metrics-port", 9090, "HTTP port of /metrics and the selector's read-only routes (/health, /ready, /loads, GET /workers, /overlap_scores, /openapi.json); no write route")
 	fs.StringVar(&o.prefillPool, "prefill-pool-name", "", "InferencePool of the prefill workers (DYN_EPP_PREFILL_INFERENCE_POOL_NAME): disaggregated, the workers' routing groups are prefill and decode")
 	fs.StringVar(&o.epp.ModelName, "model-name", "", "the model every pick targets (DYN_MODEL_NAME); empty: the body's model")
 	blockSize := fs.Uint("block-size", 16, "KV block size: output blocks of bookings whose worker reports none (DYN_KV_CACHE_BLOCK_SIZE)")
@@ -235,7 +235,17 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 	if err != nil {
 		return fail(2, "invalid configuration", err)
 	}
-	srv, err := httpapi.New(svc, hcfg)
+	// The HTTP port is read-only (httpapi.NewEPP): discovery owns the
+	// catalog, the streams own the bookings. Its /ready is the service's
+	// and, with Kubernetes discovery, the informers' sync.
+	var src *kube.Source // set below with Kubernetes discovery, before the port is served
+	hcfg.ReadyCheck = func() error {
+		if src != nil && !src.Ready() {
+			return errKubeNotReady
+		}
+		return nil
+	}
+	srv, err := httpapi.NewEPP(svc, hcfg)
 	if err != nil {
 		return fail(2, "invalid configuration", err)
 	}
@@ -265,7 +275,7 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 		if err != nil {
 			return fail(2, "Kubernetes discovery", err)
 		}
-		src, err := kube.New(opts.kube, rec, logs.logger("kvselect::kube"))
+		src, err = kube.New(opts.kube, rec, logs.logger("kvselect::kube"))
 		if err != nil {
 			return fail(2, "Kubernetes discovery", err)
 		}
@@ -365,6 +375,10 @@ func (n *node) serveGRPC(what string, g *grpc.Server, host string, port uint16) 
 	})
 	return ln.Addr(), nil
 }
+
+// errKubeNotReady is the EPP's /ready reason while Kubernetes discovery
+// has not synced its informers or resolved its InferencePool.
+var errKubeNotReady = errors.New("Kubernetes discovery has not synced (or its InferencePool is absent or unusable)")
 
 var eppDescs = []perf.Desc{
 	{Name: "kvselect_epp_requests_total", Kind: perf.Counter, Help: "EPP requests by outcome: routed, routed_unbooked (no body), bad_request (400), too_large (413), overloaded (429), unavailable (503), internal (500), abandoned (the stream ended before a pick)."},

@@ -254,6 +254,9 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 	reg.OnScrape(func(w io.Writer) { writeBuildInfo(w, build) })
 	reg.Describe(eppDescs...)
 	reg.OnScrape(func(w io.Writer) { writeEppMetrics(w, picker.Stats()) })
+	gie := newGIELabels(opts.epp.ModelName, opts.kube.PoolName, build)
+	reg.Describe(gieDescs...)
+	reg.OnScrape(func(w io.Writer) { writeGIEMetrics(w, gie, picker.Stats(), svc.Ready().SchedulableWorkers) })
 	if zing != nil {
 		reg.Describe(ingressDescs...)
 		reg.OnScrape(func(w io.Writer) { writeIngressMetrics(w, zing.Stats()) })

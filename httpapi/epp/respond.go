@@ -35,18 +35,6 @@ func (s *Server) metadata(list string) *structpb.Struct {
 	}}
 }
 
-// streamedBody is a full-duplex body chunk answer, of the request's body
-// or of the response's.
-func streamedBody(b []byte, last, request bool) *extprocv3.ProcessingResponse {
-	br := &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
-		Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{Body: b, EndOfStream: last}},
-	}}}
-	if request {
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: br}}
-	}
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: br}}
-}
-
 // immediate is an ImmediateResponse of code with a JSON body; details
 // names the outcome in Envoy's access log (%RESPONSE_CODE_DETAILS%).
 func immediate(code int, body []byte, details string) *extprocv3.ProcessingResponse {

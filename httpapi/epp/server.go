@@ -36,7 +36,7 @@ func New(svc *core.Service, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{svc: svc, cfg: cfg}
-	s.pool.New = func() any { return &stream{} }
+	s.pool.New = func() any { return &stream{ans: newAnswers(s.cfg.MetadataNamespace)} }
 	return s, nil
 }
 
@@ -55,7 +55,10 @@ func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) error {
 		s.release(st)
 	}()
 	for {
-		req, err := ps.Recv()
+		// Into the stream's own message (answers.in): the previous one is
+		// done with, and what the stream keeps of it is copied.
+		req := st.ans.in
+		err := ps.RecvMsg(req)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				st.why = freeClosed

@@ -65,6 +65,9 @@ type stream struct {
 	lineOver  bool
 	resp      []byte // a JSON response body, for its usage
 	respOver  bool
+
+	// ans are the reused answers (reuse.go), built with the stream.
+	ans *answers
 }
 
 // phase is how far the request got.
@@ -81,10 +84,14 @@ const (
 func (st *stream) reset(s *Server, ps extprocv3.ExternalProcessor_ProcessServer) {
 	st.sreq.Reset()
 	st.sel.Reset()
+	if st.ans != nil {
+		st.ans.clear()
+	}
 	*st = stream{
 		s: s, ps: ps,
 		subset: st.subset[:0], body: st.body[:0], req: request{ids: st.req.ids[:0]},
 		sreq: st.sreq, sel: st.sel, allowed: st.allowed[:0], line: st.line[:0], resp: st.resp[:0],
+		ans: st.ans,
 	}
 	if ps != nil {
 		st.ctx = ps.Context()
@@ -360,7 +367,7 @@ func (st *stream) pick() error {
 	}
 	st.s.stats.requests[OutcomeRouted].Add(1)
 	st.s.stats.picks.Add(1)
-	mut := destination(list)
+	mut := st.ans.destination(list)
 	if prefill != nil {
 		if php, ok := hostPort(prefill.Endpoint); ok {
 			mut.SetHeaders = append(mut.SetHeaders, setHeader(PrefillerHostHeader, php))
@@ -370,7 +377,7 @@ func (st *stream) pick() error {
 			setHeader(PrefillRankHeader, strconv.FormatUint(uint64(prefill.DPRank), 10)))
 	} else {
 		// A client's copies must not reach a P/D sidecar.
-		mut.RemoveHeaders = []string{PrefillerHostHeader, PrefillIDHeader, PrefillRankHeader}
+		mut.RemoveHeaders = removePrefillHeaders
 	}
 	return st.answerPick(mut, list)
 }
@@ -427,18 +434,16 @@ func (st *stream) pickUnbooked() error {
 // answerPick sends the destination: with the headers answer then the
 // body in chunks (full duplex), or with the body's answer (BUFFERED).
 func (st *stream) answerPick(mut *extprocv3.HeaderMutation, list string) error {
-	common := &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: true}
-	md := st.s.metadata(list)
 	if !st.duplexReq {
+		common := &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: true}
+		md := st.s.metadata(list)
 		return st.send(&extprocv3.ProcessingResponse{
 			Response:        &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: common}},
 			DynamicMetadata: md,
 		})
 	}
-	if err := st.send(&extprocv3.ProcessingResponse{
-		Response:        &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: common}},
-		DynamicMetadata: md,
-	}); err != nil {
+	st.ans.destMD.StringValue = list
+	if err := st.send(st.ans.pick); err != nil {
 		return err
 	}
 	// The body goes back unchanged: in full duplex a body the EPP does
@@ -448,7 +453,7 @@ func (st *stream) answerPick(mut *extprocv3.HeaderMutation, list string) error {
 	for {
 		n := min(len(b), bodyChunk)
 		last := n == len(b)
-		if err := st.send(streamedBody(b[:n], last, true)); err != nil {
+		if err := st.send(st.ans.streamed(b[:n], last, true)); err != nil {
 			return err
 		}
 		if last {
@@ -472,7 +477,7 @@ func (st *stream) responseHeaders(h *extprocv3.HttpHeaders, md *corev3.Metadata)
 	if h.GetEndOfStream() {
 		st.responseEnd()
 	}
-	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}})
+	return st.send(responseHeadersAck)
 }
 
 func (st *stream) responseBody(b *extprocv3.HttpBody) error {
@@ -502,7 +507,7 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 		st.responseEnd()
 	}
 	if st.duplexResp {
-		return st.send(streamedBody(body, b.GetEndOfStream(), false))
+		return st.send(st.ans.streamed(body, b.GetEndOfStream(), false))
 	}
 	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}})
 }

@@ -227,6 +227,11 @@ type catalogEntry struct {
 	// (SetEngineAdapters); with rec.LoraAdapters they make the snapshot's
 	// workerView.adapters.
 	engineAdapters adapterSet
+	// engineDown: the host's engine scrape reports the worker not
+	// answering (SetEngineAvailable). It stays a member (its loads,
+	// bookings and KV listeners are kept) but the snapshot holds it
+	// apart from the eligibility rows, so no selection picks it.
+	engineDown bool
 }
 
 // reconcileLocked computes the lifecycle of f in partition p: the reasons that

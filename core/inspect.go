@@ -15,6 +15,10 @@ type PotentialLoad struct {
 	PotentialPrefillTokens int64  `json:"potential_prefill_tokens"`
 	PotentialDecodeBlocks  int64  `json:"potential_decode_blocks"`
 	ActiveRequests         int64  `json:"active_requests"`
+	// EngineDown: the worker is out of selection because its engine
+	// stopped answering the host's scrape (SetEngineAvailable); its
+	// booked load is still shown. Not on the wire (the host reports it).
+	EngineDown bool `json:"-"`
 }
 
 // PartitionLoads is one element of GET /loads.
@@ -44,6 +48,20 @@ func (s *Service) Loads(model, group string) []PartitionLoads {
 				l := wl.Loads()
 				pl.Loads = append(pl.Loads, PotentialLoad{WorkerID: w.ID, DPRank: w.DPStart + uint32(j), PotentialPrefillTokens: l.PrefillTokens, PotentialDecodeBlocks: l.Blocks, ActiveRequests: l.Requests})
 			}
+		}
+		// The held workers' booked load too (engine down: not selectable,
+		// still loaded), in (worker, rank) order with the rest.
+		for i, id := range sn.held {
+			v := &sn.heldViews[i]
+			for j, wl := range v.loads {
+				l := wl.Loads()
+				pl.Loads = append(pl.Loads, PotentialLoad{WorkerID: id, DPRank: v.dpStart + uint32(j), PotentialPrefillTokens: l.PrefillTokens, PotentialDecodeBlocks: l.Blocks, ActiveRequests: l.Requests, EngineDown: true})
+			}
+		}
+		if len(sn.held) > 0 {
+			slices.SortFunc(pl.Loads, func(a, b PotentialLoad) int {
+				return cmp.Or(cmp.Compare(a.WorkerID, b.WorkerID), cmp.Compare(a.DPRank, b.DPRank))
+			})
 		}
 		if q := p.queue; q != nil {
 			q.mu.Lock()

@@ -156,3 +156,27 @@ func cloneStrings(in []string) []string {
 	}
 	return out
 }
+
+// SetEngineAvailable records whether worker id's engine answers the
+// host's scrape of its metrics. A worker whose engine is down (up false)
+// stays in the catalog and its partition (its bookings, loads and KV
+// listeners are kept, /loads shows its booked load) but is out of
+// selection until it answers again: the eligibility seam beside
+// SetEngineAdapters. An unknown worker is ignored; it reports whether the
+// worker is known. A record replaced by an upsert keeps the state.
+func (s *Service) SetEngineAvailable(id uint64, up bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.catalog[id]
+	if !ok {
+		return false
+	}
+	if e.engineDown == !up {
+		return true
+	}
+	e.engineDown = !up
+	if e.part.attached(id) {
+		s.publishLocked(e.part)
+	}
+	return true
+}

@@ -199,6 +199,10 @@ func (p *partition) publish() {
 		for r := w.DPStart; r < w.DPStart+w.DPSize; r++ {
 			v.loads = append(v.loads, p.m.loads[radix.WorkerKey{WorkerID: id, DPRank: r}])
 		}
+		if e.engineDown {
+			sn.held, sn.heldViews = append(sn.held, id), append(sn.heldViews, v)
+			continue
+		}
 		sn.workers = append(sn.workers, w)
 		sn.views = append(sn.views, v)
 		sn.ranks += int(w.DPSize)

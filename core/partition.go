@@ -68,6 +68,14 @@ type snapshot struct {
 	// anyAdapters: some worker serves a LoRA adapter, so a request naming
 	// one is narrowed (lora.go).
 	anyAdapters bool
+	// held are the members whose engine is down (SetEngineAvailable),
+	// sorted by worker id, heldViews[i] held[i]'s routing data: not
+	// eligibility rows (no selection sees them), but load still finds
+	// them, so their bookings' credits and replica mirrors apply and
+	// /loads shows their booked load. A worker is in workers or held,
+	// never both.
+	held      []uint64
+	heldViews []workerView
 }
 
 // workerView is the routing data of one schedulable worker.
@@ -109,11 +117,14 @@ func (sn *snapshot) find(id uint64) int {
 
 // load returns the load handle of a schedulable (worker, rank), or nil.
 func (sn *snapshot) load(k radix.WorkerKey) (*workerView, *sched.WorkerLoad) {
-	i := sn.find(k.WorkerID)
-	if i < 0 {
+	var v *workerView
+	if i := sn.find(k.WorkerID); i >= 0 {
+		v = &sn.views[i]
+	} else if i, ok := slices.BinarySearch(sn.held, k.WorkerID); ok {
+		v = &sn.heldViews[i]
+	} else {
 		return nil, nil
 	}
-	v := &sn.views[i]
 	if k.DPRank < v.dpStart || int(k.DPRank-v.dpStart) >= len(v.loads) {
 		return v, nil
 	}

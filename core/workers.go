@@ -299,7 +299,7 @@ func (s *Service) applyLocked(id uint64, model, group string, f WorkerFields, ef
 	// it, by worker id.
 	e := &catalogEntry{part: p, rec: WorkerRecord{WorkerID: id, ModelName: p.model, RoutingGroup: p.group, WorkerFields: f}}
 	if old != nil {
-		e.engineAdapters = old.engineAdapters
+		e.engineAdapters, e.engineDown = old.engineAdapters, old.engineDown
 	}
 	if len(reasons) > 0 {
 		s.detachLocked(id, e, eff)
@@ -418,6 +418,9 @@ func (s *Service) Ready() Readiness {
 			n++
 		}
 	}
+	// A schedulable record whose engine is down (SetEngineAvailable) is
+	// not selectable: counted from the snapshots, which hold it apart.
+	n = min(n, int(s.schedulableWorkers()))
 	r := Readiness{Ready: !s.closed.Load() && n > 0, SchedulableWorkers: n, Workers: ws, Recovery: s.recovery.Load()}
 	if p := s.eventPlane.Load(); p != nil {
 		r.EventPlane = (*p)()

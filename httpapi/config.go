@@ -55,6 +55,11 @@ type Config struct {
 	// EPP's Kubernetes discovery before its informers synced). It is
 	// called on the request path and must not block.
 	ReadyCheck func() error
+	// EngineLoads, when set, returns what the host's engine scrape last
+	// read of a worker (ok false: nothing yet), shown in GET /loads as
+	// each row's "engine" (engineload.go). Called on the request path,
+	// once per row; it must not block.
+	EngineLoads func(workerID uint64) (load EngineLoad, ok bool)
 	// AccessLog, when set, receives one line per request (the standalone
 	// indexer's --access-log; the selector has none, as the reference's).
 	// The server does not close it.

@@ -33,6 +33,12 @@ func startEPP(t *testing.T, notReady *atomic.Pointer[error]) (*harness, *httpapi
 		}
 		return nil
 	}
+	hcfg.EngineLoads = func(id uint64) (httpapi.EngineLoad, bool) {
+		if id != 1 {
+			return httpapi.EngineLoad{}, false
+		}
+		return httpapi.EngineLoad{Answering: true, Waiting: 3, Running: 2, KVUsage: 0.25, HasWaiting: true, HasRunning: true, HasKV: true}, true
+	}
 	srv, err := httpapi.NewEPP(svc, hcfg)
 	if err != nil {
 		t.Fatal(err)
@@ -86,6 +92,18 @@ func TestEPPOpenAPIDescribesResponses(t *testing.T) {
 	notReady.Store(nil)
 	check("GET /workers", "/workers?model_name=m", "", 200)
 	check("GET /loads", "/loads", "", 200)
+	// The engine's scraped load beside the booked one (the extension
+	// field), and answering false for a worker held out of selection.
+	if res := do(t, h.base, apiCase{route: "GET /loads", noAuth: true}); !strings.Contains(string(res.body), `"engine":{"answering":true,"num_requests_waiting":3,"num_requests_running":2,"kv_cache_usage_perc":0.25}`) {
+		t.Fatalf("/loads without the engine load: %s", res.body)
+	}
+	h.svc.SetEngineAvailable(1, false)
+	check("GET /loads", "/loads", "", 200)
+	if res := do(t, h.base, apiCase{route: "GET /loads", noAuth: true}); !strings.Contains(string(res.body), `"worker_id":1`) || !strings.Contains(string(res.body), `"answering":false`) {
+		t.Fatalf("/loads of a worker out of selection: %s", res.body)
+	}
+	check("GET /ready", "", "", 503) // its one worker is out of selection
+	h.svc.SetEngineAvailable(1, true)
 	check("POST /overlap_scores", "", `{"model_name":"m",`+prompt8+`}`, 200)
 	check("POST /overlap_scores", "", `{"model_name":"nope",`+prompt8+`}`, 503)
 	check("POST /overlap_scores", "", `{"model_name":"m"}`, 400)

@@ -161,7 +161,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx) int {
 			return s.notAllowed(ctx)
 		}
 		q := ctx.QueryArgs()
-		s.writeValue(ctx, 200, s.svc.Loads(string(q.Peek("model_name")), string(q.Peek("routing_group"))))
+		s.writeLoads(ctx, string(q.Peek("model_name")), string(q.Peek("routing_group")))
 		return rLoads
 	case "/potential_loads":
 		if !post {

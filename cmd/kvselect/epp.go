@@ -98,7 +98,7 @@ func parseEpp(args []string, env func(string) (string, bool), stderr io.Writer) 
 	fs.IntVar(&o.epp.MaxBodyBytes, "max-body-bytes", epp.DefaultMaxBodyBytes, "largest request body accumulated; larger gets 413")
 	kvEvents := fs.Bool("kv-events", true, "listen to the workers' ZMQ KV events (false: the approximate index)")
 	fs.StringVar(&o.workersFile, "workers-file", "", "JSON file of the worker membership ({\"workers\": [POST /workers bodies]}), polled every second (the off-cluster source)")
-	fs.DurationVar(&o.engineMetrics, "engine-metrics-interval", 0, "scrape each worker's {endpoint}/metrics this often for its LoRA adapters (0: never)")
+	fs.DurationVar(&o.engineMetrics, "engine-metrics-interval", 0, "scrape each worker's {endpoint}/metrics (vLLM's or SGLang's) this often: its LoRA adapters narrow requests naming one, its waiting/running requests and KV usage show in /loads and the GIE pool gauges, and a worker that stops answering is out of selection until it answers again (0: never)")
 	addModelPathFlag(fs, &o.modelPaths, "tokenizing the bodies")
 	pprofOn := fs.Bool("pprof", true, "serve /debug/pprof/* on --debug-addr")
 	fs.StringVar(&o.debugAddr, "debug-addr", "127.0.0.1:6060", "host:port of the debug listener (a taken default falls back to a free port)")
@@ -245,6 +245,10 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 		}
 		return nil
 	}
+	var scrape *engineScrape // set below with --engine-metrics-interval, before the port is served
+	if opts.engineMetrics > 0 {
+		hcfg.EngineLoads = func(id uint64) (httpapi.EngineLoad, bool) { return scrape.load(id) }
+	}
 	srv, err := httpapi.NewEPP(svc, hcfg)
 	if err != nil {
 		return fail(2, "invalid configuration", err)
@@ -256,7 +260,7 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 	reg.OnScrape(func(w io.Writer) { writeEppMetrics(w, picker.Stats()) })
 	gie := newGIELabels(opts.epp.ModelName, opts.kube.PoolName, build)
 	reg.Describe(gieDescs...)
-	reg.OnScrape(func(w io.Writer) { writeGIEMetrics(w, gie, picker.Stats(), svc.Ready().SchedulableWorkers) })
+	reg.OnScrape(func(w io.Writer) { writeGIEMetrics(w, gie, picker.Stats(), svc.Ready().SchedulableWorkers, scrape) })
 	if zing != nil {
 		reg.Describe(ingressDescs...)
 		reg.OnScrape(func(w io.Writer) { writeIngressMetrics(w, zing.Stats()) })
@@ -291,10 +295,12 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 		})
 	}
 	if opts.engineMetrics > 0 {
-		scrape := startEngineScrape(svc, opts.engineMetrics, logs.logger("kvselect::engines"))
+		// A pod that stops answering is out of selection until it
+		// answers again (exclude).
+		scrape = startEngineScrape(svc, opts.engineMetrics, true, logs.logger("kvselect::engines"))
 		n.onStopDo("engine metrics", scrape.stop)
 		reg.Describe(engineScrapeDescs...)
-		reg.OnScrape(func(w io.Writer) { writeEngineScrapeMetrics(w, scrape.sc.Stats()) })
+		reg.OnScrape(func(w io.Writer) { writeEngineScrapeMetrics(w, scrape) })
 	}
 	n.loop("sweep", func(ctx context.Context) { sweep(ctx, svc, core.DefaultSweepInterval) })
 	if d := opts.core.SessionAffinity.ReapInterval(); d > 0 {

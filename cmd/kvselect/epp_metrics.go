@@ -32,6 +32,8 @@ var gieDescs = []perf.Desc{
 	{Name: "inference_objective_request_total", Kind: perf.Counter, Help: "Counter of inference objective requests broken out for each model and target model (GIE's name): every ext_proc request answered, routed or refused."},
 	{Name: "inference_objective_request_error_total", Kind: perf.Counter, Help: "Counter of inference objective requests errors broken out for each model and target model (GIE's name), by GIE's error_code: BadRequest (400, 413), InferencePoolResourceExhausted (429), ServiceUnavailable (503), Internal (500)."},
 	{Name: "inference_objective_running_requests", Kind: perf.Gauge, Help: "Inference objective number of running requests in each model (GIE's name): ext_proc streams open now."},
+	{Name: "inference_pool_average_kv_cache_utilization", Kind: perf.Gauge, Help: "The average kv cache utilization for an inference server pool (GIE's name): over the workers whose engine answered the last scrape (--engine-metrics-interval)."},
+	{Name: "inference_pool_average_queue_size", Kind: perf.Gauge, Help: "The average number of requests pending in the model server queue (GIE's name): vllm:num_requests_waiting (sglang:num_queue_reqs) over the workers whose engine answered the last scrape."},
 	{Name: "inference_pool_ready_pods", Kind: perf.Gauge, Help: "The number of ready pods in the inference server pool (GIE's name): the schedulable workers."},
 	{Name: "inference_extension_info", Kind: perf.Gauge, Help: "General information of the current build of Inference Extension (GIE's name): kvselect's commit and version."},
 }
@@ -66,7 +68,10 @@ func newGIELabels(model, pool string, b buildInfo) gieLabels {
 	return l
 }
 
-func writeGIEMetrics(w io.Writer, l gieLabels, st epp.Stats, readyPods int) {
+// writeGIEMetrics writes the GIE families; scrape is nil without
+// --engine-metrics-interval (the pool averages are then absent, as GIE
+// has no value without metrics either).
+func writeGIEMetrics(w io.Writer, l gieLabels, st epp.Stats, readyPods int, scrape *engineScrape) {
 	models := `model_name=` + strconv.Quote(l.model) + `,target_model_name=` + strconv.Quote(l.model)
 	var total uint64
 	errs := map[string]uint64{}
@@ -85,5 +90,15 @@ func writeGIEMetrics(w io.Writer, l gieLabels, st epp.Stats, readyPods int) {
 	}
 	perf.WriteGauge(w, perf.Label("inference_objective_running_requests", "model_name", l.model), float64(st.Active))
 	perf.WriteGauge(w, perf.Label("inference_pool_ready_pods", "name", l.pool), float64(readyPods))
+	if scrape != nil {
+		if t := scrape.totals(); t.hasKV || t.hasQueue {
+			if t.hasKV {
+				perf.WriteGauge(w, perf.Label("inference_pool_average_kv_cache_utilization", "name", l.pool), t.avgKV)
+			}
+			if t.hasQueue {
+				perf.WriteGauge(w, perf.Label("inference_pool_average_queue_size", "name", l.pool), t.avgQueue)
+			}
+		}
+	}
 	perf.WriteGauge(w, `inference_extension_info{commit=`+strconv.Quote(l.commit)+`,build_ref=`+strconv.Quote(l.build)+`}`, 1)
 }

@@ -159,6 +159,10 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	if zmesh != nil {
 		opts.http.Peers = zmesh
 	}
+	var scrape *engineScrape // set below with --engine-metrics-interval, before the port is served
+	if opts.engineMetrics > 0 {
+		opts.http.EngineLoads = func(id uint64) (httpapi.EngineLoad, bool) { return scrape.load(id) }
+	}
 	srv, err := httpapi.New(svc, opts.http)
 	if err != nil {
 		return fail(2, "invalid configuration", err)
@@ -197,10 +201,10 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 		return fail(2, "--nats-catalog", err)
 	}
 	if opts.engineMetrics > 0 {
-		scrape := startEngineScrape(svc, opts.engineMetrics, logs.logger("kvselect::engines"))
+		scrape = startEngineScrape(svc, opts.engineMetrics, false, logs.logger("kvselect::engines"))
 		n.onStopDo("engine metrics", scrape.stop)
 		reg.Describe(engineScrapeDescs...)
-		reg.OnScrape(func(w io.Writer) { writeEngineScrapeMetrics(w, scrape.sc.Stats()) })
+		reg.OnScrape(func(w io.Writer) { writeEngineScrapeMetrics(w, scrape) })
 	}
 	if zmesh != nil {
 		reg.Describe(meshDescs...)

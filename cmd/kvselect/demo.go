@@ -40,7 +40,12 @@ func demoTokens(blocks, blockSize int) []uint32 {
 // one's listener is subscribed, serves the demo prompts and waits until the
 // index holds them, so /ready is 200 and a selection shows real overlap as
 // soon as it returns.
-func startDemo(svc *core.Service, n, blockSize int, log *slog.Logger) (*demoEngines, error) {
+//
+// The workers are of model; endpoint(i) is engine i's (0-based) endpoint:
+// serve's demo://engine-N, the EPP's http://127.0.0.N+1:8000, an ip:port
+// it can answer to the gateway (nothing serves HTTP there: the engines
+// are simulated on the KV-event side only).
+func startDemo(svc *core.Service, n, blockSize int, model string, endpoint func(i int) string, log *slog.Logger) (*demoEngines, error) {
 	d := &demoEngines{}
 	for i := range n {
 		e, err := bench.NewEngine(bench.EngineConfig{
@@ -52,10 +57,10 @@ func startDemo(svc *core.Service, n, blockSize int, log *slog.Logger) (*demoEngi
 			return nil, fmt.Errorf("engine %d: %w", i+1, err)
 		}
 		d.engines = append(d.engines, e)
-		endpoint := fmt.Sprintf("demo://engine-%d", i+1)
+		endpoint := endpoint(i)
 		bs, dp, total := uint32(blockSize), uint32(1), uint64(demoCapacityBlocks)
 		replay := e.ReplayEndpoints()[0]
-		spec := core.WorkerSpec{WorkerID: uint64(i + 1), ModelName: "default", RoutingGroup: "default"}
+		spec := core.WorkerSpec{WorkerID: uint64(i + 1), ModelName: model, RoutingGroup: "default"}
 		spec.Endpoint = &endpoint
 		spec.BlockSize = &bs
 		spec.DataParallelSize = &dp

@@ -53,6 +53,8 @@ type eppOptions struct {
 	kubeOn   bool
 	kvTopic  string
 	inactive []string
+	// demo is --demo: N simulated engines registered as the workers.
+	demo, demoBlockSize int
 }
 
 // eppEnv names the environment variable behind each flag of the EPP's
@@ -97,6 +99,8 @@ func parseEpp(args []string, env func(string) (string, bool), stderr io.Writer) 
 	fs.IntVar(&o.epp.Fallbacks, "fallback-endpoints", 0, "endpoints listed after the booked one in x-gateway-destination-endpoint, for the gateway's retries (unbooked)")
 	fs.IntVar(&o.epp.MaxBodyBytes, "max-body-bytes", epp.DefaultMaxBodyBytes, "largest request body accumulated; larger gets 413")
 	kvEvents := fs.Bool("kv-events", true, "listen to the workers' ZMQ KV events (false: the approximate index)")
+	fs.IntVar(&o.demo, "demo", 0, "start N built-in simulated vLLM engines on loopback (real ZMQ KV events), registered as workers 1..N at http://127.0.0.N:8000 of --model-name (default \"default\"): the EPP in one command, without a cluster")
+	fs.IntVar(&o.demoBlockSize, "demo-block-size", 16, "KV block size of the --demo engines")
 	fs.StringVar(&o.workersFile, "workers-file", "", "JSON file of the worker membership ({\"workers\": [POST /workers bodies]}), polled every second (the off-cluster source)")
 	fs.DurationVar(&o.engineMetrics, "engine-metrics-interval", 0, "scrape each worker's {endpoint}/metrics (vLLM's or SGLang's) this often: its LoRA adapters narrow requests naming one, its waiting/running requests and KV usage show in /loads and the GIE pool gauges, and a worker that stops answering is out of selection until it answers again (0: never)")
 	addModelPathFlag(fs, &o.modelPaths, "tokenizing the bodies")
@@ -156,6 +160,16 @@ func parseEpp(args []string, env func(string) (string, bool), stderr io.Writer) 
 	// workers file, one of them.
 	o.kubeOn = o.kube.PoolName != "" || o.kube.Selector != ""
 	switch {
+	case o.demo < 0 || o.demo > 250 || o.demoBlockSize < 1:
+		return nil, fmt.Errorf("--demo %d, --demo-block-size %d: want 0..250 engines of blocks >= 1", o.demo, o.demoBlockSize)
+	case o.demo > 0 && (o.kubeOn || o.workersFile != ""):
+		return nil, errors.New("--demo registers its own workers: no --workers-file, --pool-name or --endpoint-selector with it")
+	case o.demo > 0 && !o.core.UseKVEvents:
+		return nil, errors.New("--demo needs --kv-events: its engines publish real KV events")
+	case o.demo > 0:
+		if o.epp.ModelName == "" {
+			o.epp.ModelName = "default"
+		}
 	case o.kubeOn && o.workersFile != "":
 		return nil, errors.New("--workers-file and Kubernetes discovery (--pool-name, --endpoint-selector) exclude each other")
 	case o.kubeOn:
@@ -224,6 +238,13 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 	if err != nil {
 		return fail(2, "invalid configuration", err)
 	}
+	// The demo engines (--demo) close after the service, as serve's.
+	var demo *demoEngines
+	n.onStopDo("demo engines", func() {
+		if demo != nil {
+			demo.Close()
+		}
+	})
 	n.onStopDo("service", svc.Close)
 	hcfg := httpapi.DefaultConfig()
 	hcfg.Logger = logs.logger("kvselect::httpapi")
@@ -301,6 +322,14 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 		n.onStopDo("engine metrics", scrape.stop)
 		reg.Describe(engineScrapeDescs...)
 		reg.OnScrape(func(w io.Writer) { writeEngineScrapeMetrics(w, scrape) })
+	}
+	if opts.demo > 0 {
+		d, err := startDemo(svc, opts.demo, opts.demoBlockSize, opts.epp.ModelName, func(i int) string { return fmt.Sprintf("http://127.0.0.%d:8000", i+1) }, logs.logger("kvselect::demo"))
+		if err != nil {
+			return fail(1, "--demo", err)
+		}
+		demo = d
+		log.Info("demo: simulated engines registered as workers 1..N; try: curl -s localhost:"+strconv.Itoa(int(opts.metricsPort))+"/loads", "engines", opts.demo, "model_name", opts.epp.ModelName)
 	}
 	n.loop("sweep", func(ctx context.Context) { sweep(ctx, svc, core.DefaultSweepInterval) })
 	if d := opts.core.SessionAffinity.ReapInterval(); d > 0 {

@@ -257,7 +257,7 @@ func serve(ctx context.Context, args []string, env func(string) (string, bool), 
 	n.onStopDo("router queue waits", svc.CancelWaits)
 
 	if opts.demo > 0 {
-		d, err := startDemo(svc, opts.demo, opts.demoBlockSize, logs.logger("kvselect::demo"))
+		d, err := startDemo(svc, opts.demo, opts.demoBlockSize, "default", func(i int) string { return "demo://engine-" + strconv.Itoa(i+1) }, logs.logger("kvselect::demo"))
 		if err != nil {
 			return fail(1, "--demo", err)
 		}

@@ -144,8 +144,9 @@
 //     snapshot requests under the bookings' lock); the Link's reconnect
 //     callback goroutine (which re-asks for snapshots); the bookings'
 //     publisher (outbound bookings, bindings and snapshot answers, from
-//     bounded queues) and snapshotter (asks for and gathers catch-up
-//     snapshots); with an embedded server, a route watch every 250 ms
+//     bounded queues), snapshotter (asks for and gathers catch-up
+//     snapshots) and beater (heartbeats; releases the mirrors of a peer
+//     silent for --event-plane-peer-timeout); with an embedded server, a route watch every 250 ms
 //     (a new route asks again); with --nats-catalog, the catalog
 //     bucket's binder-then-watcher and writer, and either a mirror loop
 //     every second (with --workers-file) or a core.CatalogReconciler fed

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -57,6 +58,9 @@ type eventPlaneOptions struct {
 	catalog         bool
 	catalogReplicas int
 	storeDir        string
+	// peerTimeout is --event-plane-peer-timeout: a kvselect peer silent
+	// that long has its mirrored bookings released; 0 never.
+	peerTimeout time.Duration
 	// noSnapshot is serve's --no-replica-snapshot: no catch-up snapshot
 	// on the bus either.
 	noSnapshot bool
@@ -68,7 +72,7 @@ var eventPlaneFlags = map[string]bool{
 	"event-plane": false, "nats-server": false, "namespace": false, "component": false, "endpoint": false,
 	"nats-listen": false, "nats-cluster-listen": false, "nats-routes": false,
 	"event-plane-bookings": true, "event-plane-queue": false,
-	"nats-catalog": true, "nats-catalog-replicas": false, "nats-store-dir": false,
+	"nats-catalog": true, "nats-catalog-replicas": false, "nats-store-dir": false, "event-plane-peer-timeout": false,
 }
 
 // splitEventPlaneArgs separates the event-plane flags (in any of the flag
@@ -127,6 +131,7 @@ func eventPlaneFlagSet(env func(string) (string, bool), stderr io.Writer) (fs *f
 	fs.BoolVar(&o.catalog, "nats-catalog", false, "with --event-plane nats, share the worker catalog in a JetStream key-value bucket: a replica with --workers-file mirrors the file into it, the others take their catalog from it (their POST, PATCH and DELETE /workers then answer 409); the embedded server runs JetStream")
 	fs.IntVar(&o.catalogReplicas, "nats-catalog-replicas", 1, "JetStream copies of the catalog bucket (1 to 5; at most the cluster's servers)")
 	fs.StringVar(&o.storeDir, "nats-store-dir", "", "embedded NATS server: JetStream directory with --nats-catalog; empty: a temporary one, removed at exit")
+	fs.DurationVar(&o.peerTimeout, "event-plane-peer-timeout", natsplane.DefaultPeerTimeout, "with --event-plane nats, a kvselect replica whose heartbeats (one a second) stop for this long is taken for dead and its bookings mirrored here are released (Dynamo routers, which never beat, are never); 0: never")
 	return fs, func() (*eventPlaneOptions, error) { return o.finish(*plane, *endpoint, *routes) }
 }
 
@@ -177,6 +182,9 @@ func (o *eventPlaneOptions) finish(plane, endpoint, routes string) (*eventPlaneO
 	o.routes = splitList(routes)
 	if o.queueLimit <= 0 {
 		return nil, errors.New("--event-plane-queue must be > 0")
+	}
+	if o.peerTimeout < 0 || o.peerTimeout > 0 && o.peerTimeout <= natsplane.DefaultHeartbeatInterval {
+		return nil, fmt.Errorf("--event-plane-peer-timeout must be 0 or above the heartbeat interval (%v)", natsplane.DefaultHeartbeatInterval)
 	}
 	if o.catalogReplicas < 1 || o.catalogReplicas > 5 {
 		return nil, errors.New("--nats-catalog-replicas must be 1 to 5")
@@ -329,7 +337,7 @@ func startEventPlane(n *node, o *eventPlaneOptions, logs *logs, ccfg *core.Confi
 		starts = append(starts, func(*core.Service) error { return ep.in.Start(nc) })
 	}
 	if o.bookings {
-		if ep.bk, err = natsplane.NewBookings(natsplane.BookingsConfig{Scope: o.scope, QueueLimit: o.queueLimit, NoSnapshot: o.noSnapshot, Logger: log}); err != nil {
+		if ep.bk, err = natsplane.NewBookings(natsplane.BookingsConfig{Scope: o.scope, QueueLimit: o.queueLimit, NoSnapshot: o.noSnapshot, PeerTimeout: cmp.Or(o.peerTimeout, -1), Logger: log}); err != nil {
 			return nil, nil, nil, err
 		}
 		n.onStop("NATS bookings", ep.bk.Close)
@@ -487,6 +495,8 @@ var eventPlaneDescs = []perf.Desc{
 	{Name: "kvselect_event_plane_catalog_dropped_total", Kind: perf.Counter, Help: "Catalog bucket entries dropped: a key outside w.{worker_id}, an undecodable value, past the worker bound."},
 	{Name: "kvselect_event_plane_catalog_writes_total", Kind: perf.Counter, Help: "Mirror writes to the catalog bucket, by op (put, delete) and outcome (conflict: another writer was first, error)."},
 	{Name: "kvselect_event_plane_catalog_bind_errors_total", Kind: perf.Counter, Help: "Failed attempts to bind the catalog bucket (JetStream not up yet)."},
+	{Name: "kvselect_event_plane_peers_expired_total", Kind: perf.Counter, Help: "kvselect peers taken for dead (no heartbeat for --event-plane-peer-timeout) and their mirrored bookings released."},
+	{Name: "kvselect_event_plane_mirrors_expired_total", Kind: perf.Counter, Help: "Mirrored bookings released because their peer went silent."},
 	{Name: "kvselect_event_plane_bookings_dropped_total", Kind: perf.Counter, Help: "Booking messages not applied, by reason (too_large, malformed_envelope, wrong_topic, malformed_event, unknown_worker)."},
 }
 
@@ -576,6 +586,8 @@ func writeEventPlaneMetrics(w io.Writer, ep *eventPlane) {
 		perf.WriteCounter(w, `kvselect_event_plane_snapshots_served_total{outcome="refused"}`, rs.SnapshotsRefused)
 		perf.WriteCounter(w, `kvselect_event_plane_snapshots_served_total{outcome="publish_error"}`, rs.SnapshotPublishErrors)
 		perf.WriteCounter(w, "kvselect_event_plane_snapshot_events_served_total", rs.SnapshotEventsServed)
+		perf.WriteCounter(w, "kvselect_event_plane_peers_expired_total", rs.PeersExpired)
+		perf.WriteCounter(w, "kvselect_event_plane_mirrors_expired_total", rs.MirrorsExpired)
 	}
 }
 

@@ -134,7 +134,10 @@ func natsMember(t *testing.T, client, route int, routes ...int) *server.Server {
 // anything.
 func TestEventPlaneThreeReplicas(t *testing.T) {
 	env := []string{"DYN_USE_KV_EVENTS=false"}
-	rs := natsReplicas(t, 2, env)
+	// Peer liveness off: the cut-off C would otherwise be taken for dead
+	// by A and B after 10 s, and its mirrors released, within the
+	// test's waits (TestDeadPeerMirrorsReleased tests it).
+	rs := natsReplicas(t, 2, env, "--event-plane-peer-timeout", "0")
 	a, b := rs[0], rs[1]
 	cClient, cRoute := freePort(t), freePort(t)
 	for _, r := range rs {
@@ -142,7 +145,7 @@ func TestEventPlaneThreeReplicas(t *testing.T) {
 		r.args[i+1] += fmt.Sprintf(",nats://127.0.0.1:%d", cRoute)
 	}
 	cs := natsMember(t, cClient, cRoute, a.route, b.route)
-	c := newSelector(t, env, "--event-plane", "nats", "--nats-server", fmt.Sprintf("nats://127.0.0.1:%d", cClient))
+	c := newSelector(t, env, "--event-plane", "nats", "--nats-server", fmt.Sprintf("nats://127.0.0.1:%d", cClient), "--event-plane-peer-timeout", "0")
 	all := []*selector{a.selector, b.selector, c}
 	for _, s := range all {
 		s.start()
@@ -184,9 +187,9 @@ func TestEventPlaneThreeReplicas(t *testing.T) {
 	c.bookOwn("c1", 4)
 	wantAll("every booking everywhere", 7, 3)
 
-	// Kill B (its booking freed first: a dead replica's mirrors live
-	// until the expiry guard, as on the mesh); the restarted B starts
-	// with A's and C's live bookings.
+	// Kill B (its booking freed first: with liveness off a dead
+	// replica's mirrors live until the expiry guard, as on the mesh); the
+	// restarted B starts with A's and C's live bookings.
 	b.must("DELETE", "/reservations/b1", "", 200)
 	wantAll("b1 freed", 5, 2)
 	b.kill()

@@ -68,6 +68,10 @@ type BookingsConfig struct {
 	SnapshotWait, SnapshotIdle time.Duration
 	SnapshotMaxEvents          int
 	ResyncSettle               time.Duration
+	// HeartbeatInterval and PeerTimeout are the replicas' liveness
+	// (liveness.go; DefaultHeartbeatInterval, DefaultPeerTimeout); a
+	// negative PeerTimeout turns it off (no beats, no expiry).
+	HeartbeatInterval, PeerTimeout time.Duration
 }
 
 // DefaultQueueLimit is BookingsConfig.QueueLimit's default.
@@ -122,7 +126,12 @@ type Bookings struct {
 	id      uint64
 	subject string // where events are published
 	// affSubject and snapshotSubject are kvselect's own (replicas.go).
-	affSubject, snapshotSubject string
+	affSubject, snapshotSubject, beatSubject string
+	// live owns the peers' last heartbeats (liveness.go).
+	live struct {
+		sync.Mutex
+		seen map[uint64]time.Time
+	}
 
 	out chan []byte // encoded ActiveSequenceEvents, owned by the publisher goroutine once sent
 	// affOut holds encoded session bindings, snapJobs the reply subjects
@@ -132,7 +141,9 @@ type Bookings struct {
 	// snapKick wakes the snapshotter (capacity 1: requests coalesce).
 	snapKick chan struct{}
 	askBack  atomic.Bool // the next request asks the responders to ask back
-	aff      atomic.Pointer[affinityBox]
+	// graceNext: the next liveness tick restarts every peer's clock.
+	graceNext atomic.Bool
+	aff       atomic.Pointer[affinityBox]
 	// inbox is the snapshot request's reply subscription while one is
 	// gathered.
 	inbox atomic.Pointer[nats.Subscription]
@@ -149,6 +160,7 @@ type Bookings struct {
 		snapDropped, reconciled, resyncs, snapFreed   atomic.Uint64
 		snapServed, snapEventsServed, snapRefused     atomic.Uint64
 		snapPublishErrors                             atomic.Uint64
+		beatDropped, peersExpired, mirrorsExpired     atomic.Uint64
 	}
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -199,14 +211,21 @@ func NewBookings(cfg BookingsConfig) (*Bookings, error) {
 	cfg.SnapshotIdle = cmp.Or(cfg.SnapshotIdle, DefaultSnapshotIdle)
 	cfg.SnapshotMaxEvents = cmp.Or(cfg.SnapshotMaxEvents, DefaultSnapshotMaxEvents)
 	cfg.ResyncSettle = cmp.Or(cfg.ResyncSettle, DefaultResyncSettle)
+	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, DefaultHeartbeatInterval)
+	cfg.PeerTimeout = cmp.Or(cfg.PeerTimeout, DefaultPeerTimeout)
+	if cfg.HeartbeatInterval < 0 || cfg.PeerTimeout > 0 && cfg.PeerTimeout <= cfg.HeartbeatInterval {
+		return nil, fmt.Errorf("%w: peer timeout %v must exceed the heartbeat interval %v", ErrConfig, cfg.PeerTimeout, cfg.HeartbeatInterval)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	b := &Bookings{cfg: cfg, id: cfg.RouterID, subject: cfg.Scope.Subject(TopicActiveSequences),
 		affSubject: cfg.Scope.Subject(TopicSessionAffinity), snapshotSubject: cfg.Scope.Subject(TopicSlotSnapshot),
-		out: make(chan []byte, cfg.QueueLimit), affOut: make(chan []byte, cfg.AffinityQueueLimit),
+		beatSubject: cfg.Scope.Subject(TopicHeartbeat),
+		out:         make(chan []byte, cfg.QueueLimit), affOut: make(chan []byte, cfg.AffinityQueueLimit),
 		snapJobs: make(chan string, snapshotJobs), snapKick: make(chan struct{}, 1), stop: make(chan struct{})}
 	b.req.lim = map[uint64]*mesh.SnapshotLimiter{}
+	b.live.seen = map[uint64]time.Time{}
 	for b.id == 0 {
 		var r [8]byte
 		_, _ = rand.Read(r[:])
@@ -263,6 +282,10 @@ func (b *Bookings) Start(nc *nats.Conn, app Applier) error {
 		subjects = append(subjects, b.affSubject)
 		handlers[b.affSubject] = func(m *nats.Msg) { b.handleAffinity(m.Data) }
 	}
+	if b.cfg.PeerTimeout > 0 {
+		subjects = append(subjects, b.beatSubject)
+		handlers[b.beatSubject] = b.handleHeartbeat
+	}
 	if !b.cfg.NoSnapshot {
 		subjects = append(subjects, b.snapshotSubject)
 		handlers[b.snapshotSubject] = b.handleSnapshotRequest
@@ -283,6 +306,10 @@ func (b *Bookings) Start(nc *nats.Conn, app Applier) error {
 	}
 	b.wg.Add(1)
 	go b.publish(nc)
+	if b.cfg.PeerTimeout > 0 {
+		b.wg.Add(1)
+		go b.beat(nc)
+	}
 	if !b.cfg.NoSnapshot {
 		b.wg.Add(1)
 		go b.snapshotter(nc)

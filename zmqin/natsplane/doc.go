@@ -102,7 +102,11 @@
 // (Resync, both ways), on a new route of the embedded server (CatchUp),
 // and again after one fell short of the catalog. A complete reply
 // reconciles its peer's mirrors (core.Service.ReleaseMirrors), so frees
-// missed while cut off do not leak until the expiry guard.
+// missed while cut off do not leak until the expiry guard. Replicas
+// also beat on kvselect-heartbeat (liveness.go): a kvselect peer silent
+// for PeerTimeout while this replica's link is up is taken for dead and
+// its mirrors are released, so a replica killed with live bookings does
+// not hold its peers' load until the expiry guard either.
 //
 // # Partitions
 //
@@ -133,7 +137,8 @@
 //   - Bookings: one publisher, fed by Publish, PublishAffinity and the
 //     snapshot requests to answer; one snapshotter, which asks for and
 //     gathers snapshots (woken by Start, Resync, CatchUp, and its own
-//     ticker for the catalog); both stop on Close.
+//     ticker for the catalog); a beater (heartbeats, and the expiry of
+//     silent peers), unless PeerTimeout < 0; all stop on Close.
 //   - Link: one running the OnReconnect callbacks; stops on Close.
 //   - Catalog: one binding the bucket then watching it, and a writer
 //     (mirror passes); both stop on Close.

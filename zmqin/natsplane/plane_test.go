@@ -59,11 +59,18 @@ type node struct {
 
 func newNode(t *testing.T, url string, routerID uint64) *node {
 	t.Helper()
+	return newNodeWith(t, url, BookingsConfig{RouterID: routerID})
+}
+
+// newNodeWith is newNode with bookings configured by bc (its Scope set).
+func newNodeWith(t *testing.T, url string, bc BookingsConfig) *node {
+	t.Helper()
 	in, err := NewIngress(IngressConfig{Scope: testScope})
 	if err != nil {
 		t.Fatal(err)
 	}
-	bk, err := NewBookings(BookingsConfig{Scope: testScope, RouterID: routerID})
+	bc.Scope = testScope
+	bk, err := NewBookings(bc)
 	if err != nil {
 		t.Fatal(err)
 	}

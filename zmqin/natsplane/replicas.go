@@ -103,6 +103,8 @@ type ReplicaStats struct {
 	SnapshotsServed, SnapshotEventsServed uint64
 	SnapshotsRefused                      uint64 // rate limit or answer queue full
 	SnapshotPublishErrors                 uint64
+	// Liveness (liveness.go).
+	PeersExpired, MirrorsExpired, HeartbeatsDropped uint64
 }
 
 // affinityBox holds the bindings' applier.
@@ -428,6 +430,7 @@ func (b *Bookings) snapshotter(nc *nats.Conn) {
 // this replica's (the Link's OnReconnect: each side missed the other's
 // events while cut off). It returns at once; requests coalesce.
 func (b *Bookings) Resync() {
+	b.graceNext.Store(true) // the peers' beats did not reach us meanwhile
 	b.askBack.Store(true)
 	b.kick()
 }
@@ -455,5 +458,6 @@ func (b *Bookings) ReplicaStats() ReplicaStats {
 		SnapshotDropped: b.rst.snapDropped.Load(), MirrorsReconciled: b.rst.reconciled.Load(), SnapshotFreed: b.rst.snapFreed.Load(), Resyncs: b.rst.resyncs.Load(),
 		SnapshotsServed: b.rst.snapServed.Load(), SnapshotEventsServed: b.rst.snapEventsServed.Load(), SnapshotsRefused: b.rst.snapRefused.Load(),
 		SnapshotPublishErrors: b.rst.snapPublishErrors.Load(),
+		PeersExpired:          b.rst.peersExpired.Load(), MirrorsExpired: b.rst.mirrorsExpired.Load(), HeartbeatsDropped: b.rst.beatDropped.Load(),
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/radix"
+	"github.com/kvselect/kvselect/zmqin/mesh"
 )
 
 // book books id on n (a selection of a prompt of its own).
@@ -226,5 +228,37 @@ func TestSnapshotChunks(t *testing.T) {
 	}
 	if _, _, err := decodeSnapshotChunk([]byte{0x92, 0x05, 0x90}); err == nil {
 		t.Error("a last flag of 5 decoded")
+	}
+}
+
+// TestDeadPeerMirrorsReleased: a kvselect peer that stops beating (killed
+// with live bookings: no free will come) has its mirrors released after
+// PeerTimeout; a Dynamo router's bookings (no beats) are kept.
+func TestDeadPeerMirrorsReleased(t *testing.T) {
+	srv, router := bus(t)
+	live := BookingsConfig{HeartbeatInterval: 20 * time.Millisecond, PeerTimeout: 200 * time.Millisecond}
+	a := newNodeWith(t, srv.ClientURL(), live)
+	b := newNodeWith(t, srv.ClientURL(), live)
+	b.book(t, "b1")
+	b.book(t, "b2")
+	// A Dynamo router's booking, which never beats.
+	ev := core.ReplicaEvent{Kind: core.ReplicaAdd, RequestID: "dyn-1", Worker: radix.WorkerKey{WorkerID: 2}, SequenceHashes: []uint64{9}}
+	if err := router.Publish(testScope.Subject(TopicActiveSequences), AppendEnvelope(nil, 5, 0, 1, TopicActiveSequences, mesh.AppendSequenceEvent(nil, &ev, 4242))); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "B's and the router's bookings on A", func() bool { return a.holds("b1", "b2", "dyn-1") })
+	time.Sleep(300 * time.Millisecond) // beats keep B alive past its timeout
+	if !a.holds("b1", "b2") {
+		t.Fatal("a beating peer's mirrors released")
+	}
+	// B dies: its beats stop, and its frees never come.
+	_ = b.bk.Close()
+	b.link.Close()
+	eventually(t, "B's mirrors released on A", func() bool { return !a.holds("b1") && !a.holds("b2") })
+	if !a.holds("dyn-1") {
+		t.Error("the router's booking released")
+	}
+	if st := a.bk.ReplicaStats(); st.PeersExpired != 1 || st.MirrorsExpired != 2 {
+		t.Errorf("%+v", st)
 	}
 }

@@ -146,12 +146,13 @@
 //     publisher (outbound bookings, bindings and snapshot answers, from
 //     bounded queues), snapshotter (asks for and gathers catch-up
 //     snapshots) and beater (heartbeats; releases the mirrors of a peer
-//     silent for --event-plane-peer-timeout); with an embedded server, a route watch every 250 ms
-//     (a new route asks again); with --nats-catalog, the catalog
-//     bucket's binder-then-watcher and writer, and either a mirror loop
-//     every second (with --workers-file) or a core.CatalogReconciler fed
-//     by the bucket. Stopped after the HTTP drain: the loops, then the
-//     bookings, the catalog, the KV ingress, the connection, the server.
+//     silent for --event-plane-peer-timeout, when set); with an embedded
+//     server, a route watch every 250 ms (a new route asks again); with
+//     --nats-catalog, the catalog bucket's binder-then-watcher and writer,
+//     and either a mirror loop every second (with --workers-file) or a
+//     core.CatalogReconciler fed by the bucket. Stopped after the HTTP
+//     drain: the loops, then the bookings, the catalog, the KV ingress, the
+//     connection, the server.
 //   - engine metrics (with --engine-metrics-interval): one loop scraping
 //     the workers' {endpoint}/metrics, at most 16 requests in flight
 //     (httpapi/engines); stopped after the HTTP drain.

@@ -59,7 +59,11 @@ type eventPlaneOptions struct {
 	catalogReplicas int
 	storeDir        string
 	// peerTimeout is --event-plane-peer-timeout: a kvselect peer silent
-	// that long has its mirrored bookings released; 0 never.
+	// that long has its mirrored bookings released; 0 (the default)
+	// never. Off by default: in TestEventPlaneThreeReplicas's topology a
+	// client-only replica heard one embedded peer's heartbeats and not
+	// the other's (though it heard both's bookings), and would have
+	// released a live peer's mirrors; the cause is not found yet.
 	peerTimeout time.Duration
 	// noSnapshot is serve's --no-replica-snapshot: no catch-up snapshot
 	// on the bus either.
@@ -131,7 +135,7 @@ func eventPlaneFlagSet(env func(string) (string, bool), stderr io.Writer) (fs *f
 	fs.BoolVar(&o.catalog, "nats-catalog", false, "with --event-plane nats, share the worker catalog in a JetStream key-value bucket: a replica with --workers-file mirrors the file into it, the others take their catalog from it (their POST, PATCH and DELETE /workers then answer 409); the embedded server runs JetStream")
 	fs.IntVar(&o.catalogReplicas, "nats-catalog-replicas", 1, "JetStream copies of the catalog bucket (1 to 5; at most the cluster's servers)")
 	fs.StringVar(&o.storeDir, "nats-store-dir", "", "embedded NATS server: JetStream directory with --nats-catalog; empty: a temporary one, removed at exit")
-	fs.DurationVar(&o.peerTimeout, "event-plane-peer-timeout", natsplane.DefaultPeerTimeout, "with --event-plane nats, a kvselect replica whose heartbeats (one a second) stop for this long is taken for dead and its bookings mirrored here are released (Dynamo routers, which never beat, are never); 0: never")
+	fs.DurationVar(&o.peerTimeout, "event-plane-peer-timeout", 0, "with --event-plane nats, a kvselect replica whose heartbeats (one a second) stop for this long is taken for dead and its bookings mirrored here are released (Dynamo routers, which never beat, are never), e.g. 10s; 0: off, a dead replica's mirrors end at the expiry guard as on the mesh")
 	return fs, func() (*eventPlaneOptions, error) { return o.finish(*plane, *endpoint, *routes) }
 }
 

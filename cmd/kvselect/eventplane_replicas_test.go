@@ -134,10 +134,9 @@ func natsMember(t *testing.T, client, route int, routes ...int) *server.Server {
 // anything.
 func TestEventPlaneThreeReplicas(t *testing.T) {
 	env := []string{"DYN_USE_KV_EVENTS=false"}
-	// Peer liveness off: the cut-off C would otherwise be taken for dead
-	// by A and B after 10 s, and its mirrors released, within the
-	// test's waits (TestDeadPeerMirrorsReleased tests it).
-	rs := natsReplicas(t, 2, env, "--event-plane-peer-timeout", "0")
+	// Peer liveness off (the default; TestDeadPeerMirrorsReleased tests
+	// it in process).
+	rs := natsReplicas(t, 2, env)
 	a, b := rs[0], rs[1]
 	cClient, cRoute := freePort(t), freePort(t)
 	for _, r := range rs {
@@ -145,7 +144,7 @@ func TestEventPlaneThreeReplicas(t *testing.T) {
 		r.args[i+1] += fmt.Sprintf(",nats://127.0.0.1:%d", cRoute)
 	}
 	cs := natsMember(t, cClient, cRoute, a.route, b.route)
-	c := newSelector(t, env, "--event-plane", "nats", "--nats-server", fmt.Sprintf("nats://127.0.0.1:%d", cClient), "--event-plane-peer-timeout", "0")
+	c := newSelector(t, env, "--event-plane", "nats", "--nats-server", fmt.Sprintf("nats://127.0.0.1:%d", cClient))
 	all := []*selector{a.selector, b.selector, c}
 	for _, s := range all {
 		s.start()

@@ -36,9 +36,15 @@ func TestMakeTestRunsAllocationTests(t *testing.T) {
 		vars[m[1]] = strings.TrimSpace(m[2])
 	}
 	expand := func(s string) string {
-		return regexp.MustCompile(`\$\(([A-Z_]+)\)`).ReplaceAllStringFunc(s, func(v string) string {
-			return vars[v[2:len(v)-1]]
-		})
+		for { // until no variable is left: a variable may name another
+			t := regexp.MustCompile(`\$\(([A-Z_]+)\)`).ReplaceAllStringFunc(s, func(v string) string {
+				return vars[v[2:len(v)-1]]
+			})
+			if t == s {
+				return s
+			}
+			s = t
+		}
 	}
 	var pattern string
 	inTest := false

@@ -13,7 +13,7 @@ import (
 // continue_final_message), against chat_ref.py; then the prompt's ids,
 // Encode(prompt, false) as vLLM tokenizes a chat prompt, against
 // tokenizers.js.
-func TestRenderChatMatchesPythonAndIDs(t *testing.T) {
+func TestExactRenderChat(t *testing.T) {
 	needPython(t)
 	for _, fam := range []string{"llama3", "qwen3", "deepseek_v3"} {
 		t.Run(fam, func(t *testing.T) {
@@ -23,7 +23,7 @@ func TestRenderChatMatchesPythonAndIDs(t *testing.T) {
 				special[k] = v
 			}
 			var cases []chatCase
-			for i, c := range conversations(240) {
+			for i, c := range sampled(conversations(240)) {
 				c.Special, c.Format = special, "auto"
 				if i%5 == 0 {
 					c.AddGenerationPrompt, c.ContinueFinalMessage = false, true
@@ -46,7 +46,7 @@ func TestRenderChatMatchesPythonAndIDs(t *testing.T) {
 					texts = append(texts, got)
 				}
 			}
-			if len(texts) < 200 {
+			if len(texts) < 200/(len(conversations(240))/len(sampled(conversations(240)))) {
 				t.Errorf("only %d conversations rendered", len(texts))
 			}
 			refs := references(t, fam, texts, false)

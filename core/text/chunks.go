@@ -17,7 +17,7 @@ import "strings"
 // space before a letter starts a new pre-token (the optional prefix
 // character of a letter run); the digit and CJK splits match neither
 // letters nor spaces. So the pre-tokens of s[:p] and s[p:] encoded apart
-// are those of s. (TestChunkedEqualsWhole checks it on every family.)
+// are those of s. (TestExactChunkedEqualsWhole checks it on every family.)
 const (
 	// minChunk is a chunk's least length in bytes: it is cut at the first
 	// cut point at least this far from its start. A segment shorter than

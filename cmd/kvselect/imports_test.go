@@ -95,8 +95,9 @@ var externalOnly = []struct {
 }{
 	{"github.com/go-zeromq/", []string{"zmqin/zmtp"}},
 	{"github.com/pebbe/zmq4", []string{"zmqin/zmtp"}},
-	// NATS (client and embedded server) only in the event plane.
-	{"github.com/nats-io/", []string{"zmqin/natsplane"}},
+	// NATS (client and embedded server) only in the event plane, and in
+	// cmd/kvselect for the bench's readiness barrier over the replicas' bus.
+	{"github.com/nats-io/", []string{"zmqin/natsplane", "cmd/kvselect"}},
 	{"github.com/valyala/fasthttp", []string{"httpapi", "perf", "bench"}},
 	// gRPC and Envoy's API types only in the endpoint picker and its host.
 	// bench/extproc: the load harness's ext_proc client and no-op server.

@@ -57,6 +57,10 @@ type eppOptions struct {
 	demo, demoBlockSize int
 }
 
+// eppHealthPoll is how often gRPC health re-reads Kubernetes discovery's
+// readiness.
+const eppHealthPoll = 250 * time.Millisecond
+
 // eppEnv names the environment variable behind each flag of the EPP's
 // own (Dynamo's); Kubernetes discovery's (pool, namespace, selector, KV
 // event and replay ports, data-parallel size) are httpapi/kube's, with
@@ -363,8 +367,25 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 		}
 	})
 	n.onStopDo("router queue waits", svc.CancelWaits)
+	// Ready: at once with a workers file; with Kubernetes discovery, the
+	// health services follow its readiness (the informers synced, the
+	// pool resolved), as /ready does, so that a readiness probe on gRPC
+	// health keeps the pod out of its Service until then.
+	servingNow := func() bool { return src == nil || src.Ready() }
+	serving := servingNow()
 	for _, h := range hs {
-		epp.SetServing(h, true)
+		epp.SetServing(h, serving)
+	}
+	if src != nil {
+		n.every("gRPC health follows discovery", eppHealthPoll, func(time.Time) {
+			if now := servingNow(); now != serving {
+				serving = now
+				for _, h := range hs {
+					epp.SetServing(h, now)
+				}
+				log.Info("gRPC health", "serving", now)
+			}
+		})
 	}
 	log.Info("listening", "ext_proc", gaddr.String(), "grpc_health", haddr.String(), "metrics", "http://"+maddr.String()+"/metrics", "workers", len(svc.ListWorkers("", "")))
 	if ready != nil {

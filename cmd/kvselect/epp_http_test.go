@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +11,9 @@ import (
 
 	"github.com/kvselect/kvselect/httpapi"
 	"github.com/kvselect/kvselect/httpapi/kube/kubetest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // TestEppHTTPReadOnly runs `kvselect epp` and reads its --metrics-port as
@@ -72,10 +77,34 @@ func TestEppReadyKubernetes(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &r); err != nil || code != 503 || r.Ready || !strings.Contains(r.Reason, "Kubernetes discovery") {
 		t.Fatalf("/ready without the pool: %d %s", code, body)
 	}
+	if st := eppHealth(t, p, "readiness"); st != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("gRPC readiness without the pool: %v", st)
+	}
+	if st := eppHealth(t, p, "liveness"); st != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("gRPC liveness: %v", st)
+	}
 	api.Put("inferencepools", kubetest.PoolObj(ns, "llama", map[string]string{"app": "vllm"}, 8000))
 	api.Put("pods", kubetest.PodObj(ns, "vllm-0", "uid-0", "127.0.0.2", true, map[string]string{"app": "vllm"}))
 	p.eventually("ready once discovery resolved the pool and its pod", func() bool {
 		body, code := p.get("/ready")
 		return code == 200 && !strings.Contains(body, "not_ready_reason")
 	})
+	p.eventually("gRPC readiness serving too", func() bool {
+		return eppHealth(t, p, "readiness") == healthpb.HealthCheckResponse_SERVING
+	})
+}
+
+// eppHealth is the status of service on p's gRPC health port.
+func eppHealth(t *testing.T, p *eppProc, service string) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", p.health), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	r, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: service})
+	if err != nil {
+		t.Fatalf("health %q: %v", service, err)
+	}
+	return r.GetStatus()
 }

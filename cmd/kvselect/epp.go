@@ -20,6 +20,7 @@ import (
 	"github.com/kvselect/kvselect/httpapi/kube"
 	"github.com/kvselect/kvselect/perf"
 	"github.com/kvselect/kvselect/zmqin"
+	"github.com/kvselect/kvselect/zmqin/mesh"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 )
@@ -44,9 +45,14 @@ type eppOptions struct {
 	epp                               epp.Config
 	modelPaths                        []modelPath
 	workersFile                       string
-	engineMetrics                     time.Duration
-	debugAddr                         string
-	debugExplicit                     bool
+	// replicaPort and replicaPeers are the replica mesh (serve's flags):
+	// EPP replicas share their bookings, so any of them can take any
+	// stream.
+	replicaPort   int
+	replicaPeers  []string
+	engineMetrics time.Duration
+	debugAddr     string
+	debugExplicit bool
 	// kube is Kubernetes discovery's configuration (httpapi/kube): on
 	// when it names a pool or an endpoint selector.
 	kube     kube.Config
@@ -98,6 +104,8 @@ func parseEpp(args []string, env func(string) (string, bool), stderr io.Writer) 
 	fs.StringVar(&o.kvTopic, "kv-event-topic", "", "KV-event topic (DYN_EPP_KV_EVENT_TOPIC): accepted; the engines' ZMQ topic is not filtered on")
 	fs.Uint64Var(&o.kube.TotalKVBlocks, "total-kv-blocks", 0, "KV blocks of every discovered worker, 0 unknown (DYN_EPP_TOTAL_KV_BLOCKS; Kubernetes discovery)")
 	fs.Uint64Var(&o.kube.MaxNumBatchedTokens, "max-num-batched-tokens", 0, "max batched tokens of every discovered worker, 0 unknown (DYN_EPP_MAX_NUM_BATCHED_TOKENS; Kubernetes discovery)")
+	replicaPort := fs.Int("replica-sync-port", 0, "ZMQ PUB port of the replica mesh, as serve's: EPP replicas share their bookings (and session bindings) and catch up on join")
+	replicaPeers := fs.String("replica-sync-peers", "", "comma-separated ZMQ endpoints of the other EPP replicas' --replica-sync-port; requires --replica-sync-port")
 	ttl := fs.Float64("session-affinity-ttl-secs", 0, "x-dynamo-session-id affinity TTL in seconds, 0 off (DYN_EPP_SESSION_AFFINITY_TTL_SECS)")
 	mode := fs.String("session-affinity-mode", "hard", "session affinity mode: hard or soft (DYN_EPP_SESSION_AFFINITY_MODE)")
 	fs.IntVar(&o.epp.Fallbacks, "fallback-endpoints", 0, "endpoints listed after the booked one in x-gateway-destination-endpoint, for the gateway's retries (unbooked)")
@@ -160,6 +168,9 @@ func parseEpp(args []string, env func(string) (string, bool), stderr io.Writer) 
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	o.debugExplicit = set["debug-addr"]
+	if o.replicaPort, o.replicaPeers, err = parseReplicaSync(set["replica-sync-port"], *replicaPort, *replicaPeers); err != nil {
+		return nil, err
+	}
 	// Discovery: Kubernetes (a pool or an endpoint selector) or the
 	// workers file, one of them.
 	o.kubeOn = o.kube.PoolName != "" || o.kube.Selector != ""
@@ -238,7 +249,21 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 		ingress = zing
 		n.onStop("KV-event ingress", zing.Close)
 	}
-	svc, err := core.New(opts.core, core.Options{Ingress: ingress, Logf: printf(logs.logger("kvselect::core"), slog.LevelWarn)})
+	// The replica mesh (constructed here, started once the catalog
+	// source is running), as serve's.
+	var zmesh *mesh.Mesh
+	copts := core.Options{Ingress: ingress, Replica: core.NopReplicaSink{}, Logf: printf(logs.logger("kvselect::core"), slog.LevelWarn)}
+	if opts.replicaPort > 0 {
+		if zmesh, err = mesh.New(mesh.Config{Bind: "tcp://*:" + strconv.Itoa(opts.replicaPort), Peers: opts.replicaPeers, Logger: logs.logger("kvselect::mesh")}); err != nil {
+			return fail(1, "replica sync", err)
+		}
+		n.onStop("replica mesh", zmesh.Close)
+		copts.Replica = zmesh
+		if opts.core.SessionAffinity.TTL > 0 {
+			copts.Affinity, copts.WriterID = zmesh, zmesh.ProcessID()
+		}
+	}
+	svc, err := core.New(opts.core, copts)
 	if err != nil {
 		return fail(2, "invalid configuration", err)
 	}
@@ -334,6 +359,17 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 		}
 		demo = d
 		log.Info("demo: simulated engines registered as workers 1..N; try: curl -s localhost:"+strconv.Itoa(int(opts.metricsPort))+"/loads", "engines", opts.demo, "model_name", opts.epp.ModelName)
+	}
+	if zmesh != nil {
+		reg.Describe(meshDescs...)
+		reg.OnScrape(func(w io.Writer) { writeMeshMetrics(w, zmesh.Stats()) })
+		if copts.Affinity != nil {
+			zmesh.HandleAffinity(svc)
+		}
+		if err := zmesh.Start(svc); err != nil {
+			return fail(1, "replica sync", err)
+		}
+		log.Info("replica sync publishing", "endpoint", zmesh.Endpoint(), "process_id", zmesh.ProcessID(), "peers", opts.replicaPeers)
 	}
 	n.loop("sweep", func(ctx context.Context) { sweep(ctx, svc, core.DefaultSweepInterval) })
 	if d := opts.core.SessionAffinity.ReapInterval(); d > 0 {

@@ -243,22 +243,8 @@ func parseServe(args []string, env func(string) (string, bool), stderr io.Writer
 		}
 		o.indexerPeers = splitList(*indexerPeers)
 	}
-	if set["replica-sync-port"] {
-		if *replicaPort <= 0 || *replicaPort > math.MaxUint16 {
-			return nil, errors.New("replica sync port must be greater than zero")
-		}
-		o.replicaPort = *replicaPort
-	}
-	if *replicaPeers != "" {
-		if !set["replica-sync-port"] {
-			return nil, errors.New("--replica-sync-peers requires --replica-sync-port")
-		}
-		for _, p := range splitList(*replicaPeers) {
-			if err := mesh.ValidatePeer(p); err != nil {
-				return nil, fmt.Errorf("--replica-sync-peers: %v", err)
-			}
-			o.replicaPeers = append(o.replicaPeers, p)
-		}
+	if o.replicaPort, o.replicaPeers, err = parseReplicaSync(set["replica-sync-port"], *replicaPort, *replicaPeers); err != nil {
+		return nil, err
 	}
 	if set["session-affinity-ttl-secs"] {
 		if !(*affinityTTL >= 1 && *affinityTTL <= 31_536_000) {
@@ -557,4 +543,30 @@ func parseBool(s string) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("%q is not a boolean", s)
+}
+
+// parseReplicaSync checks --replica-sync-port (given: set) and
+// --replica-sync-peers, for serve and epp alike: the port (0: no mesh) and
+// the peers' endpoints.
+func parseReplicaSync(set bool, port int, peers string) (int, []string, error) {
+	if set && (port <= 0 || port > math.MaxUint16) {
+		return 0, nil, errors.New("replica sync port must be greater than zero")
+	}
+	if !set {
+		port = 0
+	}
+	if peers == "" {
+		return port, nil, nil
+	}
+	if !set {
+		return 0, nil, errors.New("--replica-sync-peers requires --replica-sync-port")
+	}
+	var out []string
+	for _, p := range splitList(peers) {
+		if err := mesh.ValidatePeer(p); err != nil {
+			return 0, nil, fmt.Errorf("--replica-sync-peers: %v", err)
+		}
+		out = append(out, p)
+	}
+	return port, out, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/kvselect/kvselect/zmqin"
 	"github.com/kvselect/kvselect/zmqin/mesh"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 )
 
@@ -48,8 +49,12 @@ type eppOptions struct {
 	// replicaPort and replicaPeers are the replica mesh (serve's flags):
 	// EPP replicas share their bookings, so any of them can take any
 	// stream.
-	replicaPort   int
-	replicaPeers  []string
+	replicaPort  int
+	replicaPeers []string
+	// secure and certPath are GIE's --secure-serving and --cert-path: TLS
+	// on the ext_proc port (epptls.go).
+	secure        bool
+	certPath      string
 	engineMetrics time.Duration
 	debugAddr     string
 	debugExplicit bool
@@ -104,6 +109,8 @@ func parseEpp(args []string, env func(string) (string, bool), stderr io.Writer) 
 	fs.StringVar(&o.kvTopic, "kv-event-topic", "", "KV-event topic (DYN_EPP_KV_EVENT_TOPIC): accepted; the engines' ZMQ topic is not filtered on")
 	fs.Uint64Var(&o.kube.TotalKVBlocks, "total-kv-blocks", 0, "KV blocks of every discovered worker, 0 unknown (DYN_EPP_TOTAL_KV_BLOCKS; Kubernetes discovery)")
 	fs.Uint64Var(&o.kube.MaxNumBatchedTokens, "max-num-batched-tokens", 0, "max batched tokens of every discovered worker, 0 unknown (DYN_EPP_MAX_NUM_BATCHED_TOKENS; Kubernetes discovery)")
+	fs.BoolVar(&o.secure, "secure-serving", true, "serve ext_proc over TLS, as GIE's EPP does by default (false: plaintext h2c); the health port stays plaintext")
+	fs.StringVar(&o.certPath, "cert-path", "", "directory of the ext_proc port's tls.crt and tls.key (default: a self-signed certificate made at start-up)")
 	replicaPort := fs.Int("replica-sync-port", 0, "ZMQ PUB port of the replica mesh, as serve's: EPP replicas share their bookings (and session bindings) and catch up on join")
 	replicaPeers := fs.String("replica-sync-peers", "", "comma-separated ZMQ endpoints of the other EPP replicas' --replica-sync-port; requires --replica-sync-port")
 	ttl := fs.Float64("session-affinity-ttl-secs", 0, "x-dynamo-session-id affinity TTL in seconds, 0 off (DYN_EPP_SESSION_AFFINITY_TTL_SECS)")
@@ -385,7 +392,15 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 	}
 	// The gRPC ports: ext_proc (with the health service too, which Envoy's
 	// cluster check asks there) and health on its own port.
-	extproc, hsrv := grpc.NewServer(), grpc.NewServer()
+	var gopts []grpc.ServerOption
+	if opts.secure {
+		tcfg, err := eppTLS(opts.certPath)
+		if err != nil {
+			return fail(2, "--cert-path", err)
+		}
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tcfg)))
+	}
+	extproc, hsrv := grpc.NewServer(gopts...), grpc.NewServer()
 	picker.Register(extproc)
 	hs := []*health.Server{epp.RegisterHealth(extproc), epp.RegisterHealth(hsrv)}
 	gaddr, err := n.serveGRPC("ext_proc", extproc, opts.host, opts.grpcPort)
@@ -423,7 +438,7 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 			}
 		})
 	}
-	log.Info("listening", "ext_proc", gaddr.String(), "grpc_health", haddr.String(), "metrics", "http://"+maddr.String()+"/metrics", "workers", len(svc.ListWorkers("", "")))
+	log.Info("listening", "ext_proc", gaddr.String(), "tls", opts.secure, "grpc_health", haddr.String(), "metrics", "http://"+maddr.String()+"/metrics", "workers", len(svc.ListWorkers("", "")))
 	if ready != nil {
 		ready <- bound{http: maddr.String(), debug: debug.addr()}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/kvselect/kvselect/zmqin"
 	"github.com/kvselect/kvselect/zmqin/zmqpub"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -36,7 +38,9 @@ func startEppProc(t *testing.T, extra ...string) *eppProc {
 }
 
 func (p *eppProc) client() extprocv3.ExternalProcessorClient {
-	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", p.grpc), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// TLS, unverified, as a gateway connects to GIE's picker (its
+	// default: --secure-serving, a self-signed certificate).
+	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", p.grpc), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true})))
 	if err != nil {
 		p.t.Fatal(err)
 	}

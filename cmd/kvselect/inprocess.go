@@ -87,7 +87,10 @@ func inProcessEpp(stderr io.Writer, profile bool, extraArgs ...string) func(work
 		done := make(chan int, 1)
 		var logs syncBuf
 		args := []string{"--host", "127.0.0.1", "--metrics-port", "0", "--grpc-port", strconv.Itoa(grpcPort), "--grpc-health-port", "0",
-			"--workers-file", workersFile}
+			"--workers-file", workersFile,
+			// Plaintext, as the no-op ext_proc server the run compares it
+			// with: the ratio is the picker's, not TLS's.
+			"--secure-serving=false"}
 		if profile {
 			args = append(args, "--debug-addr", "127.0.0.1:0")
 		} else {

@@ -461,12 +461,21 @@ func TestEPPQueue(t *testing.T) {
 	}
 	third.cancel()   // Envoy ends a request it answered locally
 	waiting.cancel() // dropped during the pick
+	// The queue must see the drop before the first stream's free opens
+	// capacity: else the waiting pick may be dispatched first, and the
+	// case tested is not the drop of a queued pick.
+	for g.svc.QueueStats().Cancelled != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the dropped pick never left the queue: %+v", g.svc.QueueStats())
+		}
+		time.Sleep(time.Millisecond)
+	}
 	first.cancel()
 	if n := g.settle(); n != 0 {
 		t.Fatalf("%d bookings leaked", n)
 	}
-	if st := g.svc.QueueStats(); st.Cancelled != 1 {
-		t.Fatalf("queue %+v", st)
+	if st := g.svc.QueueStats(); st.Cancelled != 1 || st.Dispatched != 0 {
+		t.Fatalf("queue %+v: want the queued pick cancelled, none dispatched", st)
 	}
 }
 

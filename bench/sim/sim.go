@@ -183,7 +183,7 @@ func ExpandPolicies(names []string) []string {
 
 // ReferenceNames are the names under which the reference routers know
 // kvselect's policies: kvselect's default is the reference's (NVIDIA
-// Dynamo's KV router cost, spec/scheduling-and-index.md §2).
+// Dynamo's KV router cost, ai-dynamo/dynamo:lib/kv-router/src/scheduling).
 var ReferenceNames = map[string]string{PolicyKVSelect: "dynamo_kv_router"}
 
 // selectorPolicy reports whether policy name asks a selector.

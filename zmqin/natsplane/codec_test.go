@@ -153,7 +153,9 @@ func TestEncodeKVMatchesFixtures(t *testing.T) {
 			t.Errorf("%s: encoded\n%x\nwant\n%x", name, got, fixture(t, name))
 		}
 	}
-	// spec/event-plane.md §2.4: 268 bytes in all, a 187-byte payload.
+	// The envelope of one stored batch as rmp_serde writes it (named
+	// maps, ai-dynamo/dynamo:lib/runtime/src/transports/event_plane/codec.rs):
+	// 268 bytes in all, a 187-byte payload.
 	if n := len(fixture(t, "kv_batch_stored.bin")); n != 268 {
 		t.Errorf("kv_batch_stored.bin is %d bytes, the spec's example 268", n)
 	}

@@ -1,8 +1,9 @@
 // Package peers transcribes the worker-selection policies of the routers
 // a team would deploy instead of kvselect, as policies of the routing
 // simulation (package bench/sim): each reads only what its router reads,
-// with that router's current defaults. Facts and source files are those of
-// spec/peer-policies.md, checked against the code at the commits it names.
+// with that router's current defaults. Each policy's file cites the
+// upstream source file it transcribes (owner/repo:path), read at the
+// repository's current commit.
 //
 // # The host's contract
 //

@@ -388,62 +388,10 @@ func decodeAdd(r *msgpack.Reader, ev *core.ReplicaEvent) error {
 	})
 }
 
-// structFields reads a struct written as a map (keys in any order, unknown
-// keys skipped) or as a positional array, calling field(i) with the cursor
-// on the value of fields[i]; field must consume it. A field given twice is
-// an error, as serde rejects it.
+// structFields reads a struct written as a map or a positional array
+// (msgpack.Reader.Struct).
 func structFields(r *msgpack.Reader, fields []string, field func(i int) error) error {
-	if n, err := r.MapLen(); err == nil {
-		var seen uint32
-		for range n {
-			k, err := r.Str()
-			if err != nil {
-				return err
-			}
-			i := indexOf(fields, k)
-			if i < 0 {
-				if err := r.Skip(); err != nil {
-					return err
-				}
-				continue
-			}
-			if seen&(1<<i) != 0 {
-				return fmt.Errorf("duplicate field %s", fields[i])
-			}
-			seen |= 1 << i
-			if err := field(i); err != nil {
-				return fmt.Errorf("%s: %w", fields[i], err)
-			}
-		}
-		return nil
-	} else if err != msgpack.ErrType {
-		return err
-	}
-	n, err := r.ArrayLen()
-	if err != nil {
-		return err
-	}
-	for i := range n {
-		if i >= len(fields) {
-			if err := r.Skip(); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := field(i); err != nil {
-			return fmt.Errorf("%s: %w", fields[i], err)
-		}
-	}
-	return nil
-}
-
-func indexOf(fields []string, k []byte) int {
-	for i, f := range fields {
-		if f == string(k) {
-			return i
-		}
-	}
-	return -1
+	return r.Struct(fields, field)
 }
 
 // strField reads a str into *dst (a copy).

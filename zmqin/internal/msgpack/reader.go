@@ -29,6 +29,10 @@ var (
 // drops only the event).
 var ErrType = errors.New("zmqin: unexpected msgpack type")
 
+// ErrNotStruct is Struct's error for a value that is neither a map nor an
+// array.
+var ErrNotStruct = fmt.Errorf("%w: neither a map nor an array", ErrType)
+
 // Reader is a cursor over one msgpack document held in B; B[Off:] is what
 // is left. It never allocates and never reads past len(B). B and Off are
 // exported for a caller's own fast path over the bytes (the KV event
@@ -401,4 +405,65 @@ func (r *Reader) SkipN(n int) error {
 		}
 	}
 	return nil
+}
+
+// Struct reads a struct as rmp_serde writes one: a map (keys in any
+// order, unknown keys skipped) or a positional array (elements past fields
+// skipped), calling field(i) with the cursor on the value of fields[i];
+// field must consume it. A key given twice is an error, as serde makes it.
+// At most 32 fields. A value neither a map nor an array is ErrNotStruct.
+func (r *Reader) Struct(fields []string, field func(i int) error) error {
+	if n, err := r.MapLen(); err == nil {
+		var seen uint32
+		for range n {
+			k, err := r.Str()
+			if err != nil {
+				return err
+			}
+			i := fieldIndex(fields, k)
+			if i < 0 {
+				if err := r.Skip(); err != nil {
+					return err
+				}
+				continue
+			}
+			if seen&(1<<i) != 0 {
+				return fmt.Errorf("duplicate field %s", fields[i])
+			}
+			seen |= 1 << i
+			if err := field(i); err != nil {
+				return fmt.Errorf("%s: %w", fields[i], err)
+			}
+		}
+		return nil
+	} else if err != ErrType {
+		return err
+	}
+	n, err := r.ArrayLen()
+	if err == ErrType {
+		return ErrNotStruct
+	} else if err != nil {
+		return err
+	}
+	for i := range n {
+		if i >= len(fields) {
+			if err := r.Skip(); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := field(i); err != nil {
+			return fmt.Errorf("%s: %w", fields[i], err)
+		}
+	}
+	return nil
+}
+
+func fieldIndex(fields []string, k []byte) int {
+	for i, f := range fields {
+		if f == string(k) {
+			return i
+		}
+	}
+	return -1
 }

@@ -83,32 +83,23 @@ func (p *parser) parseCond() (expr, error) {
 	return e, nil
 }
 
-func (p *parser) parseOr() (expr, error) {
-	l, err := p.parseAnd()
-	if err != nil {
-		return nil, err
-	}
-	for p.skipName("or") {
-		r, err := p.parseAnd()
-		if err != nil {
-			return nil, err
-		}
-		l = &binExpr{op: "or", l: l, r: r}
-	}
-	return l, nil
-}
+func (p *parser) parseOr() (expr, error) { return p.parseKeyword("or", p.parseAnd) }
 
-func (p *parser) parseAnd() (expr, error) {
-	l, err := p.parseNot()
+func (p *parser) parseAnd() (expr, error) { return p.parseKeyword("and", p.parseNot) }
+
+// parseKeyword parses sub (kw sub)*, left-associative: the keyword
+// operators or and and.
+func (p *parser) parseKeyword(kw string, sub func() (expr, error)) (expr, error) {
+	l, err := sub()
 	if err != nil {
 		return nil, err
 	}
-	for p.skipName("and") {
-		r, err := p.parseNot()
+	for p.skipName(kw) {
+		r, err := sub()
 		if err != nil {
 			return nil, err
 		}
-		l = &binExpr{op: "and", l: l, r: r}
+		l = &binExpr{op: kw, l: l, r: r}
 	}
 	return l, nil
 }

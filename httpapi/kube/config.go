@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strconv"
@@ -39,6 +40,19 @@ type Config struct {
 	// PoolName names the inference.networking.k8s.io/v1 InferencePool
 	// whose spec.selector and spec.targetPorts select the workers.
 	PoolName string
+	// PrefillPoolName, with PoolName, names a second InferencePool, of
+	// prefill workers: the pools are then a disaggregated pair, as in
+	// Dynamo's standalone EPP (DYN_EPP_PREFILL_INFERENCE_POOL_NAME makes
+	// DYN_EPP_INFERENCE_POOL_NAME the decode pool, and the prefill pool
+	// gets its own selector and reflector: ai-dynamo/dynamo:deploy/
+	// inference-gateway/ext-proc/src/epp_router.rs). PoolName's workers
+	// get DecodeRoutingGroup, PrefillPoolName's PrefillRoutingGroup
+	// ("": core's decode and prefill). A pod both pools select is a decode
+	// worker only (one worker id has one routing group), counted in
+	// Stats.PodsInBothPools. The host sets it (RegisterFlags does not:
+	// the flag is the host's, --prefill-pool-name).
+	PrefillPoolName                         string
+	PrefillRoutingGroup, DecodeRoutingGroup string
 	// Selector is the label selector of the workers when there is no pool
 	// (full syntax, llm-d's --endpoint-selector), with TargetPorts the
 	// engines' HTTP port(s): the first is used.
@@ -106,6 +120,19 @@ func (c *Config) Validate() error {
 	case len(c.TargetPorts) > 0:
 		return bad("target ports come from the InferencePool; set them only with an endpoint selector")
 	}
+	if c.PrefillPoolName != "" {
+		pre, dec := c.groups()
+		switch {
+		case c.PoolName == "":
+			return bad("a prefill pool needs a decode pool (--pool-name), not an endpoint selector")
+		case c.PrefillPoolName == c.PoolName:
+			return bad("the prefill pool %q must be another InferencePool than the decode pool", c.PrefillPoolName)
+		case c.RoleLabel != "":
+			return bad("a prefill pool and a role label exclude each other: the pools give the routing groups")
+		case pre == dec:
+			return bad("the prefill and decode routing groups must differ, both are %q", pre)
+		}
+	}
 	if c.DataParallelSize < 1 || c.DataParallelSize > core.MaxDataParallelSize {
 		return bad("data parallel size %d is outside 1-%d", c.DataParallelSize, core.MaxDataParallelSize)
 	}
@@ -128,6 +155,12 @@ func (c *Config) Validate() error {
 		return bad("debounce %v and resync %v must not be negative", c.Debounce, c.Resync)
 	}
 	return nil
+}
+
+// groups returns the prefill and decode pools' routing groups, defaults
+// filled.
+func (c *Config) groups() (prefill, decode string) {
+	return cmp.Or(c.PrefillRoutingGroup, core.DefaultPrefillRoutingGroup), cmp.Or(c.DecodeRoutingGroup, core.DefaultDecodeRoutingGroup)
 }
 
 // FlagSet is the part of *flag.FlagSet RegisterFlags uses (flags are the

@@ -25,6 +25,22 @@
 //     the Config; routing_group from the pod label Config.RoleLabel if
 //     set and present, else Config.RoutingGroup.
 //
+// # Two pools: disaggregated prefill and decode
+//
+// With Config.PrefillPoolName as well, the source watches two
+// InferencePools, each through an informer of its own, over the one pod
+// informer: PoolName is the decode pool, whose workers get the decode
+// routing group, and PrefillPoolName the prefill pool, whose workers get
+// the prefill group (core.DefaultDecodeRoutingGroup and
+// core.DefaultPrefillRoutingGroup unless set), so that
+// core.Service.PlanDisagg books the one pool's prefill and the other's
+// decode. One complete membership covers both pools, so a pod relabelled
+// from one pool to the other changes its group in one reconciler pass
+// (same worker id, its bookings released as for any partition move). A
+// pod both pools select is a decode worker only. Ready() needs both
+// pools usable; a pool absent or unusable selects nothing while the
+// other's workers stay.
+//
 // LoRA adapters are not discovery's: the engines scraper (httpapi/engines)
 // reports them to core.Service.SetEngineAdapters.
 //

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"io"
+	"strconv"
 
 	"github.com/kvselect/kvselect/perf"
 )
@@ -13,6 +14,9 @@ var metricDescs = []perf.Desc{
 	{Name: "kvselect_kube_pods_seen", Kind: perf.Gauge, Help: "Pods in the informer cache (the namespace's with --pool-name, the selector's with --endpoint-selector)."},
 	{Name: "kvselect_kube_pods_matched", Kind: perf.Gauge, Help: "Pods the pool's or the flag's selector matches, ready or not."},
 	{Name: "kvselect_kube_pods_ready", Kind: perf.Gauge, Help: "Workers in the last membership: matched pods that are Ready, not terminating, with an IP."},
+	{Name: "kvselect_kube_pods_in_both_pools", Kind: perf.Gauge, Help: "Pods that both the decode and the prefill InferencePool select: they are decode workers only."},
+	{Name: "kvselect_kube_pool_ready", Kind: perf.Gauge, Help: "Per InferencePool (pool, routing_group): 1 while it exists with a usable spec, else 0."},
+	{Name: "kvselect_kube_pool_workers", Kind: perf.Gauge, Help: "Per InferencePool (pool, routing_group): its workers in the last membership."},
 	{Name: "kvselect_kube_ignored_target_ports", Kind: perf.Gauge, Help: "Target ports past the first, which are not registered."},
 	{Name: "kvselect_kube_events_total", Kind: perf.Counter, Help: "Pod and InferencePool notifications from the informers."},
 	{Name: "kvselect_kube_builds_total", Kind: perf.Counter, Help: "Memberships computed from the informer caches (after the debounce window)."},
@@ -35,6 +39,12 @@ func writeMetrics(w io.Writer, st Stats) {
 	perf.WriteGaugeUint(w, "kvselect_kube_pods_seen", uint64(max(st.PodsSeen, 0)))
 	perf.WriteGaugeUint(w, "kvselect_kube_pods_matched", uint64(max(st.PodsMatched, 0)))
 	perf.WriteGaugeUint(w, "kvselect_kube_pods_ready", uint64(max(st.PodsReady, 0)))
+	perf.WriteGaugeUint(w, "kvselect_kube_pods_in_both_pools", uint64(max(st.PodsInBothPools, 0)))
+	for _, p := range st.Pools {
+		labels := "{pool=" + strconv.Quote(p.Name) + ",routing_group=" + strconv.Quote(p.RoutingGroup) + "}"
+		perf.WriteGaugeUint(w, "kvselect_kube_pool_ready"+labels, b2u(p.Resolved))
+		perf.WriteGaugeUint(w, "kvselect_kube_pool_workers"+labels, uint64(max(p.Workers, 0)))
+	}
 	perf.WriteGaugeUint(w, "kvselect_kube_ignored_target_ports", uint64(max(st.IgnoredTargetPorts, 0)))
 	perf.WriteCounter(w, "kvselect_kube_events_total", st.Events)
 	perf.WriteCounter(w, "kvselect_kube_builds_total", st.Builds)

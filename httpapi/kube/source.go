@@ -35,17 +35,21 @@ import (
 var PoolResource = schema.GroupVersionResource{Group: "inference.networking.k8s.io", Version: "v1", Resource: "inferencepools"}
 
 // Source is a core.CatalogSource over the Kubernetes API: informers on
-// the pods of one namespace and, in pool mode, on one InferencePool; every
-// change becomes, after Config.Debounce, the complete membership.
+// the pods of one namespace and, in pool mode, on one InferencePool (or
+// two, a decode and a prefill pool); every change becomes, after
+// Config.Debounce, the complete membership.
 type Source struct {
 	cfg Config
 	ns  string
 	log *slog.Logger
 	rec *core.CatalogReconciler
 
-	podFactory  informers.SharedInformerFactory
-	poolFactory dynamicinformer.DynamicSharedInformerFactory // nil in selector mode
-	pods, pools cache.SharedIndexInformer                    // pools nil in selector mode
+	podFactory informers.SharedInformerFactory
+	pods       cache.SharedIndexInformer
+	// pools are the watched InferencePools in priority order: the pool
+	// (the decode pool of a pair), then the prefill pool; none in
+	// selector mode.
+	pools []*poolWatch
 	// fixed is the target in selector mode; nil in pool mode.
 	fixed *target
 
@@ -59,15 +63,13 @@ type Source struct {
 	after func(time.Duration) <-chan time.Time
 
 	// Owned by Run's goroutine: last is the JSON of the membership sent
-	// last (nil before the first), lastTarget the description of the
-	// target logged last.
-	last       []byte
-	lastTarget string
+	// last (nil before the first).
+	last []byte
 
 	started atomic.Bool
 	st      struct {
 		synced, poolResolved                        atomic.Bool
-		seen, matched, workers, ignoredPorts        atomic.Int64
+		seen, matched, workers, ignoredPorts, both  atomic.Int64
 		events, builds, snapshots                   atomic.Uint64
 		watchErrors, poolErrors, collisions, errsAt atomic.Int64
 	}
@@ -144,14 +146,41 @@ func newSource(cfg Config, rc *rest.Config, ns string, rec *core.CatalogReconcil
 		if err != nil {
 			return nil, fmt.Errorf("kube: %w", err)
 		}
-		name := fields.OneTermEqualSelector("metadata.name", cfg.PoolName).String()
-		s.poolFactory = dynamicinformer.NewFilteredDynamicSharedInformerFactory(dc, cfg.Resync, ns, func(o *metav1.ListOptions) { o.FieldSelector = name })
-		s.pools = s.poolFactory.ForResource(PoolResource).Informer()
-		if err := s.watch(s.pools, "inferencepools"); err != nil {
-			return nil, err
+		s.pools = append(s.pools, &poolWatch{name: cfg.PoolName})
+		if cfg.PrefillPoolName != "" {
+			pre, dec := cfg.groups()
+			s.pools[0].group = dec
+			s.pools = append(s.pools, &poolWatch{name: cfg.PrefillPoolName, group: pre})
+		}
+		// One informer per pool, each listing its pool alone by name (a
+		// field selector has one name): the prefill pool gets a reflector
+		// of its own, as in Dynamo.
+		for _, pw := range s.pools {
+			name := fields.OneTermEqualSelector("metadata.name", pw.name).String()
+			pw.factory = dynamicinformer.NewFilteredDynamicSharedInformerFactory(dc, cfg.Resync, ns, func(o *metav1.ListOptions) { o.FieldSelector = name })
+			pw.inf = pw.factory.ForResource(PoolResource).Informer()
+			if err := s.watch(pw.inf, "inferencepools"); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return s, nil
+}
+
+// poolWatch is one watched InferencePool.
+type poolWatch struct {
+	name string
+	// group is the routing group of its workers in a disaggregated pair;
+	// "" for a lone pool (the role label's or Config.RoutingGroup).
+	group   string
+	factory dynamicinformer.DynamicSharedInformerFactory
+	inf     cache.SharedIndexInformer
+	// resolved: the pool exists with a usable spec (last build).
+	resolved atomic.Bool
+	// workers of the last build, and ignored target ports.
+	workers, ignoredPorts atomic.Int64
+	// lastTarget is the description logged last (Run's goroutine).
+	lastTarget string
 }
 
 // watch installs the change handler and the watch-error handler of inf.
@@ -212,15 +241,15 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	s.podFactory.Start(ctx.Done())
 	synced := []cache.InformerSynced{s.pods.HasSynced}
-	if s.poolFactory != nil {
-		s.poolFactory.Start(ctx.Done())
-		synced = append(synced, s.pools.HasSynced)
+	for _, pw := range s.pools {
+		pw.factory.Start(ctx.Done())
+		synced = append(synced, pw.inf.HasSynced)
 	}
 	defer func() {
 		cancel()
 		s.podFactory.Shutdown()
-		if s.poolFactory != nil {
-			s.poolFactory.Shutdown()
+		for _, pw := range s.pools {
+			pw.factory.Shutdown()
 		}
 		wg.Wait()
 	}()
@@ -228,7 +257,7 @@ func (s *Source) Run(ctx context.Context) error {
 		return nil // ctx ended first
 	}
 	s.st.synced.Store(true)
-	s.log.Info("pods and pool listed; discovery running", "pool", s.cfg.PoolName, "selector", s.cfg.Selector)
+	s.log.Info("pods and pools listed; discovery running", "pool", s.cfg.PoolName, "prefill_pool", s.cfg.PrefillPoolName, "selector", s.cfg.Selector)
 	s.build()
 	var debounce <-chan time.Time
 	for {
@@ -247,26 +276,24 @@ func (s *Source) Run(ctx context.Context) error {
 }
 
 // Ready reports whether the membership is known: the informers have
-// synced and, in pool mode, the pool exists with a usable spec. (An empty
-// membership can be ready: a pool without Ready pods.)
+// synced and, in pool mode, every pool (both of a disaggregated pair)
+// exists with a usable spec. (An empty membership can be ready: a pool
+// without Ready pods.)
 func (s *Source) Ready() bool {
 	return s.st.synced.Load() && (s.fixed != nil || s.st.poolResolved.Load())
 }
 
-// target returns what selects the workers now: the fixed selector, or the
-// pool's spec from the informer's cache (an error when the pool is absent
-// or unusable: the membership is then empty, as in Dynamo's
-// inference_pool.rs, ai-dynamo/dynamo:deploy/inference-gateway/ext-proc/src/).
-func (s *Source) target() (*target, error) {
-	if s.fixed != nil {
-		return s.fixed, nil
-	}
-	obj, ok, err := s.pools.GetStore().GetByKey(s.ns + "/" + s.cfg.PoolName)
+// target returns what pw selects now: its spec from the informer's cache
+// (an error when the pool is absent or unusable: it then selects nothing,
+// as in Dynamo's inference_pool.rs, ai-dynamo/dynamo:deploy/
+// inference-gateway/ext-proc/src/).
+func (s *Source) target(pw *poolWatch) (*target, error) {
+	obj, ok, err := pw.inf.GetStore().GetByKey(s.ns + "/" + pw.name)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("InferencePool %s/%s not found", s.ns, s.cfg.PoolName)
+		return nil, fmt.Errorf("InferencePool %s/%s not found", s.ns, pw.name)
 	}
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
@@ -276,34 +303,55 @@ func (s *Source) target() (*target, error) {
 	if err != nil {
 		return nil, err
 	}
+	t.group = pw.group
 	return &t, nil
+}
+
+// targets returns the targets in priority order, nil for a pool that is
+// absent or unusable, and whether all are usable; it logs (and counts) a
+// pool's change of state.
+func (s *Source) targets() ([]*target, bool) {
+	if s.fixed != nil {
+		s.st.ignoredPorts.Store(int64(s.fixed.extraPorts))
+		return []*target{s.fixed}, true
+	}
+	ts := make([]*target, len(s.pools))
+	all := true
+	ignored := int64(0)
+	for i, pw := range s.pools {
+		t, terr := s.target(pw)
+		var desc string
+		if terr != nil {
+			desc = "unusable: " + terr.Error()
+			all = false
+		} else {
+			ts[i] = t
+			desc = fmt.Sprintf("selector %q, port %d, %d more target ports ignored", t.selector.String(), t.port, t.extraPorts)
+			ignored += int64(t.extraPorts)
+		}
+		pw.resolved.Store(terr == nil)
+		if desc == pw.lastTarget {
+			continue
+		}
+		pw.lastTarget = desc
+		if terr != nil {
+			s.st.poolErrors.Add(1)
+			s.setErr(terr)
+			s.log.Warn("no usable InferencePool; it selects no worker until there is one", "pool", pw.name, "err", terr)
+		} else {
+			s.log.Info("workers selected", "pool", pw.name, "routing_group", pw.group, "selector", t.selector.String(), "target_port", t.port, "ignored_target_ports", t.extraPorts)
+		}
+	}
+	s.st.ignoredPorts.Store(ignored)
+	return ts, all
 }
 
 // build computes the membership from the caches and sends it when it
 // changed (Run's goroutine).
 func (s *Source) build() {
 	s.st.builds.Add(1)
-	t, terr := s.target()
-	desc := ""
-	switch {
-	case terr != nil:
-		desc = "unusable: " + terr.Error()
-		s.st.poolResolved.Store(false)
-	default:
-		desc = fmt.Sprintf("selector %q, port %d, %d more target ports ignored", t.selector.String(), t.port, t.extraPorts)
-		s.st.poolResolved.Store(true)
-		s.st.ignoredPorts.Store(int64(t.extraPorts))
-	}
-	if desc != s.lastTarget {
-		s.lastTarget = desc
-		if terr != nil {
-			s.st.poolErrors.Add(1)
-			s.setErr(terr)
-			s.log.Warn("no usable InferencePool; the membership is empty until there is one", "pool", s.cfg.PoolName, "err", terr)
-		} else {
-			s.log.Info("workers selected", "pool", s.cfg.PoolName, "selector", t.selector.String(), "target_port", t.port, "ignored_target_ports", t.extraPorts)
-		}
-	}
+	ts, all := s.targets()
+	s.st.poolResolved.Store(all)
 	objs := s.pods.GetStore().List()
 	pods := make([]*corev1.Pod, 0, len(objs))
 	for _, o := range objs {
@@ -311,13 +359,19 @@ func (s *Source) build() {
 			pods = append(pods, p)
 		}
 	}
-	specs, matched, collided := s.cfg.membership(pods, t)
+	specs, per, matched, collided, both := s.cfg.membership(pods, ts...)
+	for i, pw := range s.pools {
+		pw.workers.Store(int64(per[i]))
+	}
 	s.st.seen.Store(int64(len(pods)))
 	s.st.matched.Store(int64(matched))
 	if collided > 0 {
 		s.st.collisions.Add(int64(collided))
 		s.setErr(fmt.Errorf("%d pods left out: their worker id collides with another pod's", collided))
 		s.log.Warn("pods left out: worker id collision", "pods", collided)
+	}
+	if prev := s.st.both.Swap(int64(both)); both > 0 && int64(both) != prev {
+		s.log.Warn("pods selected by both pools are decode workers only", "pods", both, "decode_pool", s.cfg.PoolName, "prefill_pool", s.cfg.PrefillPoolName)
 	}
 	b, err := json.Marshal(specs)
 	if err != nil {
@@ -363,10 +417,14 @@ type Stats struct {
 	// usable (always, in selector mode, once synced).
 	Synced, PoolResolved bool
 	// PodsSeen are the pods in the cache (the namespace's in pool mode,
-	// the selector's otherwise), PodsMatched those the target selects,
+	// the selector's otherwise), PodsMatched those a target selects,
 	// PodsReady the workers of the last membership (Ready, not
-	// terminating, with an IP).
-	PodsSeen, PodsMatched, PodsReady int64
+	// terminating, with an IP), PodsInBothPools the pods both pools of a
+	// pair select (decode workers only).
+	PodsSeen, PodsMatched, PodsReady, PodsInBothPools int64
+	// Pools are the InferencePools, in priority order (the decode pool
+	// first); none in selector mode.
+	Pools []PoolStats
 	// IgnoredTargetPorts are the target ports past the first.
 	IgnoredTargetPorts int64
 	// Events are informer notifications, Builds memberships computed,
@@ -384,15 +442,29 @@ type Stats struct {
 	HasReconciler bool
 }
 
+// PoolStats is one InferencePool's part of Stats.
+type PoolStats struct {
+	// Name is the pool's, RoutingGroup its workers' ("" for a lone pool:
+	// the role label's or the configured group).
+	Name, RoutingGroup string
+	// Resolved: the pool exists with a usable spec; Workers: its workers
+	// in the last membership.
+	Resolved bool
+	Workers  int64
+}
+
 // Stats returns the counters; safe from any goroutine.
 func (s *Source) Stats() Stats {
 	st := Stats{
 		Synced: s.st.synced.Load(), PoolResolved: s.Ready(),
-		PodsSeen: s.st.seen.Load(), PodsMatched: s.st.matched.Load(), PodsReady: s.st.workers.Load(),
+		PodsSeen: s.st.seen.Load(), PodsMatched: s.st.matched.Load(), PodsReady: s.st.workers.Load(), PodsInBothPools: s.st.both.Load(),
 		IgnoredTargetPorts: s.st.ignoredPorts.Load(),
 		Events:             s.st.events.Load(), Builds: s.st.builds.Load(), Snapshots: s.st.snapshots.Load(),
 		WatchErrors: s.st.watchErrors.Load(), PoolErrors: s.st.poolErrors.Load(), Collisions: s.st.collisions.Load(),
 		LastErrorUnix: s.st.errsAt.Load(),
+	}
+	for _, pw := range s.pools {
+		st.Pools = append(st.Pools, PoolStats{Name: pw.name, RoutingGroup: pw.group, Resolved: pw.resolved.Load(), Workers: pw.workers.Load()})
 	}
 	s.mu.Lock()
 	st.LastError = s.mu.lastErr

@@ -71,6 +71,10 @@ type target struct {
 	// extraPorts counts target ports past the first, which are ignored
 	// (see parsePool).
 	extraPorts int
+	// group, when set, is the routing group of every worker t selects
+	// (each pool of a disaggregated pair has its own); empty: the pod's
+	// Config.RoleLabel value, else Config.RoutingGroup.
+	group string
 }
 
 // errPoolInvalid marks an InferencePool whose spec kvselect cannot use:
@@ -147,7 +151,10 @@ func (c *Config) workerFor(pod *corev1.Pod, t *target) (core.WorkerSpec, bool) {
 		return &s
 	}
 	group := c.RoutingGroup
-	if c.RoleLabel != "" && pod.Labels[c.RoleLabel] != "" {
+	switch {
+	case t.group != "":
+		group = t.group
+	case c.RoleLabel != "" && pod.Labels[c.RoleLabel] != "":
 		group = pod.Labels[c.RoleLabel]
 	}
 	dp := uint32(c.DataParallelSize)
@@ -182,32 +189,50 @@ func (c *Config) workerFor(pod *corev1.Pod, t *target) (core.WorkerSpec, bool) {
 	return spec, true
 }
 
-// membership is the snapshot of pods under t: one record per worker pod,
-// sorted by worker id. seen counts the pods t matches (ready or not);
-// collided the worker pods whose id an earlier pod (in name order)
-// already had, a 53-bit collision: they are left out.
-func (c *Config) membership(pods []*corev1.Pod, t *target) (specs []core.WorkerSpec, matched int, collided int) {
+// membership is the snapshot of pods under ts, the targets in priority
+// order (one, or a disaggregated pair: decode, then prefill): one record
+// per worker pod, sorted by worker id. A pod is a worker of the first
+// target that takes it; a later target whose selector also matches it
+// (a pod in both pools) does not get it, and it is counted in overlapped,
+// since one worker id has one routing group. matched counts the pods
+// some target matches (ready or not); collided the worker pods whose id
+// an earlier pod (in name order) already had, a 53-bit collision: they
+// are left out. perTarget[i] counts the workers of ts[i]. A nil target
+// (a pool absent or unusable) selects nothing.
+func (c *Config) membership(pods []*corev1.Pod, ts ...*target) (specs []core.WorkerSpec, perTarget []int, matched, collided, overlapped int) {
 	specs = []core.WorkerSpec{}
-	if t == nil {
-		return specs, 0, 0
-	}
+	perTarget = make([]int, len(ts))
 	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return cmp.Compare(a.Name, b.Name) })
 	ids := map[uint64]struct{}{}
 	for _, p := range pods {
-		if t.selector.Matches(labels.Set(p.Labels)) {
+		set := labels.Set(p.Labels)
+		taken, anyMatch := false, false
+		for i, t := range ts {
+			if t == nil || !t.selector.Matches(set) {
+				continue
+			}
+			anyMatch = true
+			if taken {
+				overlapped++
+				continue
+			}
+			sp, ok := c.workerFor(p, t)
+			if !ok {
+				continue
+			}
+			taken = true
+			if _, dup := ids[sp.WorkerID]; dup {
+				collided++
+				continue
+			}
+			ids[sp.WorkerID] = struct{}{}
+			specs = append(specs, sp)
+			perTarget[i]++
+		}
+		if anyMatch {
 			matched++
 		}
-		sp, ok := c.workerFor(p, t)
-		if !ok {
-			continue
-		}
-		if _, dup := ids[sp.WorkerID]; dup {
-			collided++
-			continue
-		}
-		ids[sp.WorkerID] = struct{}{}
-		specs = append(specs, sp)
 	}
 	slices.SortFunc(specs, func(a, b core.WorkerSpec) int { return cmp.Compare(a.WorkerID, b.WorkerID) })
-	return specs, matched, collided
+	return specs, perTarget, matched, collided, overlapped
 }

@@ -231,6 +231,9 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 	logs := newLogs(stderr, parseLogEnv(env))
 	log := logs.logger("kvselect::epp")
 	opts, err := parseEpp(args, env, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0 // the usage is written
+	}
 	if err != nil {
 		log.Error("epp: invalid configuration", "err", err)
 		return 2

@@ -216,6 +216,9 @@ func runIndexer(ctx context.Context, args []string, env func(string) (string, bo
 	logs := newLogs(stderr, lcfg)
 	log := logs.logger("kvselect")
 	opts, err := parseIndexer(args, env, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0 // the usage is written
+	}
 	if err != nil {
 		log.Error("indexer: invalid configuration", "err", err)
 		return 2

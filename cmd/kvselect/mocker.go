@@ -44,7 +44,7 @@ type mockWorker struct {
 // Goroutines: one driver per engine with a non-zero rate (stops with ctx),
 // plus each engine's publishers (closed on return).
 func mocker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("mocker", flag.ContinueOnError)
+	fs := flag.NewFlagSet("kvselect mocker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	engines := fs.Int("engines", 1, "number of simulated engines")
 	ranks := fs.Int("ranks", 1, "data-parallel ranks per engine (one PUB socket each)")

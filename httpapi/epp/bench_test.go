@@ -1,6 +1,7 @@
 package epp
 
 import (
+	"sync/atomic"
 	"testing"
 )
 
@@ -10,6 +11,36 @@ import (
 // complete), end of stream (free). allocs/op counts client and server.
 func BenchmarkEPPStream(b *testing.B) {
 	g := newGateway(b, 8, Config{}, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		c := g.open()
+		c.send(reqHeaders(false, nil))
+		c.send(reqBody(chatBody, true))
+		c.recv()
+		c.echoed()
+		c.send(respHeaders(true, false))
+		c.recv()
+		c.send(respBody(sse(4, 0), true))
+		c.recv()
+		_ = c.s.CloseSend()
+		c.cancel()
+	}
+	b.StopTimer()
+	if g.settle() != 0 {
+		b.Fatal("leak")
+	}
+}
+
+// nopObserver takes every observation and keeps nothing.
+type nopObserver struct{ n atomic.Int64 }
+
+func (o *nopObserver) ObserveRequest(*Observation) { o.n.Add(1) }
+
+// BenchmarkEPPStreamObserved is BenchmarkEPPStream with an Observer: the
+// observations cost no allocation.
+func BenchmarkEPPStreamObserved(b *testing.B) {
+	obs := &nopObserver{}
+	g := newGateway(b, 8, Config{Observer: obs}, nil)
 	b.ReportAllocs()
 	for b.Loop() {
 		c := g.open()

@@ -81,6 +81,9 @@ type Config struct {
 	// protocol_config (Envoy before 1.32): true (the default when
 	// Validate fills it) is FULL_DUPLEX_STREAMED, false BUFFERED.
 	FullDuplex *bool
+	// Observer receives every request's Observation at its stream's end
+	// (nil: none; the host's per-request metrics).
+	Observer Observer
 	// Logger receives rare warnings (nil: discarded).
 	Logger *slog.Logger
 	// Now is the chat template's clock (nil: time.Now).

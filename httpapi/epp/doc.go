@@ -56,6 +56,19 @@
 // Process cannot see: core's reservation expiry (Service.Sweep) is the
 // backstop.
 //
+// # Observations
+//
+// Each stream measures its request as it passes, for the host's
+// per-request metrics (GIE's request duration, sizes, tokens, TTFT, TPOT
+// and scheduling histograms): the time of its first message (the
+// request headers), the selection's duration, the request body's and the
+// response body's bytes, the first non-empty response chunk, the
+// response's end, the prompt's tokens (the response's usage.prompt_tokens,
+// else the pick's tokens), the output tokens (usage, else the SSE events
+// counted) and usage.prompt_tokens_details.cached_tokens. Process hands
+// them to Config.Observer once per request, after the free (Observation,
+// observe.go). The measuring reuses the pooled stream: no allocation.
+//
 // # Health
 //
 // RegisterHealth serves grpc.health.v1 under every name the gateways and

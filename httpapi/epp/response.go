@@ -12,6 +12,10 @@ import (
 
 func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 	body := b.GetBody()
+	st.obs.ResponseBytes += int64(len(body))
+	if len(body) > 0 {
+		st.firstChunk()
+	}
 	if len(body) > 0 && st.booked && !st.prefilled {
 		st.prefilled = true
 		st.s.stats.prefill.Add(1)
@@ -49,16 +53,21 @@ func (st *stream) responseEnd() {
 	}
 	st.phase = phaseDone
 	if !st.booked {
+		st.completed()
 		return
 	}
 	if st.sse && len(st.line) > 0 && !st.lineOver {
 		st.sseLine(st.line) // a last event without its newline
 	}
 	if !st.sse && !st.respOver {
-		if n, ok := usageTokens(st.resp); ok {
-			st.addTokens(n - st.tokens)
+		if u, ok := readUsage(st.resp); ok {
+			st.usage(u)
+			if u.completion >= 0 {
+				st.addTokens(u.completion - st.tokens)
+			}
 		}
 	}
+	st.completed()
 	st.free(FreeComplete)
 }
 
@@ -103,26 +112,45 @@ func (st *stream) sseLine(line []byte) {
 		return
 	}
 	if !st.lineOver && bytes.Contains(payload, []byte(`"usage"`)) {
-		if n, ok := usageTokens(payload); ok {
-			st.addTokens(n - st.tokens)
-			return
+		if u, ok := readUsage(payload); ok {
+			st.usage(u)
+			if u.completion >= 0 {
+				st.addTokens(u.completion - st.tokens)
+				return
+			}
 		}
 	}
 	st.addTokens(1)
 }
 
-// usageTokens reads usage.completion_tokens of an OpenAI response or
-// stream event.
-func usageTokens(b []byte) (int64, bool) {
-	var u struct {
-		Usage *struct {
-			CompletionTokens *int64 `json:"completion_tokens"`
-		} `json:"usage"`
+// usageCounts are the counts of an OpenAI usage object, each -1 when
+// absent: prompt_tokens, completion_tokens and
+// prompt_tokens_details.cached_tokens (vLLM's and OpenAI's).
+type usageCounts struct{ prompt, completion, cached int64 }
+
+// usageBody is usage's wire shape. Fields start at -1, which a decode
+// leaves in place for an absent or null field (so no pointer field, and
+// no allocation per count).
+type usageBody struct {
+	Usage struct {
+		PromptTokens     int64 `json:"prompt_tokens"`
+		CompletionTokens int64 `json:"completion_tokens"`
+		Details          struct {
+			CachedTokens int64 `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+}
+
+// readUsage reads the usage of an OpenAI response or stream event; false
+// when b is no JSON object. A count that is absent, null or negative is
+// -1.
+func readUsage(b []byte) (usageCounts, bool) {
+	var u usageBody
+	u.Usage.PromptTokens, u.Usage.CompletionTokens, u.Usage.Details.CachedTokens = -1, -1, -1
+	if json.Unmarshal(b, &u) != nil {
+		return usageCounts{-1, -1, -1}, false
 	}
-	if json.Unmarshal(b, &u) != nil || u.Usage == nil || u.Usage.CompletionTokens == nil {
-		return 0, false
-	}
-	return *u.Usage.CompletionTokens, true
+	return usageCounts{max(u.Usage.PromptTokens, -1), max(u.Usage.CompletionTokens, -1), max(u.Usage.Details.CachedTokens, -1)}, true
 }
 
 // addTokens adds n output tokens (n <= 0 adds none) and reports every
@@ -162,7 +190,7 @@ func (st *stream) free(why int) {
 // gateway ended the stream cleanly).
 func (st *stream) finish() {
 	if st.phase == phaseHeaders {
-		st.s.stats.requests[OutcomeAbandoned].Add(1)
+		st.count(OutcomeAbandoned)
 	}
 	st.free(cmp.Or(st.why, FreeClosed))
 }

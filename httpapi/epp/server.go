@@ -51,6 +51,7 @@ func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) error {
 	s.stats.active.Add(1)
 	defer func() {
 		st.finish()
+		st.observe()
 		s.stats.active.Add(-1)
 		s.release(st)
 	}()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -63,6 +64,15 @@ type stream struct {
 	resp      []byte // a JSON response body, for its usage
 	respOver  bool
 
+	// What the stream measures for Config.Observer (observe.go):
+	// received is its first message's time, promptTokens the prompt's
+	// tokens as tokenized (0 for the load-only prompt), usagePrompt the
+	// response's usage.prompt_tokens (-1 until reported).
+	received     time.Time
+	promptTokens int64
+	usagePrompt  int64
+	obs          Observation
+
 	// ans are the reused answers (reuse.go), built with the stream.
 	ans *answers
 }
@@ -88,6 +98,7 @@ func (st *stream) reset(s *Server, ps extprocv3.ExternalProcessor_ProcessServer)
 		s: s, ps: ps,
 		subset: st.subset[:0], body: st.body[:0], req: request{ids: st.req.ids[:0]},
 		sreq: st.sreq, sel: st.sel, allowed: st.allowed[:0], line: st.line[:0], resp: st.resp[:0],
+		usagePrompt: -1, obs: Observation{Outcome: noOutcome},
 		ans: st.ans,
 	}
 	if ps != nil {
@@ -99,6 +110,9 @@ func (st *stream) reset(s *Server, ps extprocv3.ExternalProcessor_ProcessServer)
 
 // handle answers one message of the gateway's.
 func (st *stream) handle(m *extprocv3.ProcessingRequest) error {
+	if st.received.IsZero() {
+		st.received = time.Now()
+	}
 	if pc := m.GetProtocolConfig(); pc != nil && !st.modeSet {
 		st.modeSet = true
 		switch pc.GetRequestBodyMode() {
@@ -223,7 +237,7 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 // are ignored.
 func (st *stream) reject(code int, outcome int, msg string) error {
 	st.phase = phaseRejected
-	st.s.stats.requests[outcome].Add(1)
+	st.count(outcome)
 	body, _ := json.Marshal(struct {
 		Error string `json:"error"`
 	}{msg})
@@ -234,7 +248,7 @@ func (st *stream) reject(code int, outcome int, msg string) error {
 func (st *stream) rejectErr(err error) error {
 	if st.ctx.Err() != nil {
 		// The gateway went away during the pick: nobody reads an answer.
-		st.s.stats.requests[OutcomeAbandoned].Add(1)
+		st.count(OutcomeAbandoned)
 		st.why = FreeCancelled
 		return st.ctx.Err()
 	}
@@ -270,6 +284,7 @@ func (st *stream) prompt() error {
 	r, p := &st.req, &st.sreq.Prompt
 	if r.hasIDs {
 		p.TokenIDs, p.HasTokenIDs = append(p.TokenIDs[:0], r.ids...), true
+		st.promptTokens = int64(len(r.ids))
 		return nil
 	}
 	if !r.in.Has() || len(st.s.cfg.Tokenizers) == 0 {
@@ -289,6 +304,7 @@ func (st *stream) prompt() error {
 		return badBody(err.Error())
 	}
 	p.TokenIDs, p.HasTokenIDs = ids, true
+	st.promptTokens = int64(len(ids))
 	return nil
 }
 
@@ -304,6 +320,7 @@ func (st *stream) model() string { return cmp.Or(st.s.cfg.ModelName, st.req.mode
 // pick parses, tokenizes, books and answers the destination.
 func (st *stream) pick() error {
 	st.phase = phasePicked
+	st.obs.RequestBytes = len(st.body)
 	if err := parseBody(st.body, &st.req); err != nil {
 		return st.rejectErr(err)
 	}
@@ -324,12 +341,14 @@ func (st *stream) pick() error {
 	}
 	var prefill *core.PlanLeg
 	var endpoint string
+	start := time.Now()
 	if cfg.Disaggregated {
 		v, err := st.s.svc.PlanDisagg(&core.DisaggRequest{
 			ModelName: st.model(), PrefillRoutingGroup: cfg.PrefillRoutingGroup, DecodeRoutingGroup: cfg.DecodeRoutingGroup,
 			Prompt: st.sreq.Prompt, SessionID: st.session,
 			AllowedWorkerIDs: st.planAllowed(), HasAllowedWorkerIDs: st.hasSubset,
 		})
+		st.scheduled(start)
 		if err != nil {
 			return st.rejectErr(err)
 		}
@@ -345,7 +364,9 @@ func (st *stream) pick() error {
 		r.SessionID, r.HasSessionID = st.session, st.session != ""
 		r.PolicyClass = st.policyClass
 		r.AllowedWorkerIDs, r.HasAllowedWorkerIDs = st.allowed, st.hasSubset
-		if err := st.s.svc.SelectAndReserveContext(st.ctx, r, &st.sel); err != nil {
+		err := st.s.svc.SelectAndReserveContext(st.ctx, r, &st.sel)
+		st.scheduled(start)
+		if err != nil {
 			return st.rejectErr(err)
 		}
 		st.booked, st.id = true, st.sel.SelectionID
@@ -362,7 +383,7 @@ func (st *stream) pick() error {
 	if cfg.Fallbacks > 0 && !cfg.Disaggregated {
 		list = st.s.fallbacks(st, dest)
 	}
-	st.s.stats.requests[OutcomeRouted].Add(1)
+	st.count(OutcomeRouted)
 	st.s.stats.picks.Add(1)
 	mut := st.ans.destination(list)
 	if prefill != nil {
@@ -412,14 +433,17 @@ func (st *stream) pickUnbooked() error {
 	r.ModelName, r.RoutingGroup = cfg.ModelName, group
 	r.TokenIDs, r.HasTokenIDs = append(r.TokenIDs[:0], loadOnly...), true
 	r.AllowedWorkerIDs, r.HasAllowedWorkerIDs = st.allowed, st.hasSubset
-	if err := st.s.svc.SelectContext(st.ctx, r, &st.sel); err != nil {
+	start := time.Now()
+	err := st.s.svc.SelectContext(st.ctx, r, &st.sel)
+	st.scheduled(start)
+	if err != nil {
 		return st.rejectErr(err)
 	}
 	dest, ok := hostPort(st.sel.Endpoint)
 	if !ok {
 		return st.reject(503, OutcomeUnavailable, "the picked worker's endpoint "+strconv.Quote(st.sel.Endpoint)+" is not an ip:port")
 	}
-	st.s.stats.requests[OutcomeRoutedUnbooked].Add(1)
+	st.count(OutcomeRoutedUnbooked)
 	st.s.stats.picks.Add(1)
 	return st.send(&extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{

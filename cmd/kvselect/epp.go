@@ -99,7 +99,7 @@ func parseEpp(args []string, env func(string) (string, bool), stderr io.Writer) 
 	grpcPort := fs.Uint("grpc-port", 9002, "ext_proc gRPC port (GIE's)")
 	healthPort := fs.Uint("grpc-health-port", 9003, "grpc.health.v1 port (GIE's)")
 	metricsPort := fs.Uint("metrics-port", 9090, "HTTP port of /metrics and the selector's read-only routes (/health, /ready, /loads, GET /workers, /overlap_scores, /openapi.json); no write route")
-	fs.StringVar(&o.prefillPool, "prefill-pool-name", "", "InferencePool of the prefill workers (DYN_EPP_PREFILL_INFERENCE_POOL_NAME): disaggregated, the workers' routing groups are prefill and decode")
+	fs.StringVar(&o.prefillPool, "prefill-pool-name", "", "InferencePool of the prefill workers (DYN_EPP_PREFILL_INFERENCE_POOL_NAME): disaggregated; with Kubernetes discovery --pool-name is then the decode pool, and each pool's workers get its routing group (prefill, decode); with --workers-file the records' routing groups say it")
 	fs.StringVar(&o.epp.ModelName, "model-name", "", "the model every pick targets (DYN_MODEL_NAME); empty: the body's model")
 	blockSize := fs.Uint("block-size", 16, "KV block size: output blocks of bookings whose worker reports none (DYN_KV_CACHE_BLOCK_SIZE)")
 	o.kube = kube.DefaultConfig()
@@ -199,11 +199,13 @@ func parseEpp(args []string, env func(string) (string, bool), stderr io.Writer) 
 			return nil, errors.New("Kubernetes discovery needs --model-name (DYN_MODEL_NAME): the model the pool's workers serve")
 		}
 		o.kube.ModelName, o.kube.BlockSize = o.epp.ModelName, o.epp.BlockSize
+		// A prefill pool: a second InferencePool, watched as the first,
+		// whose workers form the prefill routing group; --pool-name's are
+		// then the decode group (httpapi/kube, Config.PrefillPoolName).
+		o.kube.PrefillPoolName = o.prefillPool
+		o.kube.PrefillRoutingGroup, o.kube.DecodeRoutingGroup = o.epp.PrefillRoutingGroup, o.epp.DecodeRoutingGroup
 		if err := o.kube.Validate(); err != nil {
 			return nil, err
-		}
-		if o.prefillPool != "" {
-			o.inactive = append(o.inactive, "--prefill-pool-name with Kubernetes discovery (one pool: split prefill and decode pods with --role-label)")
 		}
 	default:
 		o.inactive = append(o.inactive, "no --workers-file, --pool-name or --endpoint-selector: the catalog stays empty and every pick answers 503")
@@ -217,6 +219,16 @@ func parseEpp(args []string, env func(string) (string, bool), stderr io.Writer) 
 		o.inactive = append(o.inactive, "--kv-event-topic (the engines' ZMQ messages are read whatever their topic)")
 	}
 	o.epp.Disaggregated = o.epp.Disaggregated || o.kubeOn && o.kube.RoleLabel != ""
+	if o.epp.Disaggregated {
+		// A request whose prefill cannot be placed (no prefill worker,
+		// or none admits it) is served by the decode pool alone, as the
+		// standalone EPP's plan_request falls back to the decode pool
+		// (ai-dynamo/dynamo:deploy/inference-gateway/ext-proc/src/
+		// epp_router.rs, falls_back_to_aggregated): the coordinator's
+		// bypass_on_decode keeps the decode booking and answers no
+		// prefill headers.
+		o.core.Disagg.PrefillFailure = core.BypassOnDecode
+	}
 	if err := o.core.Validate(); err != nil {
 		return nil, err
 	}
@@ -491,7 +503,7 @@ func (n *node) serveGRPC(what string, g *grpc.Server, host string, port uint16) 
 
 // errKubeNotReady is the EPP's /ready reason while Kubernetes discovery
 // has not synced its informers or resolved its InferencePool.
-var errKubeNotReady = errors.New("Kubernetes discovery has not synced (or its InferencePool is absent or unusable)")
+var errKubeNotReady = errors.New("Kubernetes discovery has not synced (or an InferencePool it watches is absent or unusable)")
 
 var eppDescs = []perf.Desc{
 	{Name: "kvselect_epp_requests_total", Kind: perf.Counter, Help: "EPP requests by outcome: routed, routed_unbooked (no body), bad_request (400), too_large (413), overloaded (429), unavailable (503), internal (500), abandoned (the stream ended before a pick)."},

@@ -42,7 +42,10 @@
 //     prefill complete; every Config.BlockSize output tokens (SSE data:
 //     events counted, or usage.completion_tokens of a JSON body or of
 //     the final usage event) is one output block; the response's
-//     end_of_stream (or its trailers) frees the booking.
+//     end_of_stream (or its trailers) frees the booking. When the
+//     response headers' metadata names another served endpoint
+//     (x-gateway-destination-endpoint-served: the gateway fell back), the
+//     booking moves to that worker first (served.go).
 //
 // # Who ends a stream, and what a cancel means
 //

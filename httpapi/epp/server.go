@@ -198,6 +198,9 @@ type counters struct {
 	picks, subset   atomic.Uint64
 	prefill, blocks atomic.Uint64
 	served          atomic.Uint64
+	servedMoved     atomic.Uint64
+	servedUnknown   atomic.Uint64
+	servedUnmoved   atomic.Uint64
 	streams         atomic.Uint64
 }
 
@@ -216,8 +219,12 @@ type Stats struct {
 	// Freed counts freed bookings by reason (FreeReasonNames).
 	Freed [NumFreeReasons]uint64
 	// ServedElsewhere counts responses the gateway reports served by an
-	// endpoint other than the booked one (a fallback).
-	ServedElsewhere uint64
+	// endpoint other than the booked one (a fallback): ServedMoved of
+	// them moved their booking to the served worker (served.go),
+	// ServedUnknown named no worker of the booking's partition, and
+	// ServedUnmoved kept it (a plan, or the served worker's booking
+	// failed).
+	ServedElsewhere, ServedMoved, ServedUnknown, ServedUnmoved uint64
 }
 
 // Stats returns the counters.
@@ -226,7 +233,8 @@ func (s *Server) Stats() Stats {
 		Streams: s.stats.streams.Load(), Active: s.stats.active.Load(),
 		Picks: s.stats.picks.Load(), SubsetPicks: s.stats.subset.Load(),
 		PrefillComplete: s.stats.prefill.Load(), OutputBlocks: s.stats.blocks.Load(),
-		ServedElsewhere: s.stats.served.Load(),
+		ServedElsewhere: s.stats.served.Load(), ServedMoved: s.stats.servedMoved.Load(),
+		ServedUnknown: s.stats.servedUnknown.Load(), ServedUnmoved: s.stats.servedUnmoved.Load(),
 	}
 	for i := range st.Requests {
 		st.Requests[i] = s.stats.requests[i].Load()

@@ -491,9 +491,7 @@ func (st *stream) responseHeaders(h *extprocv3.HttpHeaders, md *corev3.Metadata)
 		}
 	}
 	if st.booked {
-		if v, ok := md.GetFilterMetadata()[st.s.cfg.MetadataNamespace].GetFields()[ServedKey]; ok && v.GetStringValue() != "" && v.GetStringValue() != st.dest {
-			st.s.stats.served.Add(1)
-		}
+		st.served(md) // served.go: the booking follows a fallback
 	}
 	if h.GetEndOfStream() {
 		st.responseEnd()

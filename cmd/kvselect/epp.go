@@ -303,6 +303,9 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 		return fail(2, "invalid configuration", err)
 	}
 	opts.epp.Tokenizers, opts.epp.Logger = hcfg.Tokenizers, log
+	// GIE's per-request histograms, from every stream's observation.
+	gieRequests := newGIERequests(gieLabelLimit)
+	opts.epp.Observer = gieRequests
 	picker, err := epp.New(svc, opts.epp)
 	if err != nil {
 		return fail(2, "invalid configuration", err)
@@ -333,6 +336,8 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 	gie := newGIELabels(opts.epp.ModelName, opts.kube.PoolName, build)
 	reg.Describe(gieDescs...)
 	reg.OnScrape(func(w io.Writer) { writeGIEMetrics(w, gie, picker.Stats(), svc.Ready().SchedulableWorkers, scrape) })
+	reg.Describe(gieRequestDescs...)
+	reg.OnScrape(gieRequests.write)
 	if zing != nil {
 		reg.Describe(ingressDescs...)
 		reg.OnScrape(func(w io.Writer) { writeIngressMetrics(w, zing.Stats()) })

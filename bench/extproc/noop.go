@@ -90,15 +90,25 @@ func echo(b *extprocv3.HttpBody, request bool) *extprocv3.ProcessingResponse {
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: br}}
 }
 
+// The no-op server's HTTP/2 windows: the picker's (httpapi/epp's
+// StreamWindow and ConnWindow, checked equal by cmd/kvselect's
+// TestNoopWindowsArePickers), so that both servers differ only in their
+// work.
+const (
+	StreamWindow = 1 << 20
+	ConnWindow   = 4 << 20
+)
+
 // StartNoop serves the no-op processor on addr ("127.0.0.1:0": a free
-// port) with grpc-go's defaults, as `kvselect epp` serves the EPP, and
-// returns its address and a stop that cancels open streams and waits.
+// port) with the picker's server options, as `kvselect epp` serves the
+// EPP, and returns its address and a stop that cancels open streams and
+// waits.
 func StartNoop(addr string) (string, func(), error) {
 	ln, err := net.Listen("tcp4", addr)
 	if err != nil {
 		return "", nil, fmt.Errorf("extproc: no-op baseline: %w", err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(grpc.InitialWindowSize(StreamWindow), grpc.InitialConnWindowSize(ConnWindow))
 	extprocv3.RegisterExternalProcessorServer(g, noop{})
 	done := make(chan struct{})
 	go func() {

@@ -412,7 +412,7 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 	}
 	// The gRPC ports: ext_proc (with the health service too, which Envoy's
 	// cluster check asks there) and health on its own port.
-	var gopts []grpc.ServerOption
+	gopts := epp.ServerOptions()
 	if opts.secure {
 		tcfg, err := eppTLS(opts.certPath)
 		if err != nil {

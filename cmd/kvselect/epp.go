@@ -51,10 +51,12 @@ type eppOptions struct {
 	// stream.
 	replicaPort  int
 	replicaPeers []string
-	// secure and certPath are GIE's --secure-serving and --cert-path: TLS
-	// on the ext_proc port (epptls.go).
+	// secure, certPath and certReload are GIE's --secure-serving,
+	// --cert-path and --enable-cert-reload: TLS on the ext_proc port
+	// (epptls.go).
 	secure        bool
 	certPath      string
+	certReload    bool
 	engineMetrics time.Duration
 	debugAddr     string
 	debugExplicit bool
@@ -111,6 +113,7 @@ func parseEpp(args []string, env func(string) (string, bool), stderr io.Writer) 
 	fs.Uint64Var(&o.kube.MaxNumBatchedTokens, "max-num-batched-tokens", 0, "max batched tokens of every discovered worker, 0 unknown (DYN_EPP_MAX_NUM_BATCHED_TOKENS; Kubernetes discovery)")
 	fs.BoolVar(&o.secure, "secure-serving", true, "serve ext_proc over TLS, as GIE's EPP does by default (false: plaintext h2c); the health port stays plaintext")
 	fs.StringVar(&o.certPath, "cert-path", "", "directory of the ext_proc port's tls.crt and tls.key (default: a self-signed certificate made at start-up)")
+	fs.BoolVar(&o.certReload, "enable-cert-reload", false, "reload --cert-path's tls.crt and tls.key when they change (read every second): new TLS handshakes use the new pair without a restart; a pair that does not load is logged and counted, and the previous one keeps serving")
 	replicaPort := fs.Int("replica-sync-port", 0, "ZMQ PUB port of the replica mesh, as serve's: EPP replicas share their bookings (and session bindings) and catch up on join")
 	replicaPeers := fs.String("replica-sync-peers", "", "comma-separated ZMQ endpoints of the other EPP replicas' --replica-sync-port; requires --replica-sync-port")
 	ttl := fs.Float64("session-affinity-ttl-secs", 0, "x-dynamo-session-id affinity TTL in seconds, 0 off (DYN_EPP_SESSION_AFFINITY_TTL_SECS)")
@@ -217,6 +220,9 @@ func parseEpp(args []string, env func(string) (string, bool), stderr io.Writer) 
 	}
 	if o.kvTopic != "" {
 		o.inactive = append(o.inactive, "--kv-event-topic (the engines' ZMQ messages are read whatever their topic)")
+	}
+	if o.certReload && (!o.secure || o.certPath == "") {
+		o.inactive = append(o.inactive, "--enable-cert-reload without --cert-path, or with --secure-serving=false (there are no files to reload)")
 	}
 	o.epp.Disaggregated = o.epp.Disaggregated || o.kubeOn && o.kube.RoleLabel != ""
 	if o.epp.Disaggregated {
@@ -417,6 +423,16 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 		tcfg, err := eppTLS(opts.certPath)
 		if err != nil {
 			return fail(2, "--cert-path", err)
+		}
+		if opts.certReload && opts.certPath != "" {
+			rl, err := newCertReloader(opts.certPath, logs.logger("kvselect::tls"))
+			if err != nil {
+				return fail(2, "--cert-path", err)
+			}
+			tcfg = rl.tlsConfig(tcfg)
+			reg.Describe(certReloadDescs...)
+			reg.OnScrape(rl.write)
+			n.every("TLS certificate reload", certReloadPoll, rl.poll)
 		}
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tcfg)))
 	}

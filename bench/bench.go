@@ -90,7 +90,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		p := params
 		p.label, p.idPrefix = "no-op", "bench-"+nonce+"-noop"
+		var stopProfile func() (string, string)
+		if cfg.ProfileDir != "" {
+			p.atMeasureStart, stopProfile = baselineProfile(cfg.ProfileDir)
+		}
 		res := mergeSlices(p, []loadSlice{lt.measure(ctx, p, prompts)})
+		if stopProfile != nil {
+			rep.addProfile(stopProfile())
+		}
 		lt.close()
 		rep.Baseline = &res
 	}
@@ -120,7 +127,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.Result = mergeSlices(p, []loadSlice{lt.measure(ctx, p, prompts)})
 	if waitProfiles != nil {
-		rep.Profiles, rep.Warnings = waitProfiles()
+		files, warns := waitProfiles()
+		rep.Profiles, rep.Warnings = append(rep.Profiles, files...), append(rep.Warnings, warns...)
 	}
 	rep.Target, rep.Fill = lt.label(), lt.fill
 	rep.LeakedReservations = leakCheck(lt, &rep.Warnings)
@@ -223,7 +231,8 @@ func runReplicas(ctx context.Context, cfg *Config, rep *Report, params loadParam
 	single := mergeSlices(params, oneSlices)
 	rep.Result = mergeSlices(params, meshSlices)
 	if waitProfiles != nil {
-		rep.Profiles, rep.Warnings = waitProfiles()
+		files, warns := waitProfiles()
+		rep.Profiles, rep.Warnings = append(rep.Profiles, files...), append(rep.Warnings, warns...)
 	}
 	rep.Target, rep.Fill = mesh.label(), mesh.fill
 	rr := &ReplicaReport{Replicas: cfg.Replicas, Rounds: rounds, Single: &single, Propagation: pr.result()}

@@ -191,7 +191,9 @@ func TestRunNotReady(t *testing.T) {
 }
 
 // TestRunCapturesProfiles: with a profile directory, the four profiles are
-// fetched from the pprof base during the measured window and written out.
+// fetched from the pprof base during the measured window and written out,
+// and the no-op baseline's window is profiled in this process
+// (noop-cpu.pprof, a gzipped profile).
 func TestRunCapturesProfiles(t *testing.T) {
 	var mu sync.Mutex
 	var seen []string
@@ -210,6 +212,7 @@ func TestRunCapturesProfiles(t *testing.T) {
 	cfg := smallRun(srv.url)
 	cfg.ProfileDir = t.TempDir()
 	cfg.PprofURL = pprofSrv.URL + "/debug/pprof"
+	cfg.Baseline = "noop"
 	rep, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -219,8 +222,11 @@ func TestRunCapturesProfiles(t *testing.T) {
 	if !slices.Equal(seen, want) {
 		t.Fatalf("fetched %v, want %v", seen, want)
 	}
-	if len(rep.Profiles) != 3 || len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "block") {
+	if len(rep.Profiles) != 4 || len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "block") {
 		t.Fatalf("profiles %v, warnings %v", rep.Profiles, rep.Warnings)
+	}
+	if b, err := os.ReadFile(filepath.Join(cfg.ProfileDir, "noop-cpu.pprof")); err != nil || len(b) < 100 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("noop-cpu.pprof: %d bytes, %v; want a gzipped profile", len(b), err)
 	}
 	for _, name := range []string{"cpu", "heap", "mutex"} {
 		if b, err := os.ReadFile(filepath.Join(cfg.ProfileDir, name+".pprof")); err != nil || string(b) != "profile bytes" {

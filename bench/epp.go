@@ -147,7 +147,14 @@ func runEPP(ctx context.Context, cfg *Config, rep *Report, params loadParams, pr
 	}
 	p := params
 	p.label = "no-op"
+	var stopProfile func() (string, string)
+	if cfg.ProfileDir != "" {
+		p.atMeasureStart, stopProfile = baselineProfile(cfg.ProfileDir)
+	}
 	sl, _ := measureEPP(ctx, nc, cfg, p, prompts)
+	if stopProfile != nil {
+		rep.addProfile(stopProfile())
+	}
 	_ = nc.Close()
 	stopNoop()
 	base := mergeSlices(p, []loadSlice{sl})
@@ -218,7 +225,8 @@ func runEPP(ctx context.Context, cfg *Config, rep *Report, params loadParams, pr
 	rep.Result = mergeSlices(p, []loadSlice{sl})
 	er.Dests = dests
 	if waitProfiles != nil {
-		rep.Profiles, rep.Warnings = waitProfiles()
+		files, warns := waitProfiles()
+		rep.Profiles, rep.Warnings = append(rep.Profiles, files...), append(rep.Warnings, warns...)
 	}
 	after, err := tokenizerCaches(ctl)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"time"
 )
@@ -75,4 +76,51 @@ func fetchProfile(ctx context.Context, client *http.Client, url, path string) (s
 		return "", err
 	}
 	return path, f.Close()
+}
+
+// baselineProfile returns an atMeasureStart hook that starts a CPU
+// profile of this process into dir/noop-cpu.pprof, and a stop that ends
+// it and returns the file or a warning. The baseline runs in this process,
+// with the client, so its profile and the selector's cpu.pprof (also of
+// this process when the selector is in-process) cover the same client
+// work: their difference is the selector's (perf/RESULTS.md, issue 26).
+func baselineProfile(dir string) (start func(), stop func() (file, warning string)) {
+	var f *os.File
+	var startErr error
+	start = func() {
+		if startErr = os.MkdirAll(dir, 0o755); startErr != nil {
+			return
+		}
+		if f, startErr = os.Create(filepath.Join(dir, "noop-cpu.pprof")); startErr != nil {
+			return
+		}
+		if startErr = pprof.StartCPUProfile(f); startErr != nil {
+			_ = f.Close()
+			f = nil
+		}
+	}
+	stop = func() (string, string) {
+		if f == nil {
+			if startErr != nil {
+				return "", fmt.Sprintf("profile noop-cpu: %v", startErr)
+			}
+			return "", ""
+		}
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return "", fmt.Sprintf("profile noop-cpu: %v", err)
+		}
+		return f.Name(), ""
+	}
+	return start, stop
+}
+
+// addProfile records a profile file and a warning, each when not empty.
+func (r *Report) addProfile(file, warning string) {
+	if file != "" {
+		r.Profiles = append(r.Profiles, file)
+	}
+	if warning != "" {
+		r.Warnings = append(r.Warnings, warning)
+	}
 }

@@ -88,7 +88,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.DurationVar(&cfg.ProbeInterval, "probe-interval", cfg.ProbeInterval, "with --replicas > 1: pause between two propagation probes (a booking on one replica, timed until the other applies it)")
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "with --replicas > 1: alternating windows, each of --duration/N, in which one replica and the replicas are measured (one long window each would give the second whatever else the machine ran then)")
 	fs.IntVar(&cfg.EPPConns, "epp-conns", 4, "--mix epp: gRPC connections from the client to each ext_proc server (Envoy opens one per worker thread)")
-	fs.StringVar(&cfg.ProfileDir, "profile", "", "write cpu, heap, mutex and block profiles of the server's measured window (from /debug/pprof) into this directory")
+	fs.StringVar(&cfg.ProfileDir, "profile", "", "write cpu, heap, mutex and block profiles of the server's measured window (from /debug/pprof) into this directory, and with --baseline noop (or --mix epp) noop-cpu.pprof, this process over the baseline's window: the two CPU profiles differ by the selector's work")
 	fs.StringVar(&cfg.PprofURL, "pprof", "", "pprof base URL for --profile: the selector's --debug-addr, e.g. http://127.0.0.1:6060/debug/pprof (default: the in-process server's; required with --target)")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-call read and write timeout")
 	fs.IntVar(&simCfg.CapacityBlocks, "capacity-blocks", simCfg.CapacityBlocks, "--simulate: KV pool of each engine in blocks (num_gpu_blocks)")

@@ -536,6 +536,7 @@ var eppDescs = []perf.Desc{
 	{Name: "kvselect_epp_prefill_complete_total", Kind: perf.Counter, Help: "Prefill completions seen on the response stream (its first body chunk)."},
 	{Name: "kvselect_epp_output_blocks_total", Kind: perf.Counter, Help: "Output blocks reported from the response stream."},
 	{Name: "kvselect_epp_served_elsewhere_total", Kind: perf.Counter, Help: "Responses the gateway reports served by an endpoint other than the booked one (x-gateway-destination-endpoint-served)."},
+	{Name: "kvselect_epp_served_moves_total", Kind: perf.Counter, Help: "Responses served elsewhere, by result: moved (the booking moved to the served worker), unknown (no worker of the pool has the served endpoint), unmoved (a disaggregated plan, or booking the served worker failed)."},
 }
 
 func writeEppMetrics(w io.Writer, st epp.Stats) {
@@ -554,4 +555,10 @@ func writeEppMetrics(w io.Writer, st epp.Stats) {
 	perf.WriteCounter(w, "kvselect_epp_prefill_complete_total", st.PrefillComplete)
 	perf.WriteCounter(w, "kvselect_epp_output_blocks_total", st.OutputBlocks)
 	perf.WriteCounter(w, "kvselect_epp_served_elsewhere_total", st.ServedElsewhere)
+	for _, r := range []struct {
+		result string
+		n      uint64
+	}{{"moved", st.ServedMoved}, {"unknown", st.ServedUnknown}, {"unmoved", st.ServedUnmoved}} {
+		perf.WriteCounter(w, perf.Label("kvselect_epp_served_moves_total", "result", r.result), r.n)
+	}
 }

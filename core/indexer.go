@@ -69,6 +69,16 @@ type IndexerConfig struct {
 	// KVEndpointNetworks, when non-nil, are the only networks a registered
 	// endpoint may name (as Config.KVEndpointNetworks).
 	KVEndpointNetworks []netip.Prefix
+	// KVEndpointsOptional makes a rank registered with no endpoint legal
+	// (as Config.KVEndpointsOptional): the host's Ingress feeds such a
+	// rank by (instance id, dp_rank) from an event plane (Dynamo's NATS
+	// subjects, zmqin/natsplane.Ingress), and Sync hands it over with
+	// Endpoint "". Invariant: an endpointless rank is registered only
+	// when this is set, so every registered rank has a source; it still
+	// takes one of MaxListeners, and it cannot have a replay endpoint
+	// (replay is ZMQ's). Without it an empty endpoint is a bad request,
+	// as the reference's.
+	KVEndpointsOptional bool
 }
 
 // DefaultMaxPeers bounds an indexer's registered recovery peers.
@@ -194,11 +204,20 @@ type IndexerRegistration struct {
 // instance lives in one partition; its ranks are registered one by one
 // and each only once (unregister first to change one). Endpoint errors are
 // bad requests, the reference's registration conflicts (and the listener
-// limit) conflicts.
+// limit) conflicts. An empty Endpoint is legal only with
+// IndexerConfig.KVEndpointsOptional: the rank's events then come from the
+// Ingress's event plane.
 func (ix *Indexer) Register(r *IndexerRegistration) error {
 	group := cmp.Or(r.RoutingGroup, DefaultPartition)
-	if _, err := checkDialable(r.Endpoint); err != nil {
-		return errorf(ErrBadRequest, "invalid ZMQ endpoint `%s`: %v", r.Endpoint, err)
+	bus := r.Endpoint == "" && ix.cfg.KVEndpointsOptional
+	switch {
+	case bus && r.ReplayEndpoint != "":
+		return errorf(ErrBadRequest, "replay_endpoint `%s` needs a ZMQ endpoint: a rank fed by the event plane has no replay", r.ReplayEndpoint)
+	case bus:
+	default:
+		if _, err := checkDialable(r.Endpoint); err != nil {
+			return errorf(ErrBadRequest, "invalid ZMQ endpoint `%s`: %v", r.Endpoint, err)
+		}
 	}
 	if r.ReplayEndpoint != "" {
 		if _, err := checkDialable(r.ReplayEndpoint); err != nil {
@@ -388,6 +407,9 @@ func (ix *Indexer) Workers(model, group string) []IndexerWorker {
 			for _, s := range st {
 				if s.DPRank == rs.DPRank {
 					l.Status, l.LastError = listenerStatus(s.State), s.LastError
+					if rs.Endpoint == "" {
+						l.Endpoint = s.Endpoint // the event plane's name for its source ("nats")
+					}
 				}
 			}
 			iw.Endpoints[rs.DPRank] = rs.Endpoint

@@ -103,6 +103,50 @@ func TestIndexerRegistry(t *testing.T) {
 	}
 }
 
+// TestIndexerEndpointlessRanks: a rank registered with no endpoint is a
+// bad request unless IndexerConfig.KVEndpointsOptional says the ingress
+// feeds ranks by id (the event plane); then it is synced with Endpoint ""
+// beside ZMQ ranks, counts as a listener, and cannot have a replay
+// endpoint.
+func TestIndexerEndpointlessRanks(t *testing.T) {
+	strict, err := NewIndexer(DefaultIndexerConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := strict.Register(reg(1, 0, "m", "", 4, "")); !errors.Is(err, ErrBadRequest) || !strings.HasPrefix(err.Error(), "invalid ZMQ endpoint ``: ") {
+		t.Fatalf("endpointless rank without the event plane: %v", err)
+	}
+
+	ing := &recIngress{ranks: map[uint64][]RankSource{}}
+	cfg := DefaultIndexerConfig()
+	cfg.MaxListeners, cfg.KVEndpointsOptional = 2, true
+	ix, err := NewIndexer(cfg, ing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := reg(1, 0, "m", "", 4, "")
+	r.ReplayEndpoint = "tcp://127.0.0.1:5600"
+	if err := ix.Register(r); !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "needs a ZMQ endpoint") {
+		t.Fatalf("replay without an endpoint: %v", err)
+	}
+	if err := ix.Register(reg(1, 0, "m", "", 4, "")); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Register(reg(1, 1, "m", "", 4, "tcp://127.0.0.1:5601")); err != nil {
+		t.Fatal(err)
+	}
+	if got := ing.take(); got != "sync worker=1 bs=4 ranks=[{0  }] sink=indexer\nsync worker=1 bs=4 ranks=[{0  } {1 tcp://127.0.0.1:5601 }] sink=indexer" {
+		t.Fatalf("ingress: %s", got)
+	}
+	if err := ix.Register(reg(2, 0, "m", "", 4, "")); !errors.Is(err, ErrConflict) {
+		t.Fatalf("an endpointless rank past MaxListeners: %v", err)
+	}
+	ws := ix.Workers("", "")
+	if len(ws) != 1 || ws[0].Endpoints[0] != "" || ws[0].Listeners[0].Status != "active" || ws[0].Listeners[1].Endpoint != "tcp://127.0.0.1:5601" {
+		t.Fatalf("workers %+v", ws)
+	}
+}
+
 func TestIndexerPeers(t *testing.T) {
 	cfg := DefaultIndexerConfig()
 	cfg.MaxPeers = 2

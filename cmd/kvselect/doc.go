@@ -173,7 +173,13 @@
 // events follow the recovered state), register the --workers, serve until
 // SIGINT or SIGTERM, drain HTTP, close the ingress. Its goroutines: the
 // HTTP serve loop and connection workers, and the ingress's listeners and
-// writers, as serve's below.
+// writers, as serve's below. With --event-plane nats (DYN_EVENT_PLANE;
+// indexer_eventplane.go) it also takes KV events from the workers' NATS
+// kv-events subjects as serve does (the same embedded server or
+// --nats-server link and natsplane.Ingress, subscribed after the
+// recovery), and a rank may be registered without a ZMQ endpoint; serve's
+// bookings and catalog flags are refused. Stopped after the HTTP drain:
+// the NATS KV ingress, the connection, the server, then the ZMQ ingress.
 //
 // # kvselect bench and kvselect mocker
 //

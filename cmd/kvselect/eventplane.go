@@ -68,6 +68,9 @@ type eventPlaneOptions struct {
 	// noSnapshot is serve's --no-replica-snapshot: no catch-up snapshot
 	// on the bus either.
 	noSnapshot bool
+	// set names the flags given on the command line (the indexer refuses
+	// serve's bookings and catalog flags).
+	set map[string]bool
 }
 
 // eventPlaneFlags are the flags splitEventPlaneArgs takes out of serve's
@@ -159,6 +162,8 @@ func parseEventPlane(args []string, env func(string) (string, bool), stderr io.W
 	if err != nil {
 		return nil, nil, err
 	}
+	o.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	return rest, o, nil
 }
 
@@ -208,8 +213,13 @@ type eventPlane struct {
 	link *natsplane.Link
 	in   *natsplane.Ingress
 	bk   *natsplane.Bookings
-	// start subscribes once the service exists.
-	start func(svc *core.Service) error
+	// url is the bus's client URL (the embedded server's, or
+	// --nats-server).
+	url string
+	// start subscribes once the service exists (the indexer passes nil:
+	// it has no bookings), running starts in order.
+	start  func(svc *core.Service) error
+	starts []func(*core.Service) error
 	// affinity: the bookings also carry session bindings.
 	affinity bool
 	// cat is the catalog bucket (nil without --nats-catalog).
@@ -270,78 +280,30 @@ type ownClose struct{ core.Ingress }
 
 func (ownClose) Close() error { return nil }
 
-// startEventPlane starts the bus (the embedded server, or a connection to
-// the fleet's) and builds the plane's parts; nil without --event-plane
-// nats. ingress is serve's KV ingress (core.NopIngress: KV events off or
-// a remote index), replica its replica sink; with an ingress, ccfg's
-// KVEndpointsOptional is set. It returns the ingress and sink the
-// service is to use, and pushes every stop onto n.
+// startEventPlane starts the bus (startBus) and builds the plane's parts;
+// nil without --event-plane nats. ingress is serve's KV ingress
+// (core.NopIngress: KV events off or a remote index), replica its replica
+// sink; with an ingress, ccfg's KVEndpointsOptional is set. It returns the
+// ingress and sink the service is to use, and pushes every stop onto n.
 func startEventPlane(n *node, o *eventPlaneOptions, logs *logs, ccfg *core.Config, ingress core.Ingress, replica core.ReplicaSink) (*eventPlane, core.Ingress, core.ReplicaSink, error) {
 	if o == nil || !o.nats {
 		return nil, ingress, replica, nil
 	}
-	log := logs.logger("kvselect::natsplane")
-	ep := &eventPlane{o: o, log: log}
-	url := o.url
-	if url == "" {
-		cfg, err := o.serverConfig()
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		if o.catalog {
-			cfg.JetStream, cfg.StoreDir = true, o.storeDir
-			if cfg.StoreDir == "" {
-				if cfg.StoreDir, err = os.MkdirTemp("", "kvselect-jetstream-"); err != nil {
-					return nil, nil, nil, err
-				}
-				dir := cfg.StoreDir
-				n.onStop("JetStream directory", func() error { return os.RemoveAll(dir) })
-			}
-		}
-		cfg.Logger = logs.logger("kvselect::nats-server")
-		if ep.srv, err = natsplane.StartServer(cfg); err != nil {
-			return nil, nil, nil, err
-		}
-		n.onStop("embedded NATS server", ep.srv.Close)
-		url = ep.srv.ClientURL()
-		log.Info("embedded NATS server running", "client_url", url, "cluster_url", ep.srv.ClusterURL(), "routes", o.routes)
-	}
-	var link *natsplane.Link
-	var err error
-	if ep.srv != nil {
-		link, err = natsplane.DialInProcess(ep.srv, "kvselect", log)
-	} else {
-		link, err = natsplane.Dial(url, "kvselect", log)
-	}
+	ep, err := startBus(n, o, logs)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("NATS %s: %w", url, err)
+		return nil, nil, nil, err
 	}
-	ep.link = link
-	nc := link.Conn()
-	n.onStopDo("NATS connection", link.Close)
-	if o.catalog {
-		if ep.cat, err = natsplane.NewCatalog(natsplane.CatalogConfig{Scope: o.scope, Replicas: o.catalogReplicas, Logger: logs.logger("kvselect::catalog_bucket")}); err != nil {
-			return nil, nil, nil, err
-		}
-		if err := ep.cat.Start(nc); err != nil {
-			return nil, nil, nil, err
-		}
-		n.onStop("NATS catalog bucket", ep.cat.Close)
-	}
-	var starts []func(*core.Service) error
 	if _, nop := ingress.(core.NopIngress); !nop {
 		// Workers on the bus have no ZMQ endpoint: their ranks are fed
 		// by worker id.
 		ccfg.KVEndpointsOptional = true
-		if ep.in, err = natsplane.NewIngress(natsplane.IngressConfig{Scope: o.scope, Inner: ownClose{ingress}, Logger: log}); err != nil {
+		if ingress, err = ep.kvIngress(n, ingress); err != nil {
 			return nil, nil, nil, err
 		}
-		n.onStop("NATS KV ingress", ep.in.Close)
-		ingress = ep.in
-		starts = append(starts, func(*core.Service) error { return ep.in.Start(nc) })
 	}
+	nc, link := ep.link.Conn(), ep.link
 	if o.bookings {
-		if ep.bk, err = natsplane.NewBookings(natsplane.BookingsConfig{Scope: o.scope, QueueLimit: o.queueLimit, NoSnapshot: o.noSnapshot, PeerTimeout: cmp.Or(o.peerTimeout, -1), Logger: log}); err != nil {
+		if ep.bk, err = natsplane.NewBookings(natsplane.BookingsConfig{Scope: o.scope, QueueLimit: o.queueLimit, NoSnapshot: o.noSnapshot, PeerTimeout: cmp.Or(o.peerTimeout, -1), Logger: ep.log}); err != nil {
 			return nil, nil, nil, err
 		}
 		n.onStop("NATS bookings", ep.bk.Close)
@@ -350,7 +312,7 @@ func startEventPlane(n *node, o *eventPlaneOptions, logs *logs, ccfg *core.Confi
 		} else {
 			replica = fanOut{replica, ep.bk}
 		}
-		starts = append(starts, func(svc *core.Service) error {
+		ep.starts = append(ep.starts, func(svc *core.Service) error {
 			if ep.affinity {
 				ep.bk.HandleAffinity(svc)
 			}
@@ -362,7 +324,7 @@ func startEventPlane(n *node, o *eventPlaneOptions, logs *logs, ccfg *core.Confi
 		if ep.srv != nil && !o.noSnapshot {
 			// The join's request may leave before the embedded server's
 			// routes are up: each new route asks again.
-			starts = append(starts, func(*core.Service) error {
+			ep.starts = append(ep.starts, func(*core.Service) error {
 				routes := 0
 				n.every("NATS route watch", routeWatch, func(time.Time) {
 					r := ep.srv.NumRoutes()
@@ -375,16 +337,82 @@ func startEventPlane(n *node, o *eventPlaneOptions, logs *logs, ccfg *core.Confi
 			})
 		}
 	}
+	ep.log.Info("event plane: NATS", "url", ep.url, "embedded", ep.srv != nil, "scope", o.scope, "kv_events", ep.in != nil, "bookings", ep.bk != nil)
+	return ep, ingress, replica, nil
+}
+
+// startBus starts the embedded server (without --nats-server), the link
+// to the bus and, with --nats-catalog, the catalog bucket: what serve and
+// the indexer share. The parts are added by kvIngress and the bookings;
+// ep.start runs their subscriptions once the host is ready.
+func startBus(n *node, o *eventPlaneOptions, logs *logs) (*eventPlane, error) {
+	log := logs.logger("kvselect::natsplane")
+	ep := &eventPlane{o: o, log: log, url: o.url}
 	ep.start = func(svc *core.Service) error {
-		for _, s := range starts {
+		for _, s := range ep.starts {
 			if err := s(svc); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	log.Info("event plane: NATS", "url", url, "embedded", ep.srv != nil, "scope", o.scope, "kv_events", ep.in != nil, "bookings", ep.bk != nil)
-	return ep, ingress, replica, nil
+	if ep.url == "" {
+		cfg, err := o.serverConfig()
+		if err != nil {
+			return nil, err
+		}
+		if o.catalog {
+			cfg.JetStream, cfg.StoreDir = true, o.storeDir
+			if cfg.StoreDir == "" {
+				if cfg.StoreDir, err = os.MkdirTemp("", "kvselect-jetstream-"); err != nil {
+					return nil, err
+				}
+				dir := cfg.StoreDir
+				n.onStop("JetStream directory", func() error { return os.RemoveAll(dir) })
+			}
+		}
+		cfg.Logger = logs.logger("kvselect::nats-server")
+		if ep.srv, err = natsplane.StartServer(cfg); err != nil {
+			return nil, err
+		}
+		n.onStop("embedded NATS server", ep.srv.Close)
+		ep.url = ep.srv.ClientURL()
+		log.Info("embedded NATS server running", "client_url", ep.url, "cluster_url", ep.srv.ClusterURL(), "routes", o.routes)
+	}
+	var err error
+	if ep.srv != nil {
+		ep.link, err = natsplane.DialInProcess(ep.srv, "kvselect", log)
+	} else {
+		ep.link, err = natsplane.Dial(ep.url, "kvselect", log)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("NATS %s: %w", ep.url, err)
+	}
+	n.onStopDo("NATS connection", ep.link.Close)
+	if o.catalog {
+		if ep.cat, err = natsplane.NewCatalog(natsplane.CatalogConfig{Scope: o.scope, Replicas: o.catalogReplicas, Logger: logs.logger("kvselect::catalog_bucket")}); err != nil {
+			return nil, err
+		}
+		if err := ep.cat.Start(ep.link.Conn()); err != nil {
+			return nil, err
+		}
+		n.onStop("NATS catalog bucket", ep.cat.Close)
+	}
+	return ep, nil
+}
+
+// kvIngress wraps the host's ZMQ ingress (closed by the host, after this
+// one) in the plane's KV ingress, subscribed by ep.start: the ranks
+// registered without a ZMQ endpoint are fed from the workers' kv-events
+// subjects, the others stay the ZMQ ingress's.
+func (ep *eventPlane) kvIngress(n *node, zmq core.Ingress) (core.Ingress, error) {
+	var err error
+	if ep.in, err = natsplane.NewIngress(natsplane.IngressConfig{Scope: ep.o.scope, Inner: ownClose{zmq}, Logger: ep.log}); err != nil {
+		return nil, err
+	}
+	n.onStop("NATS KV ingress", ep.in.Close)
+	ep.starts = append(ep.starts, func(*core.Service) error { return ep.in.Start(ep.link.Conn()) })
+	return ep.in, nil
 }
 
 // serverConfig is the embedded server's configuration.

@@ -68,7 +68,7 @@ func parseIndexer(args []string, env func(string) (string, bool), stderr io.Writ
 	blockSize := fs.Uint("block-size", 0, "KV block size of the --workers (required with --workers)")
 	threads := fs.Int("threads", 4, "KV indexer threads: when given, N goroutines apply KV events over N index shards; not given, kvselect's own sizing (see serve --threads)")
 	fs.IntVar(&o.core.IndexMaxBlocksPerRank, "index-max-blocks-per-rank", 0, "blocks one worker rank may hold in the index, all tiers together; a store past it clears the rank (0: 8 Mi)")
-	fs.StringVar(&o.workersString, "workers", "", `initial workers: "id[:dp_rank]=zmq_endpoint,..."`)
+	fs.StringVar(&o.workersString, "workers", "", `initial workers: "id[:dp_rank]=zmq_endpoint,..." (with --event-plane nats an empty endpoint, "id[:dp_rank]=", is a rank fed by its kv-events subject)`)
 	fs.StringVar(&o.model, "model-name", "default", "model name of the --workers")
 	fs.StringVar(&o.group, "routing-group", "default", "routing group of the --workers")
 	fs.String("tenant-id", "", "legacy, ignored")
@@ -198,7 +198,9 @@ func parseIndexerWorkers(s string) ([]indexerWorker, error) {
 			}
 		}
 		ep := strings.TrimSpace(addr)
-		if _, err := core.ParseZMQEndpoint(ep); err != nil {
+		// An empty endpoint is a rank fed by the event plane; without
+		// --event-plane nats core.Indexer.Register refuses it.
+		if _, err := core.ParseZMQEndpoint(ep); err != nil && ep != "" {
 			return nil, fmt.Errorf("invalid ZMQ endpoint `%s`: %v", ep, err)
 		}
 		out = append(out, indexerWorker{id: id, rank: uint32(rank), endpoint: ep})
@@ -215,9 +217,18 @@ func runIndexer(ctx context.Context, args []string, env func(string) (string, bo
 	lcfg := parseLogEnv(env)
 	logs := newLogs(stderr, lcfg)
 	log := logs.logger("kvselect")
+	args, plane, err := parseEventPlane(args, env, stderr)
+	if err == nil {
+		err = plane.forIndexer()
+	}
+	if err != nil {
+		log.Error("indexer: invalid event-plane configuration", "err", err)
+		return 2
+	}
 	opts, err := parseIndexer(args, env, stderr)
 	if errors.Is(err, flag.ErrHelp) {
-		return 0 // the usage is written
+		writeEventPlaneUsage(stderr, env) // after the indexer's own usage
+		return 0
 	}
 	if err != nil {
 		log.Error("indexer: invalid configuration", "err", err)
@@ -239,7 +250,12 @@ func runIndexer(ctx context.Context, args []string, env func(string) (string, bo
 		return fail(2, "KV-event ingress", err)
 	}
 	n.onStop("KV-event ingress", zing.Close)
-	ix, err := core.NewIndexer(opts.core, zing)
+	// The NATS event plane (indexer_eventplane.go), around the ZMQ ingress.
+	ep, ingress, err := startIndexerPlane(n, plane, logs, &opts.core, zing)
+	if err != nil {
+		return fail(1, "event plane", err)
+	}
+	ix, err := core.NewIndexer(opts.core, ingress)
 	if err != nil {
 		return fail(2, "invalid configuration", err)
 	}
@@ -272,6 +288,9 @@ func runIndexer(ctx context.Context, args []string, env func(string) (string, bo
 	// recovered state (the reference gates its listeners on recovery).
 	if len(opts.peers) > 0 && !recoverIndexer(ctx, ix, opts.peers, logs.logger("kvselect::recovery")) {
 		return n.stop(1)
+	}
+	if err := ep.attachIndexer(reg); err != nil {
+		return fail(1, "event plane", err)
 	}
 	for _, p := range opts.peers {
 		if err := ix.RegisterPeer(p); err != nil {

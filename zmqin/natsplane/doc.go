@@ -16,7 +16,8 @@
 //     with peers through NATS routes), or a fleet's URL; Dial(url), the
 //     Link (its state for /ready, OnReconnect for re-synchronising).
 //  2. NewIngress(IngressConfig{Scope, Inner: the ZMQ ingress}) is the
-//     core.Options.Ingress; core.Config.KVEndpointsOptional lets workers
+//     core.Options.Ingress (or a core.Indexer's ingress);
+//     core.Config.KVEndpointsOptional (core.IndexerConfig's) lets workers
 //     register without a ZMQ endpoint. Start(nc) subscribes.
 //  3. NewBookings(BookingsConfig{Scope}) is the core.Options.Replica
 //     (or one of them); Start(nc, svc) once the service exists.

@@ -37,7 +37,9 @@
 // subscription to SnapshotTopic with their live local bookings, so a
 // replica that restarts starts with its peers' load instead of zero (the
 // reference has no resync); when those bookings name workers it has not
-// registered yet, it asks again once its catalog has changed and settled.
+// registered yet, it asks again once its catalog has changed and settled,
+// and so it does when a peer's live admission names a worker it has not
+// registered yet (the peer's discovery saw the worker first).
 //
 // # Logging
 //

@@ -396,10 +396,34 @@ func SnapshotShort(ev *core.ReplicaEvent) bool {
 	return ev.Dropped && (ev.Drop == core.DropUnknownPartition || ev.Drop == core.DropUnknownWorker)
 }
 
+// LiveShort reports whether a live event (not a snapshot's) was dropped
+// because it books a worker this process has not registered in a
+// partition it serves: the peer's discovery is ahead of this one's (a pod
+// its informers saw first), and the peer is to be asked for its snapshot
+// once the catalog has changed and settled, as after a short snapshot.
+// An unknown partition is not: a live event of a partition this process
+// does not serve at all would ask again at every catalog change (a
+// joiner whose catalog is empty learns of the partition from the
+// snapshot, which SnapshotShort covers).
+func LiveShort(ev *core.ReplicaEvent) bool {
+	return ev.Kind == core.ReplicaAdd && ev.Dropped && ev.Drop == core.DropUnknownWorker
+}
+
 // drain applies the inbound queue in batches until Close, and asks peers
 // whose snapshot fell short for a new one once the catalog has changed
 // and settled (a replica's workers are often registered after it
 // connects, and replicas never create workers).
+//
+// Invariant: a booking a peer holds on a worker this process registers
+// late, whether its admission came in a snapshot (SnapshotShort) or live
+// (LiveShort), is mirrored here without any new event of the peer's:
+// the peer is marked short against the catalog version read before the
+// drop, and asked again for its snapshot once the version has moved past
+// it and stayed unchanged for ResyncSettle (debounced: one request per
+// settled change, however many drops), at most SnapshotBurst snapshots
+// per SnapshotWindow on the peer's side (bounded). A replayed admission
+// replaces its mirror (core.Service.ApplyReplica), so asking again never
+// counts a booking twice.
 func (m *Mesh) drain() {
 	defer m.wg.Done()
 	batch := make([]core.ReplicaEvent, 0, m.cfg.DrainBatch)
@@ -452,7 +476,7 @@ func (m *Mesh) drain() {
 		}
 		m.st.inBytes.Add(-done)
 		for i := range batch {
-			if e := &from[i]; e.snapshot && SnapshotShort(&batch[i]) {
+			if e := &from[i]; e.snapshot && SnapshotShort(&batch[i]) || !e.snapshot && LiveShort(&batch[i]) {
 				if !e.peer.short {
 					short = append(short, e.peer)
 				}

@@ -32,10 +32,12 @@ import (
 // --grpc-health-port 9003, --metrics-port 9090, --pool-name,
 // --pool-namespace) and the environment of Dynamo's standalone EPP
 // (ai-dynamo/dynamo:deploy/inference-gateway/ext-proc/src/epp_standalone_config.rs),
-// a flag beating its variable. Workers come from --workers-file until
-// Kubernetes discovery lands; the pod-derivation settings (KV-event
-// port, topic, replay port, data-parallel size, totals) are read and
-// validated now, and reported as without effect.
+// a flag beating its variable. Workers come from Kubernetes (an
+// InferencePool, a second one for prefill, or --endpoint-selector;
+// httpapi/kube), each pod's KV-event and replay endpoints derived from
+// its IP and the pod-derivation settings (KV-event port and stride,
+// replay port, data-parallel size, totals), or from --workers-file off
+// a cluster, where those settings are reported as without effect.
 
 // eppOptions is everything `kvselect epp` reads.
 type eppOptions struct {

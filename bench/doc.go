@@ -165,8 +165,29 @@
 // so they depend on the whole prefix, as vLLM's do; the selector matches by
 // the local hashes of the tokens, which it computes itself.
 //
+// # An engine's OpenAI endpoint
+//
+// Engine.ServeOpenAI serves what vLLM's OpenAI server answers
+// (vllm-project/vllm:vllm/entrypoints/openai/protocol.py) over the
+// engine's pool, on a listener of its own (engine_http.go,
+// engine_openai.go): POST /v1/completions (a prompt of text or of token
+// ids) and POST /v1/chat/completions serve the prompt's tokens on rank 0
+// (or vLLM's X-data-parallel-rank) through ServeTokens, so its KV events
+// are published before a token is answered, then generate max_tokens
+// simulated tokens, streamed as SSE chunks (a final usage chunk with
+// stream_options.include_usage, then data: [DONE]) or in one JSON body;
+// usage.prompt_tokens_details.cached_tokens is what the pool held of the
+// prompt. GET /v1/models and GET /health answer too; errors are
+// OpenAI's {"error": {...}} envelope. Without OpenAIConfig.Tokenizer a
+// text is tokenized as its UTF-8 bytes, and a chat's messages are
+// rendered by the engine's own fixed template (chatTokens), so a
+// conversation's turns share their prefix blocks either way. Request
+// bodies and max_tokens are bounded (OpenAIConfig).
+//
 // # Goroutines
 //
 // An Engine starts none of its own; each rank's zmqpub.Publisher runs its
 // accept loops and per-peer goroutines (see zmqpub.Publisher) until Close.
+// An OpenAIServer runs its http.Server (the accept loop, one goroutine per
+// connection) until its own Close, which waits for every handler.
 package bench

@@ -200,6 +200,7 @@
 // of a selector policy one KV event publisher per engine (its goroutines
 // live until that run ends), and drives everything from the calling
 // goroutine. mocker
-// runs simulated engines and one prompt driver goroutine per engine until a
-// signal.
+// runs simulated engines, each with its OpenAI HTTP endpoint
+// (bench.OpenAIServer: its accept loop and one goroutine per connection),
+// and one prompt driver goroutine per engine until a signal.
 package main

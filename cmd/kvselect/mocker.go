@@ -20,7 +20,8 @@ import (
 )
 
 // runMocker is `kvselect mocker`: simulated vLLM engines publishing real
-// ZMQ KV events until SIGINT or SIGTERM.
+// ZMQ KV events, each answering OpenAI completions and chat requests on
+// its HTTP endpoint (bench.OpenAIServer), until SIGINT or SIGTERM.
 func runMocker(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -28,7 +29,8 @@ func runMocker(args []string) int {
 }
 
 // mockWorker is the part of a POST /workers body that describes a mocked
-// engine's KV events, printed one JSON object per line on start.
+// engine, printed one JSON object per line on start: endpoint is its
+// OpenAI HTTP endpoint (mock://engine-N with -http-base-port -1).
 type mockWorker struct {
 	WorkerID         uint64            `json:"worker_id"`
 	Endpoint         string            `json:"endpoint"`
@@ -42,7 +44,7 @@ type mockWorker struct {
 // mocker parses flags, starts the engines and their prompt drivers, prints
 // one worker description per engine on stdout, and runs until ctx is done.
 // Goroutines: one driver per engine with a non-zero rate (stops with ctx),
-// plus each engine's publishers (closed on return).
+// plus each engine's publishers and HTTP server (closed on return).
 func mocker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kvselect mocker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -62,6 +64,9 @@ func mocker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	suffixBlocks := fs.Int("suffix-blocks", 8, "unique blocks after the prefix")
 	seed := fs.Uint64("seed", 1, "workload seed")
 	workerBase := fs.Uint64("worker-id-base", 1, "worker_id of engine 0 (engine e is base + e)")
+	httpPort := fs.Int("http-base-port", 0, "port of engine 0's OpenAI HTTP endpoint (POST /v1/completions, /v1/chat/completions, GET /v1/models, /health); engine e uses http-base-port + e; 0 (default) picks free ports, so two mockers run side by side; -1 serves no HTTP")
+	modelName := fs.String("served-model-name", "", "model the HTTP endpoints serve (vLLM's --served-model-name): a request naming another is a 404; empty (default): any model name is answered")
+	maxTokens := fs.Int("max-tokens", bench.DefaultOpenAIMaxTokens, "tokens generated for a request without max_tokens")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -90,10 +95,19 @@ func mocker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("mocker: -hashes: want unsigned, signed or bytes", "hashes", *hashes)
 		return 2
 	}
-	if *engines < 1 || *ranks < 1 || *rate < 0 {
-		log.Error("mocker: -engines and -ranks must be >= 1, -rate >= 0")
+	if *engines < 1 || *ranks < 1 || *rate < 0 || *maxTokens < 1 {
+		log.Error("mocker: -engines, -ranks and -max-tokens must be >= 1, -rate >= 0")
 		return 2
 	}
+	if *httpPort < -1 || *httpPort > 65535-*engines+1 {
+		log.Error("mocker: -http-base-port: want -1, 0 or a port with room for every engine", "http-base-port", *httpPort)
+		return 2
+	}
+	bindHost := *host
+	if bindHost == "*" {
+		bindHost = ""
+	}
+	openai := bench.OpenAIConfig{Model: *modelName, AnyModel: *modelName == "", DefaultMaxTokens: *maxTokens}
 	ep := func(base, e int) string {
 		if base == 0 {
 			return "tcp://" + net.JoinHostPort(*host, "0")
@@ -102,7 +116,11 @@ func mocker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 
 	var all []*bench.Engine
+	var servers []*bench.OpenAIServer
 	defer func() {
+		for _, s := range servers {
+			_ = s.Close()
+		}
 		for _, e := range all {
 			_ = e.Close()
 		}
@@ -125,8 +143,22 @@ func mocker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		all = append(all, e)
+		endpoint := fmt.Sprintf("mock://engine-%d", i)
+		if *httpPort >= 0 {
+			port := 0
+			if *httpPort > 0 {
+				port = *httpPort + i
+			}
+			srv, err := e.ServeOpenAI(net.JoinHostPort(bindHost, strconv.Itoa(port)), openai)
+			if err != nil {
+				log.Error("mocker: engine's HTTP endpoint (-http-base-port)", "engine", i, "err", err)
+				return 1
+			}
+			servers = append(servers, srv)
+			endpoint = srv.URL()
+		}
 		w := mockWorker{
-			WorkerID: *workerBase + uint64(i), Endpoint: fmt.Sprintf("mock://engine-%d", i),
+			WorkerID: *workerBase + uint64(i), Endpoint: endpoint,
 			BlockSize: *blockSize, DPSize: *ranks, KVEventsEndpoint: map[string]string{},
 			TotalKVBlocks: *capacity,
 		}
@@ -164,7 +196,13 @@ func mocker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	wg.Wait()
 	for i, e := range all {
 		st := e.Stats()
-		log.Info("mocker: engine done", "engine", i, "prompts", st.Prompts, "hit_blocks", st.HitBlocks, "stored", st.Stored, "evicted", st.Evicted, "batches", st.Batches)
+		var hs bench.OpenAIStats
+		if i < len(servers) {
+			_ = servers[i].Close() // its streams end before the counts are read
+			hs = servers[i].Stats()
+		}
+		log.Info("mocker: engine done", "engine", i, "prompts", st.Prompts, "hit_blocks", st.HitBlocks, "stored", st.Stored, "evicted", st.Evicted, "batches", st.Batches,
+			"http_requests", hs.Requests, "http_errors", hs.Errors, "completion_tokens", hs.CompletionTokens)
 	}
 	return 0
 }

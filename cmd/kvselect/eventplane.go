@@ -51,6 +51,10 @@ type eventPlaneOptions struct {
 	bookings bool
 	// queueLimit is --event-plane-queue: the outbound booking queue.
 	queueLimit int
+	// dynamoForm is --event-plane-dynamo-bookings: when Dynamo's form of
+	// the bookings (one ActiveSequenceEvent a message) is published beside
+	// the batches kvselect replicas exchange (natsplane.DynamoForm).
+	dynamoForm natsplane.DynamoForm
 	// catalog is --nats-catalog: the worker catalog in a JetStream
 	// key-value bucket, with --nats-catalog-replicas copies; storeDir is
 	// the embedded server's JetStream directory (--nats-store-dir, ""
@@ -78,7 +82,7 @@ type eventPlaneOptions struct {
 var eventPlaneFlags = map[string]bool{
 	"event-plane": false, "nats-server": false, "namespace": false, "component": false, "endpoint": false,
 	"nats-listen": false, "nats-cluster-listen": false, "nats-routes": false,
-	"event-plane-bookings": true, "event-plane-queue": false,
+	"event-plane-bookings": true, "event-plane-queue": false, "event-plane-dynamo-bookings": false,
 	"nats-catalog": true, "nats-catalog-replicas": false, "nats-store-dir": false, "event-plane-peer-timeout": false,
 }
 
@@ -135,11 +139,18 @@ func eventPlaneFlagSet(env func(string) (string, bool), stderr io.Writer) (fs *f
 	routes := fs.String("nats-routes", "", "embedded NATS server: comma-separated route URLs (nats://host:port) of the other replicas' servers")
 	fs.BoolVar(&o.bookings, "event-plane-bookings", true, "with --event-plane nats, share bookings with Dynamo routers and replicas on active_sequences_events")
 	fs.IntVar(&o.queueLimit, "event-plane-queue", natsplane.DefaultQueueLimit, "bookings queued for NATS at most; past it a booking's event is dropped (counted), never waited for")
+	dynamoForm := fs.String("event-plane-dynamo-bookings", "auto", "with --event-plane nats, when to publish Dynamo's form of the bookings (one ActiveSequenceEvent a message, for Dynamo routers) beside the batches kvselect replicas exchange on kvselect-bookings: auto (while a Dynamo router's booking was heard in the last 10 minutes), always, or never; Dynamo routers' bookings are applied in every mode")
 	fs.BoolVar(&o.catalog, "nats-catalog", false, "with --event-plane nats, share the worker catalog in a JetStream key-value bucket: a replica with --workers-file mirrors the file into it, the others take their catalog from it (their POST, PATCH and DELETE /workers then answer 409); the embedded server runs JetStream")
 	fs.IntVar(&o.catalogReplicas, "nats-catalog-replicas", 1, "JetStream copies of the catalog bucket (1 to 5; at most the cluster's servers)")
 	fs.StringVar(&o.storeDir, "nats-store-dir", "", "embedded NATS server: JetStream directory with --nats-catalog; empty: a temporary one, removed at exit")
 	fs.DurationVar(&o.peerTimeout, "event-plane-peer-timeout", 0, "with --event-plane nats, a kvselect replica whose heartbeats (one a second) stop for this long is taken for dead and its bookings mirrored here are released (Dynamo routers, which never beat, are never), e.g. 10s; 0: off, a dead replica's mirrors end at the expiry guard as on the mesh")
-	return fs, func() (*eventPlaneOptions, error) { return o.finish(*plane, *endpoint, *routes) }
+	return fs, func() (*eventPlaneOptions, error) {
+		var err error
+		if o.dynamoForm, err = natsplane.ParseDynamoForm(*dynamoForm); err != nil {
+			return nil, fmt.Errorf("--event-plane-dynamo-bookings: %w", err)
+		}
+		return o.finish(*plane, *endpoint, *routes)
+	}
 }
 
 // writeEventPlaneUsage appends the event-plane flags to serve's usage (its
@@ -303,7 +314,7 @@ func startEventPlane(n *node, o *eventPlaneOptions, logs *logs, ccfg *core.Confi
 	}
 	nc, link := ep.link.Conn(), ep.link
 	if o.bookings {
-		if ep.bk, err = natsplane.NewBookings(natsplane.BookingsConfig{Scope: o.scope, QueueLimit: o.queueLimit, NoSnapshot: o.noSnapshot, PeerTimeout: cmp.Or(o.peerTimeout, -1), Logger: ep.log}); err != nil {
+		if ep.bk, err = natsplane.NewBookings(natsplane.BookingsConfig{Scope: o.scope, QueueLimit: o.queueLimit, DynamoForm: o.dynamoForm, NoSnapshot: o.noSnapshot, PeerTimeout: cmp.Or(o.peerTimeout, -1), Logger: ep.log}); err != nil {
 			return nil, nil, nil, err
 		}
 		n.onStop("NATS bookings", ep.bk.Close)

@@ -159,6 +159,7 @@ func natsCounters(nr *benchNATS, c map[string]uint64) {
 	st := nr.bk.Stats()
 	c["nats_published"], c["nats_publish_errors"], c["nats_outbound_dropped"] = st.Published, st.PublishErrors, st.OutboundDropped
 	c["nats_received"], c["nats_skipped_own"], c["nats_applied"], c["nats_slow_consumer_drops"] = st.Received, st.SkippedOwn, st.Applied, st.SlowConsumerDrops
+	c["nats_batches"], c["nats_batch_events"], c["nats_batches_received"], c["nats_batch_publish_errors"] = st.Batches, st.BatchEvents, st.BatchesReceived, st.BatchPublishErrors
 	for d, v := range st.Dropped {
 		c[fmt.Sprintf("nats_dropped_%s", natsplane.BookingDrop(d))] = v
 	}

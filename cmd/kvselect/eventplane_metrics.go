@@ -27,14 +27,21 @@ var eventPlaneDescs = []perf.Desc{
 	{Name: "kvselect_event_plane_kv_rank_resets_total", Kind: perf.Counter, Help: "Ranks cleared for a gap or a restart (no replay over NATS)."},
 	{Name: "kvselect_event_plane_kv_ranks", Kind: perf.Gauge, Help: "Worker ranks fed by NATS KV events."},
 	{Name: "kvselect_event_plane_slow_consumer_drops_total", Kind: perf.Counter, Help: "Messages the NATS client dropped at a full subscription queue, by part (kv, bookings); they show as gaps."},
-	{Name: "kvselect_event_plane_bookings_published_total", Kind: perf.Counter, Help: "Booking events published on active_sequences_events."},
-	{Name: "kvselect_event_plane_bookings_publish_errors_total", Kind: perf.Counter, Help: "Booking events the NATS client refused (closed, or its reconnect buffer full)."},
+	{Name: "kvselect_event_plane_bookings_published_total", Kind: perf.Counter, Help: "Booking events published in Dynamo's form (one a message) on active_sequences_events, for Dynamo routers (--event-plane-dynamo-bookings)."},
+	{Name: "kvselect_event_plane_bookings_publish_errors_total", Kind: perf.Counter, Help: "Booking events the NATS client refused (closed, or its reconnect buffer full), by form (dynamo, batch)."},
+	{Name: "kvselect_event_plane_bookings_batches_published_total", Kind: perf.Counter, Help: "Booking batches published to the other kvselect replicas on kvselect-bookings."},
+	{Name: "kvselect_event_plane_bookings_batch_events_published_total", Kind: perf.Counter, Help: "Booking events in the batches published to the other kvselect replicas."},
+	{Name: "kvselect_event_plane_bookings_dynamo_form", Kind: perf.Gauge, Help: "1 while this replica publishes Dynamo's form of its bookings (--event-plane-dynamo-bookings: auto publishes it while a Dynamo router was heard in the last 10 minutes)."},
+	{Name: "kvselect_event_plane_bookings_queue_bytes", Kind: perf.Gauge, Help: "Bytes of booking events queued for NATS."},
+	{Name: "kvselect_event_plane_bookings_queue_bytes_limit", Kind: perf.Gauge, Help: "Bytes of booking events the outbound queue holds at most; past it an event is dropped."},
+	{Name: "kvselect_event_plane_bookings_batches_received_total", Kind: perf.Counter, Help: "Booking batches received from the other kvselect replicas."},
+	{Name: "kvselect_event_plane_bookings_skipped_peer_form_total", Kind: perf.Counter, Help: "Dynamo-form booking messages of other kvselect replicas, skipped: their events come in the batches."},
 	{Name: "kvselect_event_plane_bookings_outbound_dropped_total", Kind: perf.Counter, Help: "Booking events dropped at the full outbound queue: a booking never waits for the bus."},
 	{Name: "kvselect_event_plane_bookings_queue_depth", Kind: perf.Gauge, Help: "Booking events queued for NATS."},
 	{Name: "kvselect_event_plane_bookings_queue_limit", Kind: perf.Gauge, Help: "Booking events the outbound queue holds at most (--event-plane-queue)."},
-	{Name: "kvselect_event_plane_bookings_received_total", Kind: perf.Counter, Help: "Booking messages received."},
+	{Name: "kvselect_event_plane_bookings_received_total", Kind: perf.Counter, Help: "Dynamo-form booking messages received (from Dynamo routers, and other kvselect replicas' that are skipped)."},
 	{Name: "kvselect_event_plane_bookings_skipped_own_total", Kind: perf.Counter, Help: "This process's own booking events, skipped by router_id."},
-	{Name: "kvselect_event_plane_bookings_applied_total", Kind: perf.Counter, Help: "Peers' booking events handed to the service (its kvselect_replica_* counters say what it did)."},
+	{Name: "kvselect_event_plane_bookings_applied_total", Kind: perf.Counter, Help: "Peers' booking events handed to the service, from both forms (its kvselect_replica_* counters say what it did)."},
 	{Name: "kvselect_event_plane_affinity_published_total", Kind: perf.Counter, Help: "Session bindings queued for the other kvselect replicas on kvselect-session-affinity."},
 	{Name: "kvselect_event_plane_affinity_outbound_dropped_total", Kind: perf.Counter, Help: "Session bindings dropped at the full outbound queue."},
 	{Name: "kvselect_event_plane_affinity_publish_errors_total", Kind: perf.Counter, Help: "Session bindings the NATS client refused."},
@@ -57,7 +64,7 @@ var eventPlaneDescs = []perf.Desc{
 	{Name: "kvselect_event_plane_catalog_bind_errors_total", Kind: perf.Counter, Help: "Failed attempts to bind the catalog bucket (JetStream not up yet)."},
 	{Name: "kvselect_event_plane_peers_expired_total", Kind: perf.Counter, Help: "kvselect peers taken for dead (no heartbeat for --event-plane-peer-timeout) and their mirrored bookings released."},
 	{Name: "kvselect_event_plane_mirrors_expired_total", Kind: perf.Counter, Help: "Mirrored bookings released because their peer went silent."},
-	{Name: "kvselect_event_plane_bookings_dropped_total", Kind: perf.Counter, Help: "Booking messages not applied, by reason (too_large, malformed_envelope, wrong_topic, malformed_event, unknown_worker)."},
+	{Name: "kvselect_event_plane_bookings_dropped_total", Kind: perf.Counter, Help: "Booking messages or events not applied, by reason (too_large, malformed_envelope, wrong_topic, malformed_event, unknown_worker, malformed_batch)."},
 }
 
 // writeEventPlaneMetrics writes the plane's families.
@@ -115,7 +122,19 @@ func writeEventPlaneMetrics(w io.Writer, ep *eventPlane) {
 	if ep.bk != nil {
 		st := ep.bk.Stats()
 		perf.WriteCounter(w, "kvselect_event_plane_bookings_published_total", st.Published)
-		perf.WriteCounter(w, "kvselect_event_plane_bookings_publish_errors_total", st.PublishErrors)
+		perf.WriteCounter(w, `kvselect_event_plane_bookings_publish_errors_total{form="dynamo"}`, st.PublishErrors)
+		perf.WriteCounter(w, `kvselect_event_plane_bookings_publish_errors_total{form="batch"}`, st.BatchPublishErrors)
+		perf.WriteCounter(w, "kvselect_event_plane_bookings_batches_published_total", st.Batches)
+		perf.WriteCounter(w, "kvselect_event_plane_bookings_batch_events_published_total", st.BatchEvents)
+		dyn := 0.0
+		if st.DynamoForm {
+			dyn = 1
+		}
+		perf.WriteGauge(w, "kvselect_event_plane_bookings_dynamo_form", dyn)
+		perf.WriteGauge(w, "kvselect_event_plane_bookings_queue_bytes", float64(st.QueueBytes))
+		perf.WriteGauge(w, "kvselect_event_plane_bookings_queue_bytes_limit", float64(st.QueueBytesLimit))
+		perf.WriteCounter(w, "kvselect_event_plane_bookings_batches_received_total", st.BatchesReceived)
+		perf.WriteCounter(w, "kvselect_event_plane_bookings_skipped_peer_form_total", st.SkippedPeerForm)
 		perf.WriteCounter(w, "kvselect_event_plane_bookings_outbound_dropped_total", st.OutboundDropped)
 		perf.WriteGauge(w, "kvselect_event_plane_bookings_queue_depth", float64(st.QueueDepth))
 		perf.WriteGauge(w, "kvselect_event_plane_bookings_queue_limit", float64(st.QueueLimit))

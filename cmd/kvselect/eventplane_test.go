@@ -42,7 +42,10 @@ func TestParseEventPlane(t *testing.T) {
 	if err != nil || o.scope != (natsplane.Scope{Namespace: "a", Component: "b", Endpoint: "c"}) {
 		t.Errorf("dyn://: %+v %v", o, err)
 	}
-	for _, bad := range [][]string{{"--event-plane", "kafka"}, {"--endpoint", "dyn://a.b"}, {"--nats-server", "nats://x:1", "--nats-routes", "nats://y:2"}, {"--event-plane-queue", "0"}} {
+	if _, o, err = parseEventPlane([]string{"--event-plane-dynamo-bookings", "always"}, env(nil), io.Discard); err != nil || o.dynamoForm != natsplane.DynamoAlways {
+		t.Errorf("--event-plane-dynamo-bookings always: %+v %v", o, err)
+	}
+	for _, bad := range [][]string{{"--event-plane", "kafka"}, {"--endpoint", "dyn://a.b"}, {"--nats-server", "nats://x:1", "--nats-routes", "nats://y:2"}, {"--event-plane-queue", "0"}, {"--event-plane-dynamo-bookings", "sometimes"}} {
 		if _, _, err := parseEventPlane(bad, env(nil), io.Discard); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

@@ -81,6 +81,18 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultPublishBatch and DefaultPublishWait are Config.PublishBatch's and
+// PublishWait's defaults, the publish batching rule of any kvselect bus
+// (zmqin/natsplane batches its peers' bookings by it too): the first event
+// queued and what is queued within DefaultPublishWait after it, at most
+// DefaultPublishBatch events, leave together (Dynamo's ZMQ replica batches
+// take 256 events or 1 ms, ai-dynamo/dynamo:lib/kv-router/src/protocols.rs,
+// MAX_REPLICA_BATCH_EVENTS).
+const (
+	DefaultPublishBatch = 256
+	DefaultPublishWait  = 500 * time.Microsecond
+)
+
 func (c Config) withDefaults() Config {
 	def := func(v *int, d int) {
 		if *v == 0 {
@@ -92,7 +104,7 @@ func (c Config) withDefaults() Config {
 	def(&c.AffinityOutbound, DefaultAffinityOutbound)
 	def(&c.HWM, 100_000)
 	def(&c.DrainBatch, 256)
-	def(&c.PublishBatch, 256)
+	def(&c.PublishBatch, DefaultPublishBatch)
 	def(&c.MaxPeers, 128)
 	def(&c.MaxMessage, 16<<20)
 	def(&c.MaxQueueBytes, 64<<20)
@@ -103,7 +115,7 @@ func (c Config) withDefaults() Config {
 		c.ResyncSettle = 500 * time.Millisecond
 	}
 	if c.PublishWait == 0 {
-		c.PublishWait = 500 * time.Microsecond
+		c.PublishWait = DefaultPublishWait
 	}
 	if c.BackoffMin == 0 {
 		c.BackoffMin = 100 * time.Millisecond

@@ -78,6 +78,20 @@ func envelopeBound(ev *core.ReplicaEvent) int {
 
 // AppendEnvelope appends ev's envelope, with routerID as its sender.
 func AppendEnvelope(dst []byte, ev *core.ReplicaEvent, routerID uint64) []byte {
+	dst, _ = AppendEnvelopeAt(dst, ev, routerID)
+	return dst
+}
+
+// EnvelopeBound is at most the bytes AppendEnvelope appends for ev (a
+// buffer of this capacity is never grown).
+func EnvelopeBound(ev *core.ReplicaEvent) int { return envelopeBound(ev) }
+
+// AppendEnvelopeAt is AppendEnvelope that also returns where, in the
+// result, the envelope's event field begins: out[event:] is ev as
+// Dynamo's bare ActiveSequenceEvent (what AppendSequenceEvent appends),
+// so one encoding serves both forms (zmqin/natsplane publishes the
+// envelopes to kvselect peers and the bare events to Dynamo routers).
+func AppendEnvelopeAt(dst []byte, ev *core.ReplicaEvent, routerID uint64) (out []byte, event int) {
 	dst = msgpack.AppendMapHeader(dst, 4)
 	dst = msgpack.AppendStr(dst, "model_name")
 	dst = msgpack.AppendStr(dst, ev.ModelName)
@@ -86,7 +100,8 @@ func AppendEnvelope(dst []byte, ev *core.ReplicaEvent, routerID uint64) []byte {
 	dst = msgpack.AppendStr(dst, "block_size")
 	dst = msgpack.AppendUint(dst, uint64(ev.BlockSize))
 	dst = msgpack.AppendStr(dst, "event")
-	return AppendSequenceEvent(dst, ev, routerID)
+	event = len(dst)
+	return AppendSequenceEvent(dst, ev, routerID), event
 }
 
 // AppendSequenceEvent appends ev as Dynamo's bare ActiveSequenceEvent
@@ -143,11 +158,13 @@ func AppendSequenceEvent(dst []byte, ev *core.ReplicaEvent, routerID uint64) []b
 	return msgpack.AppendOptStr(dst, ev.LoraName)
 }
 
-// DecodeEnvelope decodes one envelope into ev (strings and hashes freshly
-// allocated: ev keeps nothing of payload). ev.Origin is the sender's
-// router_id.
+// DecodeEnvelope decodes one envelope into ev (strings freshly allocated:
+// ev keeps nothing of payload). ev.Origin is the sender's router_id. The
+// hashes go into ev's own SequenceHashes when it has the room (a decoder
+// reusing its events, zmqin/natsplane's, allocates none), else into a new
+// slice: a caller that keeps a decoded event's hashes passes a fresh ev.
 func DecodeEnvelope(payload []byte, ev *core.ReplicaEvent) error {
-	*ev = core.ReplicaEvent{}
+	*ev = core.ReplicaEvent{SequenceHashes: ev.SequenceHashes[:0]}
 	r := &msgpack.Reader{B: payload}
 	var have [len(envelopeFields)]bool
 	tenant := false
@@ -188,11 +205,11 @@ func DecodeEnvelope(payload []byte, ev *core.ReplicaEvent) error {
 }
 
 // DecodeSequenceEvent decodes one bare ActiveSequenceEvent (see
-// AppendSequenceEvent) into ev, as DecodeEnvelope decodes its event field:
-// strings and hashes freshly allocated, ev.Origin the sender's router_id;
-// the partition fields stay empty. An error wraps ErrEnvelope.
+// AppendSequenceEvent) into ev, as DecodeEnvelope decodes its event field
+// (ev's SequenceHashes reused likewise), ev.Origin the sender's
+// router_id; the partition fields stay empty. An error wraps ErrEnvelope.
 func DecodeSequenceEvent(payload []byte, ev *core.ReplicaEvent) error {
-	*ev = core.ReplicaEvent{}
+	*ev = core.ReplicaEvent{SequenceHashes: ev.SequenceHashes[:0]}
 	r := &msgpack.Reader{B: payload}
 	if err := decodeEvent(r, ev); err != nil {
 		return fmt.Errorf("%w: %v", ErrEnvelope, err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvselect/kvselect/core"
+	"github.com/kvselect/kvselect/zmqin/internal/budget"
 	"github.com/kvselect/kvselect/zmqin/internal/ratelog"
 	"github.com/kvselect/kvselect/zmqin/mesh"
 	"github.com/nats-io/nats.go"
@@ -47,6 +48,21 @@ type BookingsConfig struct {
 	// (ai-dynamo/dynamo:lib/llm/src/kv_router/sequence.rs,
 	// REPLICA_EVENT_CHANNEL_CAPACITY).
 	QueueLimit int
+	// QueueBytes bounds the outbound queue's encoded events, in bytes
+	// (an event's size follows its prompt, 9 bytes a block): past it
+	// Publish drops as at QueueLimit. Default 64 MiB, the ZMQ mesh's.
+	QueueBytes int
+	// PublishBatch and PublishWait shape the batches to kvselect peers
+	// (batches.go); defaults mesh.DefaultPublishBatch and
+	// mesh.DefaultPublishWait, a negative PublishWait sends what is
+	// queued without waiting.
+	PublishBatch int
+	PublishWait  time.Duration
+	// DynamoForm says when Dynamo's form of the bookings is published
+	// beside the batches (DynamoAuto: while a Dynamo router was heard
+	// within DynamoRouterWindow, default DefaultDynamoRouterWindow).
+	DynamoForm         DynamoForm
+	DynamoRouterWindow time.Duration
 	// PendingMsgs and PendingBytes bound the inbound subscriptions' queues
 	// (as IngressConfig's). Defaults 65536 and 64 MiB.
 	PendingMsgs, PendingBytes int
@@ -74,8 +90,12 @@ type BookingsConfig struct {
 	HeartbeatInterval, PeerTimeout time.Duration
 }
 
-// DefaultQueueLimit is BookingsConfig.QueueLimit's default.
-const DefaultQueueLimit = 100_000
+// DefaultQueueLimit and DefaultQueueBytes are BookingsConfig.QueueLimit's
+// and QueueBytes' defaults.
+const (
+	DefaultQueueLimit = 100_000
+	DefaultQueueBytes = 64 << 20
+)
 
 // BookingDrop says why a received booking message was not applied.
 type BookingDrop uint8
@@ -86,10 +106,11 @@ const (
 	BookingWrongTopic                           // envelope topic is not active_sequences_events
 	BookingMalformedEvent                       // payload is not an ActiveSequenceEvent
 	BookingUnknownWorker                        // the worker is not schedulable here
+	BookingMalformedBatch                       // a kvselect batch whose payload is not [bin, ...]
 	numBookingDrops
 )
 
-var bookingDropNames = [numBookingDrops]string{"too_large", "malformed_envelope", "wrong_topic", "malformed_event", "unknown_worker"}
+var bookingDropNames = [numBookingDrops]string{"too_large", "malformed_envelope", "wrong_topic", "malformed_event", "unknown_worker", "malformed_batch"}
 
 func (d BookingDrop) String() string {
 	if d < numBookingDrops {
@@ -103,15 +124,27 @@ const NumBookingDrops = int(numBookingDrops)
 
 // BookingStats are Bookings' counters, cumulative (gauges say so).
 type BookingStats struct {
-	Published       uint64 // events sent to NATS
-	PublishErrors   uint64 // events nats.go refused (closed, reconnect buffer full)
+	Published       uint64 // events sent in Dynamo's form
+	PublishErrors   uint64 // of those, events nats.go refused (closed, reconnect buffer full)
 	OutboundDropped uint64 // events dropped at the full outbound queue
 	QueueDepth      int    // events queued (gauge)
 	QueueLimit      int    // BookingsConfig.QueueLimit
-	Received        uint64 // messages received
-	SkippedOwn      uint64 // our own events, skipped by router_id
-	Applied         uint64 // events handed to the Applier
-	Dropped         [numBookingDrops]uint64
+	QueueBytes      int64  // bytes queued (gauge)
+	QueueBytesLimit int    // BookingsConfig.QueueBytes
+	// Batches and BatchEvents count the batches sent to kvselect peers
+	// and their events; BatchPublishErrors the events of batches nats.go
+	// refused.
+	Batches, BatchEvents, BatchPublishErrors uint64
+	// DynamoForm: Dynamo's form is being published (gauge).
+	DynamoForm bool
+	Received   uint64 // Dynamo-form messages received
+	// BatchesReceived counts kvselect peers' batches received;
+	// SkippedPeerForm the Dynamo-form messages of kvselect peers, skipped
+	// (their events come in the batches).
+	BatchesReceived, SkippedPeerForm uint64
+	SkippedOwn                       uint64 // our own events, skipped by router_id
+	Applied                          uint64 // events handed to the Applier, both forms
+	Dropped                          [numBookingDrops]uint64
 	// SlowConsumerDrops: messages the NATS client dropped at a full
 	// subscription queue.
 	SlowConsumerDrops uint64
@@ -124,7 +157,15 @@ type BookingStats struct {
 type Bookings struct {
 	cfg     BookingsConfig
 	id      uint64
-	subject string // where events are published
+	subject string // where events are published in Dynamo's form
+	// batchSubject carries the batches between kvselect replicas; dynPub
+	// is the publisher_id of this replica's Dynamo-form envelopes
+	// (batches.go).
+	batchSubject string
+	dynPub       uint64
+	// dyn.seen is when (Unix ns) a Dynamo router's booking was last
+	// received, 0 never.
+	dyn struct{ seen atomic.Int64 }
 	// affSubject and snapshotSubject are kvselect's own (replicas.go).
 	affSubject, snapshotSubject, beatSubject string
 	// live owns the peers' last heartbeats (liveness.go).
@@ -133,7 +174,7 @@ type Bookings struct {
 		seen map[uint64]time.Time
 	}
 
-	out chan []byte // encoded ActiveSequenceEvents, owned by the publisher goroutine once sent
+	out chan outEvent // encoded bookings, owned by the publisher goroutine once sent
 	// affOut holds encoded session bindings, snapJobs the reply subjects
 	// of snapshot requests to answer: both drained by the publisher.
 	affOut   chan []byte
@@ -185,6 +226,10 @@ type Bookings struct {
 
 	st struct {
 		published, publishErrors, outDropped atomic.Uint64
+		outBytes                             atomic.Int64 // reserved by Publish, released once sent
+		batches, batchEvents                 atomic.Uint64
+		batchPublishErrors, batchesReceived  atomic.Uint64
+		peerForm                             atomic.Uint64
 		received, own, applied               atomic.Uint64
 		dropped                              [numBookingDrops]atomic.Uint64
 		logsSuppressed                       atomic.Uint64
@@ -202,7 +247,14 @@ func NewBookings(cfg BookingsConfig) (*Bookings, error) {
 	if cfg.QueueLimit < 0 {
 		return nil, fmt.Errorf("%w: negative booking queue limit", ErrConfig)
 	}
+	if cfg.QueueBytes < 0 || cfg.PublishBatch < 0 || cfg.DynamoRouterWindow < 0 || cfg.DynamoForm > DynamoNever {
+		return nil, fmt.Errorf("%w: negative booking queue bytes, batch or window, or an unknown Dynamo form", ErrConfig)
+	}
 	cfg.QueueLimit = cmp.Or(cfg.QueueLimit, DefaultQueueLimit)
+	cfg.QueueBytes = cmp.Or(cfg.QueueBytes, DefaultQueueBytes)
+	cfg.PublishBatch = cmp.Or(cfg.PublishBatch, mesh.DefaultPublishBatch)
+	cfg.PublishWait = cmp.Or(cfg.PublishWait, mesh.DefaultPublishWait)
+	cfg.DynamoRouterWindow = cmp.Or(cfg.DynamoRouterWindow, DefaultDynamoRouterWindow)
 	cfg.PendingMsgs = cmp.Or(cfg.PendingMsgs, DefaultPendingMsgs)
 	cfg.PendingBytes = cmp.Or(cfg.PendingBytes, DefaultPendingBytes)
 	cfg.MaxMessageBytes = cmp.Or(cfg.MaxMessageBytes, DefaultMaxMessageBytes)
@@ -221,8 +273,8 @@ func NewBookings(cfg BookingsConfig) (*Bookings, error) {
 	}
 	b := &Bookings{cfg: cfg, id: cfg.RouterID, subject: cfg.Scope.Subject(TopicActiveSequences),
 		affSubject: cfg.Scope.Subject(TopicSessionAffinity), snapshotSubject: cfg.Scope.Subject(TopicSlotSnapshot),
-		beatSubject: cfg.Scope.Subject(TopicHeartbeat),
-		out:         make(chan []byte, cfg.QueueLimit), affOut: make(chan []byte, cfg.AffinityQueueLimit),
+		beatSubject: cfg.Scope.Subject(TopicHeartbeat), batchSubject: cfg.Scope.Subject(TopicBookingBatch),
+		out: make(chan outEvent, cfg.QueueLimit), affOut: make(chan []byte, cfg.AffinityQueueLimit),
 		snapJobs: make(chan string, snapshotJobs), snapKick: make(chan struct{}, 1), stop: make(chan struct{})}
 	b.req.lim = map[uint64]*mesh.SnapshotLimiter{}
 	b.live.seen = map[uint64]time.Time{}
@@ -231,6 +283,7 @@ func NewBookings(cfg BookingsConfig) (*Bookings, error) {
 		_, _ = rand.Read(r[:])
 		b.id = binary.LittleEndian.Uint64(r[:]) & (1<<53 - 1)
 	}
+	b.dynPub = kvselectPublisher(b.id)
 	b.in.lg = ratelog.Logger{Log: cfg.Logger, Burst: logBurst, Every: logEvery, Dropped: func() { b.st.logsSuppressed.Add(1) }}
 	return b, nil
 }
@@ -249,19 +302,24 @@ func (b *Bookings) Subjects() []string {
 }
 
 // Publish implements core.ReplicaSink: the event is encoded on the
-// caller's goroutine and queued without blocking, or dropped (counted)
-// when the queue is full. It never waits for NATS.
+// caller's goroutine (once, for both forms: batches.go) and queued
+// without blocking, or dropped (counted) when the queue is full, in events
+// or bytes. It never waits for NATS.
 func (b *Bookings) Publish(ev *core.ReplicaEvent) {
 	if b.closed.Load() {
 		return
 	}
-	buf := make([]byte, 0, 256+len(ev.RequestID)+len(ev.LoraName)+9*len(ev.SequenceHashes))
-	buf = mesh.AppendSequenceEvent(buf, ev, b.id)
-	select {
-	case b.out <- buf:
-	default:
-		b.st.outDropped.Add(1)
+	buf, at := mesh.AppendEnvelopeAt(make([]byte, 0, mesh.EnvelopeBound(ev)), ev, b.id)
+	n := int64(cap(buf))
+	if budget.Reserve(&b.st.outBytes, n, int64(b.cfg.QueueBytes)) {
+		select {
+		case b.out <- outEvent{buf: buf, event: at}:
+			return
+		default:
+			b.st.outBytes.Add(-n)
+		}
 	}
+	b.st.outDropped.Add(1)
 }
 
 // Start connects the publisher and the subscriber to nc and starts
@@ -277,7 +335,8 @@ func (b *Bookings) Start(nc *nats.Conn, app Applier) error {
 	for _, subj := range b.Subjects() {
 		handlers[subj] = func(m *nats.Msg) { b.handle(m.Data) }
 	}
-	subjects := b.Subjects()
+	subjects := append(b.Subjects(), b.batchSubject)
+	handlers[b.batchSubject] = func(m *nats.Msg) { b.handleBatch(m.Data) }
 	if b.aff.Load() != nil {
 		subjects = append(subjects, b.affSubject)
 		handlers[b.affSubject] = func(m *nats.Msg) { b.handleAffinity(m.Data) }
@@ -319,39 +378,8 @@ func (b *Bookings) Start(nc *nats.Conn, app Applier) error {
 	return nil
 }
 
-// publish sends the queued events in queue order, each in its own
-// envelope with this publisher's next sequence (Dynamo's NATS form: one
-// ActiveSequenceEvent per message, run_replica_singleton_publisher).
-func (b *Bookings) publish(nc *nats.Conn) {
-	defer b.wg.Done()
-	var seq uint64
-	var env []byte
-	for {
-		select {
-		case <-b.stop:
-			return
-		case p := <-b.affOut:
-			// Bindings are few: each goes out at once.
-			env = AppendEnvelope(env[:0], b.id, 0, uint64(time.Now().UnixMilli()), TopicSessionAffinity, p)
-			if err := nc.Publish(b.affSubject, env); err != nil {
-				b.rst.affPublishErrors.Add(1)
-			}
-		case reply := <-b.snapJobs:
-			b.serveSnapshot(nc, reply)
-		case p := <-b.out:
-			env = AppendEnvelope(env[:0], b.id, seq, uint64(time.Now().UnixMilli()), TopicActiveSequences, p)
-			seq++
-			// nc.Publish copies env into its write buffer.
-			if err := nc.Publish(b.subject, env); err != nil {
-				b.st.publishErrors.Add(1)
-				continue
-			}
-			b.st.published.Add(1)
-		}
-	}
-}
-
-// handle decodes one received message and applies it, skipping our own.
+// handle decodes one received Dynamo-form message and applies it,
+// skipping our own and kvselect peers' (batches.go).
 func (b *Bookings) handle(body []byte) {
 	b.st.received.Add(1)
 	if len(body) > b.cfg.MaxMessageBytes {
@@ -391,6 +419,11 @@ func (b *Bookings) handle(body []byte) {
 		b.st.dropped[BookingMalformedEvent].Add(1)
 		return
 	}
+	if env.PublisherID == kvselectPublisher(uint64(ev.Origin)) {
+		b.st.peerForm.Add(1) // a kvselect peer's: its batch carries it
+		return
+	}
+	b.dyn.seen.Store(time.Now().UnixNano()) // a Dynamo router's
 	model, group, bs, ok := b.in.app.WorkerPartition(ev.Worker.WorkerID)
 	if !ok {
 		b.st.dropped[BookingUnknownWorker].Add(1)
@@ -436,8 +469,11 @@ func (b *Bookings) Close() error {
 func (b *Bookings) Stats() BookingStats {
 	s := BookingStats{
 		Published: b.st.published.Load(), PublishErrors: b.st.publishErrors.Load(), OutboundDropped: b.st.outDropped.Load(),
-		QueueDepth: len(b.out), QueueLimit: b.cfg.QueueLimit,
-		Received: b.st.received.Load(), SkippedOwn: b.st.own.Load(), Applied: b.st.applied.Load(),
+		QueueDepth: len(b.out), QueueLimit: b.cfg.QueueLimit, QueueBytes: b.st.outBytes.Load(), QueueBytesLimit: b.cfg.QueueBytes,
+		Batches: b.st.batches.Load(), BatchEvents: b.st.batchEvents.Load(), BatchPublishErrors: b.st.batchPublishErrors.Load(),
+		DynamoForm: b.dynamoActive(time.Now()),
+		Received:   b.st.received.Load(), BatchesReceived: b.st.batchesReceived.Load(), SkippedPeerForm: b.st.peerForm.Load(),
+		SkippedOwn: b.st.own.Load(), Applied: b.st.applied.Load(),
 		LogsSuppressed: b.st.logsSuppressed.Load(),
 	}
 	for i := range s.Dropped {

@@ -34,7 +34,9 @@
 // byte). KV payloads are arrays of RouterEvents (Dynamo #11776 on) or one
 // RouterEvent (before), told by their first byte (kvevents.go); the
 // current form is what AppendRouterEvents writes. Bookings are one bare
-// ActiveSequenceEvent per envelope, Dynamo's NATS form. The wire
+// ActiveSequenceEvent per envelope, Dynamo's NATS form, for Dynamo
+// routers, and batches of the ZMQ mesh's replica envelopes between
+// kvselect replicas (batches.go). The wire
 // fixtures in testdata/wire are written by testdata/wire.py with
 // Debian's python3-msgpack the way rmp_serde writes named maps, and the
 // codec is checked against them byte for byte.
@@ -83,15 +85,22 @@
 //
 // Publish encodes a service lifecycle event (admission, prefill
 // completion, free) on the caller's goroutine and queues it without
-// blocking; a full queue (QueueLimit) drops and counts it. One publisher
-// goroutine wraps each in an envelope with its own sequence and
-// publishes it on the endpoint scope's active_sequences_events. Received
+// blocking; a full queue (QueueLimit events, QueueBytes bytes) drops and
+// counts it. One publisher goroutine sends the queue in batches to the
+// other kvselect replicas on kvselect-bookings (the ZMQ mesh's batching
+// rule and replica envelope) and, while DynamoForm says so (by default
+// while a Dynamo router was heard in the last DynamoRouterWindow), each
+// event in Dynamo's form too, in an envelope with its own sequence, on
+// the endpoint scope's active_sequences_events. Received Dynamo-form
 // events (endpoint and component scopes) whose router_id is this
-// process's are skipped; the others are mapped to their worker's
-// partition (core.Service.WorkerPartition: the event names no partition)
-// and applied through core.Service.ApplyReplica, which drops what it
-// cannot apply (unknown workers and requests) with its own counters.
-// There is no catch-up on this topic (Dynamo has none).
+// process's are skipped, and so are a kvselect peer's, told by their
+// envelope's publisher_id (batches.go: its batch carries them, so each
+// event is applied once); the others, a Dynamo router's, are mapped to
+// their worker's partition (core.Service.WorkerPartition: the event names
+// no partition) and applied through core.Service.ApplyReplica, which
+// drops what it cannot apply (unknown workers and requests) with its own
+// counters. Batches name their partition and are applied whole. There is
+// no catch-up from Dynamo routers (Dynamo has none).
 //
 // # Between kvselect replicas
 //
@@ -132,11 +141,11 @@
 // # Goroutines
 //
 //   - The NATS client's: a reader, and one delivery goroutine per
-//     subscription (four for KV; two for bookings, plus the bindings' and
+//     subscription (four for KV; three for bookings, plus the bindings' and
 //     the snapshot requests' and, while gathering, the reply inbox), which run Ingress
 //     and Bookings processing; they stop on Unsubscribe (Close).
-//   - Bookings: one publisher, fed by Publish, PublishAffinity and the
-//     snapshot requests to answer; one snapshotter, which asks for and
+//   - Bookings: one publisher (batching, batches.go), fed by Publish,
+//     PublishAffinity and the snapshot requests to answer; one snapshotter, which asks for and
 //     gathers snapshots (woken by Start, Resync, CatchUp, and its own
 //     ticker for the catalog); a beater (heartbeats, and the expiry of
 //     silent peers), unless PeerTimeout < 0; all stop on Close.

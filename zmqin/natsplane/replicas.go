@@ -261,19 +261,8 @@ func decodeSnapshotChunk(payload []byte) (last bool, bins [][]byte, err error) {
 	if err != nil || neg || l > 1 {
 		return false, nil, fmt.Errorf("natsplane: snapshot chunk's last flag")
 	}
-	n, err := r.ArrayLen()
-	if err != nil {
+	if bins, err = decodeBins(&r, true); err != nil {
 		return false, nil, err
-	}
-	for range n {
-		bin, err := r.Bin()
-		if err != nil {
-			return false, nil, err
-		}
-		bins = append(bins, bin)
-	}
-	if r.Left() != 0 {
-		return false, nil, fmt.Errorf("natsplane: %d bytes after a snapshot chunk", r.Left())
 	}
 	return l == 1, bins, nil
 }

@@ -7,16 +7,50 @@ import "math"
 // of the candidate worker (tokens / max_num_batched_tokens), built from
 // what the selector knows of each candidate: the cached prefix, the booked
 // prefill still to compute (A_p − A_c, and its attention work A_pairs),
-// the booked KV blocks (A_d plus the request's new blocks) and the
-// registered capacity:
+// the booked KV blocks (A_d plus the request's new blocks), the registered
+// capacity and the prefill ever routed there (R):
 //
 //	u    = (eff(isl) − eff(cached)) / B                  the request's own prefill
 //	q    = (A_p − A_c + A_pairs/AttentionContext) / B    the prefill ahead of it
 //	m    = (A_d + new) / total_kv_blocks                 KV occupancy once admitted
+//	d    = min(1, (R − min R) / (total_kv_blocks·bs))    demand routed beyond the least
 //	cost = Queue · q + 2·u
-//	     + Spread  · max(0, m − min m − Band)             beyond the occupancy band
+//	     + Spread  · max(0, m − max(min m + Band, Floor)) memory pressure
 //	     + Overflow · max(0, m − 1)                       beyond the pool
+//	     + Demand · (2·bs/B) · d                          tie-break of misses
 //	cost *= the preferred-taint multiplier
+//
+// (Floor applies with prefill tracking only; without it the threshold is
+// min m + Band.)
+//
+// The rule: the cache decides, in time. A request stays with the worker
+// holding its prefix unless another's cost, the prefill ahead of it and
+// its own uncached prefill there, is lower; occupancy counts only as
+// memory pressure; a request no worker holds goes to the least prefill
+// ahead, then to the least demand routed. Invariants (with prefill
+// tracking, candidates with a registered pool):
+//
+//   - A continued turn leaves its context only for time: a candidate j
+//     wins against the holder h only if Queue·(q_h − q_j) + (pressure_h −
+//     pressure_j) + (demand_h − demand_j) > 2·(u_j − u_h), where u_j − u_h
+//     is the prefill of the tokens cached on h and not on j. Below
+//     max(min m + Band, Floor) the occupancy of h adds nothing, so an
+//     occupancy imbalance alone never moves a turn whose pool is at most
+//     half full (TestCacheBalanceContinuedTurnStays).
+//   - A long prompt does not pile onto a worker whose queue outweighs its
+//     saving: q counts the prefill left ahead with its attention work, so
+//     a prompt whose cached part on h is worth less than Queue·q_h (over
+//     2) goes where the queue is shorter, and stays with h otherwise
+//     (TestCacheBalanceLongPromptQueue).
+//   - A miss (no cached prefix anywhere: u equal everywhere) goes to the
+//     least Queue·q (plus pressure); between candidates whose costs
+//     differ by less than a cached block's worth (2·bs/B), to the least R
+//     (TestCacheBalanceMiss), never at random unless R ties too.
+//     The demand term is in [0, Demand·2·bs/B]: it never outweighs more
+//     than Demand cached blocks, and it is 0 on the least demanded
+//     candidate and without a registered pool.
+//   - Costs are finite and >= 0 for valid candidates; the taint multiplier
+//     scales the whole cost.
 //
 // The terms and why:
 //
@@ -50,30 +84,48 @@ import "math"
 //     token's attention costs as much as its linear layers: 2·(parameters
 //     per layer) / (4·query heads·head dimension), 26.6k for Llama-3-8B,
 //     52k for Llama-3-70B; the default, 32k, is of that order.
-//   - The occupancy term keeps the load spread bounded, as SGLang's
-//     cache-aware router does with its balance thresholds: within Band of
-//     the least occupied candidate the cache decides alone; beyond it each
-//     unit of occupancy costs Spread steps. KV occupancy is what decode
-//     load is (every decode step reads the whole context of every running
-//     request, and a full pool makes new requests wait or preempts
-//     running ones), so it is the load that cache affinity must not pile
-//     up. A conversation's later turns carry a long cached prefix on their
-//     worker (u far below the others'), so they stay together unless its
-//     pool is far fuller than the others'.
+//   - Occupancy as memory pressure, not as a balancer: what a fuller pool
+//     costs a request's first token is the KV reads of the running
+//     decodes in each step it waits and prefills, at most
+//     pool·PerKVToken per step, 36 ms of a 549 ms full step for
+//     Llama-3-8B on an A100 80GB (bench/sim/vllm.StepModel): 3% at half
+//     a pool, against the whole history a moved turn prefills again. So
+//     below Floor (half the pool) occupancy costs nothing, and the turns
+//     of a conversation stay with its context; above it, each unit of
+//     occupancy beyond the least occupied candidate's (plus Band) costs
+//     Spread steps: the booked A_d leaves out the answers' blocks still
+//     to come (the host books output blocks only as it reports them), and
+//     a pool that fills makes new requests wait or preempts running ones,
+//     as SGLang's cache-aware router bounds its load spread with its
+//     balance thresholds.
 //   - Overflow: a request that does not fit in the worker's pool waits
 //     for running requests to finish (or preempts them): a wall.
+//   - Demand: a request that no worker holds a prefix of (a new
+//     conversation, or one whose system prompt is nowhere) costs the same
+//     everywhere but for the queue, and momentary load says little about
+//     where it should go: a worker whose conversations are between turns
+//     looks idle. R, the prefill ever routed to the worker, is the demand
+//     that comes back to it (later turns follow their context), so a miss
+//     goes to the least of it, as SGLang's cache-aware router sends a
+//     miss to its smallest tree. Clipped at one pool of difference (a
+//     worker cannot hold more demand than its pool) and worth at most
+//     Demand cached blocks, it breaks ties and nothing more: a new worker
+//     (R = 0) takes the misses the queues leave it until its own queue
+//     outweighs a block.
 //
-// Without prefill tracking (a decode pool: track_prefill_tokens off) q and
-// u are 0 and only occupancy counts. A candidate without a registered
-// total_kv_blocks has no occupancy terms; without max_num_batched_tokens
-// B is vLLM's default 8,192. Without KV events (or for bookings whose
-// blocks the events cannot be matched to) A_c is 0 and q counts the
-// booked prefill in full.
+// Without prefill tracking (a decode pool: track_prefill_tokens off) q, u
+// and R are 0 and only occupancy counts, from min m + Band: a decode
+// pool's load is its decodes. A candidate without a registered
+// total_kv_blocks has no occupancy or demand terms; without
+// max_num_batched_tokens B is vLLM's default 8,192. Without KV events (or
+// for bookings whose blocks the events cannot be matched to) A_c is 0 and
+// q counts the booked prefill in full.
 //
 // The constants were chosen on bench/sim's simulation (perf/RESULTS.md):
 // mooncake_trace_1000.jsonl and the synthetic chat and agent workloads, at
-// 50% and 90% of capacity, 5 seeds each, and the trace's TTFT p99 paired
-// over 20 seeds.
+// 90% of capacity, 5 seeds each, against the peer routers' policies of
+// bench/sim/peers; Floor 0.5 and 0.75 give the same chat and agent
+// figures, 0.5 the lower end-to-end tail on the trace.
 type CacheBalance struct {
 	// AttentionContext is eff's context length in tokens (0: tokens, no
 	// attention term).
@@ -84,11 +136,18 @@ type CacheBalance struct {
 	// the cache decides alone; Spread the cost in steps of a unit of
 	// occupancy beyond it; Overflow the cost of a unit beyond the pool.
 	Band, Spread, Overflow float64
+	// Floor is the occupancy (a fraction of the pool) below which, with
+	// prefill tracking, occupancy costs nothing.
+	Floor float64
+	// Demand is the demand term's largest value, in cached blocks' worth
+	// (2·bs/B each): the cost of a pool's worth of prefill routed beyond
+	// the least demanded candidate.
+	Demand float64
 }
 
 // DefaultCacheBalance returns the built-in policy's constants.
 func DefaultCacheBalance() CacheBalance {
-	return CacheBalance{AttentionContext: 32768, Queue: 1.25, Band: 0.05, Spread: 10, Overflow: 50}
+	return CacheBalance{AttentionContext: 32768, Queue: 1.25, Band: 0.05, Spread: 10, Overflow: 50, Floor: 0.5, Demand: 1}
 }
 
 // defaultBatchedTokens is vLLM's default max_num_batched_tokens with
@@ -129,12 +188,23 @@ func (cb CacheBalance) Score(ctx *SelectionContext, cands []Candidate, out []flo
 	p, req := ctx.Params, ctx.Request
 	isl := float64(req.ISLTokens)
 	minOcc := math.Inf(1)
+	minRouted := int64(math.MaxInt64)
 	for i := range cands {
-		if m := occupancy(&cands[i]); m >= 0 {
+		c := &cands[i]
+		if m := occupancy(c); m >= 0 {
 			minOcc = min(minOcc, m)
 		}
+		if c.HasLoad {
+			minRouted = min(minRouted, c.RoutedPrefillTokens)
+		}
+	}
+	// The occupancy beyond which memory pressure is charged.
+	limit := minOcc + cb.Band
+	if p.TrackPrefillTokens {
+		limit = max(limit, cb.Floor)
 	}
 	full := cb.eff(isl)
+	bs := float64(req.BlockSize)
 	for i := range cands {
 		c := &cands[i]
 		var cost float64
@@ -150,9 +220,13 @@ func (cb CacheBalance) Score(ctx *SelectionContext, cands []Candidate, out []flo
 				q = cb.ahead(c) / b
 			}
 			cost = cb.Queue*q + 2*u
+			if c.HasLoad && c.TotalKVBlocks > 0 && c.RoutedPrefillTokens > minRouted {
+				pool := float64(c.TotalKVBlocks) * bs
+				cost += cb.Demand * 2 * bs / b * min(1, float64(c.RoutedPrefillTokens-minRouted)/pool)
+			}
 		}
 		if m := occupancy(c); m >= 0 {
-			cost += cb.Spread*max(0, m-minOcc-cb.Band) + cb.Overflow*max(0, m-1)
+			cost += cb.Spread*max(0, m-limit) + cb.Overflow*max(0, m-1)
 		}
 		if t := c.TaintMultiplier; t != 0 {
 			cost *= t

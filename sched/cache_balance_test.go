@@ -23,7 +23,8 @@ func TestCacheBalanceWorkedExample(t *testing.T) {
 		{Worker: radix.WorkerKey{WorkerID: 1}, DeviceBlocks: 48, HasLoad: true, ActivePrefillTokens: 4096, ComputedPrefillTokens: 1024, PendingPrefillPairs: 4718592, ActiveBlocks: 100, NewBlocks: 16, TotalKVBlocks: 1000},
 		// B holds nothing and is idle.
 		{Worker: radix.WorkerKey{WorkerID: 2}, HasLoad: true, ActiveBlocks: 50, NewBlocks: 64, TotalKVBlocks: 1000},
-		// C is idle but its pool is 56% booked: beyond the band.
+		// C is idle but its pool is 56% booked: beyond the band and
+		// past half the pool (the floor).
 		{Worker: radix.WorkerKey{WorkerID: 3}, HasLoad: true, ActiveBlocks: 500, NewBlocks: 64, TotalKVBlocks: 1000},
 		// D would not fit: 105% of its pool.
 		{Worker: radix.WorkerKey{WorkerID: 4}, HasLoad: true, ActiveBlocks: 986, NewBlocks: 64, TotalKVBlocks: 1000},
@@ -32,12 +33,13 @@ func TestCacheBalanceWorkedExample(t *testing.T) {
 	cb := DefaultCacheBalance()
 	cb.Score(&ctx, cands, out)
 	u := 1040.0 / 8192
-	minOcc := 0.114
+	// The least occupied is B (0.114); memory pressure is charged above
+	// max(0.114 + Band, Floor) = 0.5.
 	want := []float64{
 		1.25*(3072+4718592.0/32768)/8192 + 2*(1040.0-777)/8192,
 		2 * u,
-		2*u + 10*(0.564-minOcc-0.05),
-		2*u + 10*(1.05-minOcc-0.05) + 50*0.05,
+		2*u + 10*(0.564-0.5),
+		2*u + 10*(1.05-0.5) + 50*0.05,
 	}
 	for i := range want {
 		if !near(out[i], want[i]) {
@@ -57,8 +59,9 @@ func TestCacheBalanceWorkedExample(t *testing.T) {
 	if i := Pick(out, 0, RuntimeRand{}); i != 0 {
 		t.Fatalf("picked %d, want A (its cache, nothing left ahead)", i+1)
 	}
-	// A conversation's holder whose pool is far fuller than the others'
-	// loses the request; one just inside the band keeps it.
+	// A conversation's holder whose pool is past half and far fuller
+	// than the others' loses the request; one just inside the band
+	// keeps it.
 	cands[0].ActiveBlocks = 100 + 500
 	cb.Score(&ctx, cands, out)
 	if i := Pick(out, 0, RuntimeRand{}); i != 1 {

@@ -59,7 +59,20 @@ type counters struct {
 	// their prefill not yet credited (progress.go), in [0,
 	// MaxPrefillPairs] once no call is in flight.
 	pairs atomic.Int64
+	// routed (R) = Σ over every booking ever made on this rank of the
+	// prefill it booked (Booking.PrefillTokens), released or not: the
+	// demand routed here, which CacheBalance reads to place requests no
+	// worker holds a prefix of. Only grows, saturating at
+	// MaxRoutedPrefillTokens: always in [0, MaxRoutedPrefillTokens].
+	routed atomic.Int64
 }
+
+// MaxRoutedPrefillTokens bounds a worker rank's R (counters.routed): a
+// client-supplied prompt of 2^62 tokens cannot wrap it. A saturated R
+// stays at the bound, which CacheBalance reads as a worker as demanded as
+// one can be (its demand term is clipped long before: see
+// CacheBalance).
+const MaxRoutedPrefillTokens = 1 << 62
 
 // WorkerLoad is the load accounting of one (worker, dp_rank): the counters
 // scoring reads and the prompt trie that deduplicates the prompt blocks of
@@ -69,7 +82,7 @@ type counters struct {
 type WorkerLoad struct {
 	_   [cacheLinePad]byte
 	c   counters
-	_   [cacheLinePad - 40]byte
+	_   [cacheLinePad - 48]byte
 	key radix.WorkerKey
 	// trackBlocks is Config.TrackActiveBlocks.
 	trackBlocks bool
@@ -234,8 +247,8 @@ func addSaturating(v *atomic.Int64, p, limit int64) int64 {
 	}
 }
 
-// Fill sets c's load fields (HasLoad, A_p, A_c, A_d, N, add) from w for a
-// request with sequence hashes seq.
+// Fill sets c's load fields (HasLoad, A_p, A_c, A_d, N, add, R) from w
+// for a request with sequence hashes seq.
 func (w *WorkerLoad) Fill(c *Candidate, seq []uint64, assumeReuse bool) {
 	l := w.Loads()
 	c.HasLoad = true
@@ -245,4 +258,5 @@ func (w *WorkerLoad) Fill(c *Candidate, seq []uint64, assumeReuse bool) {
 	c.ComputedPrefillTokens = l.ComputedPrefillTokens
 	c.PendingPrefillPairs = l.PrefillPairs
 	c.NewBlocks = w.NewBlocks(seq, assumeReuse)
+	c.RoutedPrefillTokens = w.c.routed.Load()
 }

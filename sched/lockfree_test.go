@@ -30,7 +30,7 @@ func TestNewBlocksDoesNotWaitForWriters(t *testing.T) {
 	c := <-done
 	w.mu.Unlock()
 
-	want := Candidate{HasLoad: true, ActivePrefillTokens: 480, ActiveBlocks: 30, ActiveRequests: 1, PendingPrefillPairs: 480 * 481 / 2, NewBlocks: 10 + 5*1000}
+	want := Candidate{HasLoad: true, ActivePrefillTokens: 480, ActiveBlocks: 30, ActiveRequests: 1, PendingPrefillPairs: 480 * 481 / 2, NewBlocks: 10 + 5*1000, RoutedPrefillTokens: 480}
 	if c != want {
 		t.Fatalf("Fill under the writer lock = %+v, want %+v", c, want)
 	}

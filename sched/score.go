@@ -98,6 +98,14 @@ type Candidate struct {
 	// policies that weigh load against capacity. The reference's cost
 	// function does not read them.
 	TotalKVBlocks, MaxBatchedTokens int64
+
+	// RoutedPrefillTokens (R) is the prefill ever booked on the worker
+	// rank (WorkerLoad.Fill; Booking.PrefillTokens summed over every
+	// booking, released ones included, saturating at
+	// MaxRoutedPrefillTokens): the demand routed there, for policies that
+	// place requests no worker holds a prefix of. The reference's cost
+	// function does not read it.
+	RoutedPrefillTokens int64
 }
 
 // CachedTokens returns the weighted cached tokens of c (cached_w):

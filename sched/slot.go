@@ -86,7 +86,9 @@ type Booking struct {
 // ai-dynamo/dynamo:lib/kv-router/src/sequences/single.rs): A_p +=
 // PrefillTokens (saturating at MaxActivePrefillTokens), the prompt path
 // joins the worker's prompt set (blocks shared with live requests on that
-// worker are not counted again), N += 1.
+// worker are not counted again), N += 1; R += PrefillTokens (saturating
+// at MaxRoutedPrefillTokens; never taken back: R is the demand routed
+// here, not a live load).
 //
 // Errors: ErrWorkerNotFound when w is retired (booking never revives a
 // worker); the Slot is then unbooked and may be dropped.
@@ -106,6 +108,7 @@ func (s *Slot) Book(w *WorkerLoad, b *Booking) error {
 	}
 	s.w = w
 	if b.PrefillTokens > 0 {
+		addSaturating(&w.c.routed, b.PrefillTokens, MaxRoutedPrefillTokens)
 		if p := w.c.addPrefill(b.PrefillTokens); p > 0 {
 			s.prefill.Store(p)
 			if bs := b.BlockSize; bs > 0 {

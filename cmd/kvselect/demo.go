@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"net"
+	"strings"
 	"time"
 
 	"github.com/kvselect/kvselect/bench"
@@ -10,11 +12,14 @@ import (
 	"github.com/kvselect/kvselect/httpapi"
 )
 
-// demoEngines are the simulated engines of `kvselect serve --demo N`: real
-// vLLM-format KV event publishers on loopback, registered with the service
-// as workers 1..N of the default partition, each with a replay socket.
+// demoEngines are the simulated engines of `kvselect serve --demo N` and
+// `kvselect epp --demo N`: real vLLM-format KV event publishers on
+// loopback, registered with the service as workers 1..N of the default
+// partition, each with a replay socket; the EPP's also answer OpenAI
+// requests at their endpoints (bench.OpenAIServer).
 type demoEngines struct {
 	engines []*bench.Engine
+	servers []*bench.OpenAIServer
 }
 
 // Demo prompts, in blocks: every engine has served the "system prompt"
@@ -42,9 +47,13 @@ func demoTokens(blocks, blockSize int) []uint32 {
 // soon as it returns.
 //
 // The workers are of model; endpoint(i) is engine i's (0-based) endpoint:
-// serve's demo://engine-N, the EPP's http://127.0.0.N+1:8000, an ip:port
-// it can answer to the gateway (nothing serves HTTP there: the engines
-// are simulated on the KV-event side only).
+// serve's demo://engine-N, or the EPP's http://127.0.0.N+1:8000, an
+// ip:port it can answer to the gateway. An http:// endpoint is served:
+// the engine answers OpenAI completions and chat requests there (any
+// model name), its prompts' KV events published as it serves them; when
+// the address cannot be bound (8000 taken, or no 127.0.0.N+1 on the
+// host), a free port of that host, else of 127.0.0.1, is served and
+// registered instead, and logged.
 func startDemo(svc *core.Service, n, blockSize int, model string, endpoint func(i int) string, log *slog.Logger) (*demoEngines, error) {
 	d := &demoEngines{}
 	for i := range n {
@@ -58,6 +67,15 @@ func startDemo(svc *core.Service, n, blockSize int, model string, endpoint func(
 		}
 		d.engines = append(d.engines, e)
 		endpoint := endpoint(i)
+		if addr, ok := strings.CutPrefix(endpoint, "http://"); ok {
+			srv, err := serveDemoHTTP(e, addr, model, log)
+			if err != nil {
+				d.Close()
+				return nil, fmt.Errorf("engine %d: HTTP endpoint: %w", i+1, err)
+			}
+			d.servers = append(d.servers, srv)
+			endpoint = srv.URL()
+		}
 		bs, dp, total := uint32(blockSize), uint32(1), uint64(demoCapacityBlocks)
 		replay := e.ReplayEndpoints()[0]
 		spec := core.WorkerSpec{WorkerID: uint64(i + 1), ModelName: model, RoutingGroup: "default"}
@@ -109,8 +127,32 @@ func startDemo(svc *core.Service, n, blockSize int, model string, endpoint func(
 	return d, nil
 }
 
-// Close closes every engine.
+// serveDemoHTTP serves e's OpenAI endpoint at addr, else at a free port
+// of addr's host, else at a free port of 127.0.0.1.
+func serveDemoHTTP(e *bench.Engine, addr, model string, log *slog.Logger) (*bench.OpenAIServer, error) {
+	cfg := bench.OpenAIConfig{Model: model, AnyModel: true}
+	srv, err := e.ServeOpenAI(addr, cfg)
+	if err == nil {
+		return srv, nil
+	}
+	host, _, herr := net.SplitHostPort(addr)
+	if herr != nil {
+		return nil, err
+	}
+	for _, alt := range []string{net.JoinHostPort(host, "0"), "127.0.0.1:0"} {
+		if srv, aerr := e.ServeOpenAI(alt, cfg); aerr == nil {
+			log.Warn("demo: engine endpoint taken or unavailable; serving and registering a free port instead", "wanted", addr, "err", err, "endpoint", srv.URL())
+			return srv, nil
+		}
+	}
+	return nil, err
+}
+
+// Close closes every engine and its HTTP endpoint.
 func (d *demoEngines) Close() {
+	for _, s := range d.servers {
+		_ = s.Close()
+	}
 	for _, e := range d.engines {
 		_ = e.Close()
 	}

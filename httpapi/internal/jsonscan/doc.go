@@ -41,7 +41,7 @@
 //   - Bounded echoes: an error quotes at most MaxEcho bytes of the input.
 //
 // The arrays of integers have a fast path (up to 19 digits without a
-// leading zero, eight digits per step) that falls back to the exact
-// generic reader on any other shape, so the fast path never changes a
-// result or an error.
+// leading zero, read from 8-byte words: fastints.go) that falls back to
+// the exact generic reader on any other shape, so the fast path never
+// changes a result or an error.
 package jsonscan

@@ -2,6 +2,7 @@ package jsonscan
 
 import (
 	"errors"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -360,6 +361,70 @@ func TestFastPathAgrees(t *testing.T) {
 			if fast != slow || errText(fastErr) != errText(slowErr) {
 				t.Errorf("%s as %s: fast %s %v, generic %s %v", body, kind, fast, fastErr, slow, slowErr)
 			}
+		}
+	}
+}
+
+// TestFastPathAgreesLong is TestFastPathAgrees on long arrays, where the
+// wide readers (fastints.go) read every element but the last few: random
+// arrays of valid and invalid elements at every offset, with compact and
+// spaced separators, for each kind.
+func TestFastPathAgreesLong(t *testing.T) {
+	elems := []string{"0", "7", "-7", "-0", "01", "-01", "00", "-", "+1", "1.5", "1e3", "1E3", "1e", "12345678", "123456789",
+		"1234567812345678", "12345678123456789", "-1234567812345678", "9223372036854775807", "-9223372036854775808",
+		"9223372036854775808", "-9223372036854775809", "18446744073709551615", "18446744073709551616", "99999999999999999999",
+		"4294967295", "4294967296", "9999999999", "99999999999", "1000000000000000000", "-1000000000000000000",
+		"01234567812345678", "-01234567812345678", "0123456789", "-012345678",
+		"12345.5", "123456789.5", "-123456789e5", "1234567812345678.5", "1234567812345678901E2", "-123456781234567890.5",
+		"true", `"1"`, "null", "[1]", "1-2", "\x01", "1\x00", "1\x01"}
+	seps := []string{",", ",", ",", ", ", " ,", ",\n\t", " , "}
+	rng := rand.New(rand.NewPCG(7, 7))
+	// valid returns n values valid for kind, of every length.
+	valid := func(kind string, n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			v := rng.Uint64() >> rng.IntN(64)
+			switch kind {
+			case "i64":
+				out[i] = strconv.FormatInt(int64(v)>>rng.IntN(2), 10)
+			case "u64":
+				out[i] = strconv.FormatUint(v, 10)
+			default:
+				out[i] = strconv.FormatUint(uint64(uint32(v)), 10)
+			}
+		}
+		return out
+	}
+	for k := range 30000 {
+		kind := []string{"i64", "u64", "u32"}[k%3]
+		parts := valid(kind, rng.IntN(12))
+		if rng.IntN(2) == 0 {
+			parts = append(parts, elems[rng.IntN(len(elems))])
+		}
+		parts = append(parts, valid(kind, rng.IntN(12))...)
+		var b strings.Builder
+		b.WriteByte('[')
+		if rng.IntN(8) == 0 {
+			b.WriteByte(' ')
+		}
+		for i, p := range parts {
+			if i > 0 {
+				b.WriteString(seps[rng.IntN(len(seps))])
+			}
+			b.WriteString(p)
+		}
+		switch rng.IntN(10) {
+		case 0:
+		case 1:
+			b.WriteString(" ]")
+		default:
+			b.WriteByte(']')
+		}
+		body := b.String()
+		fast, fastErr := readInts(body, kind, true)
+		slow, slowErr := readInts(body, kind, false)
+		if fast != slow || errText(fastErr) != errText(slowErr) {
+			t.Fatalf("%q as %s: fast %s %v, generic %s %v", body, kind, fast, fastErr, slow, slowErr)
 		}
 	}
 }

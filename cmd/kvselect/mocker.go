@@ -67,6 +67,7 @@ func mocker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	httpPort := fs.Int("http-base-port", 0, "port of engine 0's OpenAI HTTP endpoint (POST /v1/completions, /v1/chat/completions, GET /v1/models, /health); engine e uses http-base-port + e; 0 (default) picks free ports, so two mockers run side by side; -1 serves no HTTP")
 	modelName := fs.String("served-model-name", "", "model the HTTP endpoints serve (vLLM's --served-model-name): a request naming another is a 404; empty (default): any model name is answered")
 	maxTokens := fs.Int("max-tokens", bench.DefaultOpenAIMaxTokens, "tokens generated for a request without max_tokens")
+	tokenInterval := fs.Duration("token-interval", 0, "pause between two streamed tokens of a response (an inter-token latency; 0: none)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -95,8 +96,8 @@ func mocker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("mocker: -hashes: want unsigned, signed or bytes", "hashes", *hashes)
 		return 2
 	}
-	if *engines < 1 || *ranks < 1 || *rate < 0 || *maxTokens < 1 {
-		log.Error("mocker: -engines, -ranks and -max-tokens must be >= 1, -rate >= 0")
+	if *engines < 1 || *ranks < 1 || *rate < 0 || *maxTokens < 1 || *tokenInterval < 0 {
+		log.Error("mocker: -engines, -ranks and -max-tokens must be >= 1, -rate and -token-interval >= 0")
 		return 2
 	}
 	if *httpPort < -1 || *httpPort > 65535-*engines+1 {
@@ -107,7 +108,7 @@ func mocker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if bindHost == "*" {
 		bindHost = ""
 	}
-	openai := bench.OpenAIConfig{Model: *modelName, AnyModel: *modelName == "", DefaultMaxTokens: *maxTokens}
+	openai := bench.OpenAIConfig{Model: *modelName, AnyModel: *modelName == "", DefaultMaxTokens: *maxTokens, TokenInterval: *tokenInterval}
 	ep := func(base, e int) string {
 		if base == 0 {
 			return "tcp://" + net.JoinHostPort(*host, "0")

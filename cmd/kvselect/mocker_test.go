@@ -76,7 +76,7 @@ func TestMocker(t *testing.T) {
 }
 
 func TestMockerBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"-encoding", "xml"}, {"-hashes", "x"}, {"-engines", "0"}, {"-nope"}, {"-http-base-port", "-2"}, {"-http-base-port", "65535", "-engines", "2"}, {"-max-tokens", "0"}} {
+	for _, args := range [][]string{{"-encoding", "xml"}, {"-hashes", "x"}, {"-engines", "0"}, {"-nope"}, {"-http-base-port", "-2"}, {"-http-base-port", "65535", "-engines", "2"}, {"-max-tokens", "0"}, {"-token-interval", "-1ms"}} {
 		if c := mocker(context.Background(), args, io.Discard, io.Discard); c != 2 {
 			t.Errorf("%v: exit %d, want 2", args, c)
 		}

@@ -429,6 +429,27 @@ func TestFastPathAgreesLong(t *testing.T) {
 	}
 }
 
+// TestFastPathTakesCommonShapes: the arrays the fast paths are for (hashes
+// of every sign and length, token ids) never fall back to the generic
+// path, compact or spaced.
+func TestFastPathTakesCommonShapes(t *testing.T) {
+	for seed := range uint64(50) {
+		for _, spaced := range []bool{false, true} {
+			h, tok := hashArray(300, seed), tokenArray(300, seed)
+			if spaced {
+				h = []byte(strings.ReplaceAll(string(h), ",", ", "))
+				tok = []byte(strings.ReplaceAll(string(tok), ",", " ,\n"))
+			}
+			if out, end, ok := fastI64s(h, 0, nil); !ok || end != len(h) || len(out) != 300 {
+				t.Fatalf("hashes (seed %d, spaced %v): ok %v, end %d of %d, %d values", seed, spaced, ok, end, len(h), len(out))
+			}
+			if out, end, ok := fastU32s(tok, 0, nil); !ok || end != len(tok) || len(out) != 300 {
+				t.Fatalf("token ids (seed %d, spaced %v): ok %v, end %d of %d, %d values", seed, spaced, ok, end, len(tok), len(out))
+			}
+		}
+	}
+}
+
 // readInts reads body as an array of kind, through the public readers
 // (fast path first) or the generic one alone, and formats the result.
 func readInts(body, kind string, fast bool) (string, error) {

@@ -193,3 +193,84 @@ func BenchmarkCreditStored(b *testing.B) {
 		}
 	})
 }
+
+// familiesFixture books, on each of 8 worker ranks, 128 live requests
+// shaped like kvselect bench's default workload at C1024: one of 16
+// system prompts (64 to 256 blocks), then a prefix of one of 64
+// conversations' history (its family's; up to 192 blocks), then 4 to 32
+// blocks of its own. So each rank's trie root has up to 16 children (a
+// map beyond smallKids) and every family node branches into
+// conversations. It returns the ranks and 64 query prompts drawn the same
+// way (their own blocks new).
+func familiesFixture(b testing.TB) ([]*WorkerLoad, [][]uint64) {
+	tr := newTracker(b, nil)
+	rng := rand.New(rand.NewPCG(26, 26))
+	sys := make([][]uint64, 16)
+	for f := range sys {
+		sys[f] = seqN(1_000_000*(f+1), 64+rng.IntN(193))
+	}
+	convFam := make([]int, 64)
+	convs := make([][]uint64, 64)
+	for c := range convs {
+		convFam[c] = rng.IntN(len(sys))
+		convs[c] = seqN(100_000_000*(c+1), 192)
+	}
+	own := 1_000_000_000
+	prompt := func() []uint64 {
+		c := rng.IntN(len(convs))
+		local := append(append([]uint64(nil), sys[convFam[c]]...), convs[c][:rng.IntN(193)]...)
+		n := 4 + rng.IntN(29)
+		local = append(local, seqN(own, n)...)
+		own += n
+		return chain(local)
+	}
+	handles := make([]*WorkerLoad, 8)
+	for i := range handles {
+		handles[i] = tr.AddWorker(wk(uint64(i), 0))
+		for j := range 128 {
+			must(b, tr.Book(&tbook{RequestID: fmt.Sprintf("w%d-%d", i, j), Worker: handles[i].Key(), SequenceHashes: prompt(), AssumeKVReuse: true}, t0))
+		}
+	}
+	queries := make([][]uint64, 64)
+	for i := range queries {
+		queries[i] = prompt()
+	}
+	return handles, queries
+}
+
+// BenchmarkNewBlocksFamilies is Fill on each of familiesFixture's 8 ranks
+// for one query prompt (a selection's candidate loads), the queries taken
+// in turn.
+func BenchmarkNewBlocksFamilies(b *testing.B) {
+	handles, queries := familiesFixture(b)
+	var c Candidate
+	var sink int64
+	k := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		q := queries[k%len(queries)]
+		k++
+		for _, h := range handles {
+			h.Fill(&c, q, true)
+			sink += c.NewBlocks
+		}
+	}
+	_ = sink
+}
+
+// BenchmarkBookFreeFamilies books and frees one query prompt on one of
+// familiesFixture's ranks (128 live requests sharing its prefixes), the
+// queries and ranks taken in turn.
+func BenchmarkBookFreeFamilies(b *testing.B) {
+	handles, queries := familiesFixture(b)
+	k := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		var s Slot
+		if err := s.Book(handles[k%len(handles)], &Booking{SequenceHashes: queries[k%len(queries)], PrefillTokens: 1024, AssumeKVReuse: true, BlockSize: 16}); err != nil {
+			b.Fatal(err)
+		}
+		s.Release()
+		k++
+	}
+}

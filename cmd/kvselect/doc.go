@@ -146,7 +146,7 @@
 //     publisher (outbound bookings, bindings and snapshot answers, from
 //     bounded queues), snapshotter (asks for and gathers catch-up
 //     snapshots) and beater (heartbeats; releases the mirrors of a peer
-//     silent for --event-plane-peer-timeout, when set); with an embedded
+//     silent for --event-plane-peer-timeout, 10 s unless 0); with an embedded
 //     server, a route watch every 250 ms (a new route asks again); with
 //     --nats-catalog, the catalog bucket's binder-then-watcher and writer,
 //     and either a mirror loop every second (with --workers-file) or a
@@ -157,7 +157,9 @@
 //     the workers' {endpoint}/metrics, at most 16 requests in flight
 //     (httpapi/engines); stopped after the HTTP drain.
 //   - --demo engines: each simulated engine's publisher runs an accept loop
-//     and one goroutine per subscriber (zmqpub.Publisher); closed last.
+//     and one goroutine per subscriber (zmqpub.Publisher); the EPP's also
+//     serve OpenAI requests (bench.OpenAIServer: an accept loop, one
+//     goroutine per connection); closed last.
 //
 // With --remote-indexer-url the primary index is a standalone indexer
 // (httpapi.RemoteIndex, --remote-indexer-timeout, --remote-indexer-max-conns):

@@ -98,9 +98,12 @@ func (st *stream) scanSSE(b []byte) {
 	}
 }
 
-// sseLine counts one line: a data event other than [DONE] is one token
-// (an engine streams one delta per decode step), unless it carries
-// usage.completion_tokens, which is the count so far.
+// sseLine counts one line: a data event that carries output (carriesToken)
+// is one token (an engine streams one delta per decode step), unless it
+// carries usage.completion_tokens, which is the count so far. An event
+// without output (vLLM's and OpenAI's first chat chunk, the role alone;
+// OpenAI's last, an empty delta with the finish reason) counts none: a
+// token counted is an output block booked, and a later usage only adds.
 func (st *stream) sseLine(line []byte) {
 	line = bytes.TrimSuffix(line, []byte("\r"))
 	payload, ok := bytes.CutPrefix(line, []byte("data:"))
@@ -120,7 +123,42 @@ func (st *stream) sseLine(line []byte) {
 			}
 		}
 	}
-	st.addTokens(1)
+	if carriesToken(payload) {
+		st.addTokens(1)
+	}
+}
+
+// tokenKeys are the fields of an OpenAI stream event's choice whose
+// non-empty string value is generated output: a completion's text, a chat
+// delta's content, and the reasoning text vLLM and SGLang stream apart
+// (reasoning_content; reasoning in vLLM since 0.10).
+var tokenKeys = [][]byte{[]byte(`"text":`), []byte(`"content":`), []byte(`"reasoning_content":`), []byte(`"reasoning":`)}
+
+// carriesToken reports whether a stream event's JSON holds generated
+// output: a tokenKeys field with a non-empty string, or a non-empty
+// tool_calls list. A
+// byte scan, not a decode: it runs on every event, and the engines write
+// compact JSON (a space after the colon is skipped all the same). A key
+// inside a string value (a content that itself spells "text":) can only
+// make an event count, which every content event does anyway.
+func carriesToken(p []byte) bool {
+	for _, k := range tokenKeys {
+		for rest := p; ; {
+			i := bytes.Index(rest, k)
+			if i < 0 {
+				break
+			}
+			rest = bytes.TrimLeft(rest[i+len(k):], " \t")
+			if len(rest) >= 2 && rest[0] == '"' && rest[1] != '"' {
+				return true
+			}
+		}
+	}
+	if i := bytes.Index(p, []byte(`"tool_calls":`)); i >= 0 {
+		rest := bytes.TrimLeft(p[i+len(`"tool_calls":`):], " \t")
+		return len(rest) >= 2 && rest[0] == '[' && rest[1] != ']'
+	}
+	return false
 }
 
 // usageCounts are the counts of an OpenAI usage object, each -1 when

@@ -161,13 +161,16 @@ func checkApprox(a *Approx) error {
 // does but without repairing the entry.
 func (t *Tree) holds(wb *workerBlocks, w WorkerKey, e uint64) bool {
 	m := &wb.lookup
-	i, h := m.seek(e)
-	for ; i < len(m.slots) && m.slots[i].hash == h; i++ {
-		if x, ok := publishedExt(w, follow(t.placeOf(&m.slots[i]))); ok && x == e {
+	i, run := m.seek(e)
+	for ; ; i++ {
+		id, off, ok := m.candidate(i, run)
+		if !ok {
+			return false
+		}
+		if x, ok := publishedExt(w, follow(t.placeOf(id, off))); ok && x == e {
 			return true
 		}
 	}
-	return false
 }
 
 // TestApproxMatchesModel records random prompts (drawn from a few shared

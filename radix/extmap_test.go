@@ -8,11 +8,14 @@ import (
 // TestExtMapAgainstMap checks the table against Go's map over random
 // operations on a small key space (dense collisions), a wide one, and keys
 // whose hash bits all collide. The table keeps no keys, so the test plays
-// the tree's part: every key has a distinct place, and a candidate is
-// confirmed by the place's key.
+// the tree's part: every key has a distinct place, a candidate is
+// confirmed by the place's key, entries move (as splits move blocks), and
+// a table that outgrew its hash bits is rekeyed. Places are mostly small,
+// sometimes of any width, so the fields widen and the hash bits shrink
+// and grow back.
 func TestExtMapAgainstMap(t *testing.T) {
-	// inv is the inverse of hashBits' multiplier mod 2^64: x*inv has
-	// hash bits x's top 32 bits (with the low bit set).
+	// inv is the inverse of the hash's multiplier mod 2^64: x*inv has
+	// hash bits x's top bits.
 	inv := uint64(1)
 	for range 6 {
 		inv *= 2 - 0x9E3779B97F4A7C15*inv
@@ -31,20 +34,31 @@ func TestExtMapAgainstMap(t *testing.T) {
 			}
 			return r.Uint64()
 		}
-		var m extMap
+		m := newExtMap()
 		type place struct{ id, off uint32 }
 		want := map[uint64]place{}
 		keyAt := map[place]uint64{}
 		nextID := uint32(1)
 		find := func(k uint64) int {
-			i, h := m.seek(k)
-			for ; i < len(m.slots) && m.slots[i].hash == h; i++ {
-				if keyAt[place{m.slots[i].id, m.slots[i].off}] == k {
+			i, run := m.seek(k)
+			for ; ; i++ {
+				id, off, ok := m.candidate(i, run)
+				if !ok {
+					return -1
+				}
+				if keyAt[place{id, off}] == k {
 					return i
 				}
 			}
-			return -1
 		}
+		newPlace := func() place {
+			nextID++
+			if r.IntN(2000) == 0 {
+				return place{nextID, r.Uint32N(1 << 31)}
+			}
+			return place{nextID, r.Uint32N(128)}
+		}
+		wide := 0 // times the fields widened
 		for step := range 100000 {
 			k := key()
 			_, present := want[k]
@@ -63,6 +77,15 @@ func TestExtMapAgainstMap(t *testing.T) {
 						del(k)
 					}
 				}
+			case present && op < 100: // move it (a split)
+				i, l := find(k), newPlace()
+				ib, ob := m.ib, m.ob
+				m.setPlace(i, l.id, l.off)
+				if m.ib != ib || m.ob != ob {
+					wide++
+				}
+				delete(keyAt, want[k])
+				want[k], keyAt[l] = l, k
 			case present:
 				del(k)
 			case op < 1500 && len(want) > 0:
@@ -71,10 +94,22 @@ func TestExtMapAgainstMap(t *testing.T) {
 					break
 				}
 			default:
-				l := place{nextID, r.Uint32()}
-				nextID++
+				l := newPlace()
+				ib, ob := m.ib, m.ob
 				m.insert(k, l.id, l.off)
+				if m.count > 1 && (m.ib != ib || m.ob != ob) {
+					wide++
+				}
 				want[k], keyAt[l] = l, k
+				if m.wantsRekey() {
+					m.rekey(func(id, off uint32) uint64 {
+						k, ok := keyAt[place{id, off}]
+						if !ok {
+							t.Fatalf("%s step %d: rekey of an entry at %d/%d, which no key has", space, step, id, off)
+						}
+						return k
+					})
+				}
 			}
 			if m.Len() != len(want) {
 				t.Fatalf("%s step %d: len %d, want %d", space, step, m.Len(), len(want))
@@ -84,16 +119,20 @@ func TestExtMapAgainstMap(t *testing.T) {
 					t.Fatalf("%s step %d: %v", space, step, err)
 				}
 				for k, l := range want {
-					if i := find(k); i < 0 || (place{m.slots[i].id, m.slots[i].off}) != l {
+					i := find(k)
+					if i < 0 {
+						t.Fatalf("%s step %d: %d not found", space, step, k)
+					}
+					if v := m.at(i); (place{m.idAt(v), m.offAt(v)}) != l || m.hashAt(v) != m.hashOf(k) {
 						t.Fatalf("%s step %d: %d not at its place", space, step, k)
 					}
 				}
 				n := 0
-				m.each(func(s *extSlot) {
+				m.each(func(id, off uint32) {
 					n++
-					l := place{s.id, s.off}
-					if k, ok := keyAt[l]; !ok || want[k] != l || hashBits(k) != s.hash {
-						t.Fatalf("%s: each: slot %+v has a place no key has", space, *s)
+					l := place{id, off}
+					if k, ok := keyAt[l]; !ok || want[k] != l {
+						t.Fatalf("%s: each: place %+v, which no key has", space, l)
 					}
 				})
 				if n != len(want) {
@@ -101,6 +140,10 @@ func TestExtMapAgainstMap(t *testing.T) {
 				}
 			}
 		}
+		if wide < 3 {
+			t.Fatalf("%s: the fields widened only %d times", space, wide)
+		}
+		t.Logf("%s: %d-byte slots of %d/%d/%d bits, widened %d times", space, m.w, m.hb, m.ib, m.ob, wide)
 	}
 }
 
@@ -162,5 +205,89 @@ func TestIndexCollidingHashBits(t *testing.T) {
 			t.Fatalf("seed %d: only %d device removals took effect", seed, removed)
 		}
 		t.Logf("seed %d: %d removals, %d hashes", seed, removed, len(mapped))
+	}
+}
+
+// TestLookupRekeysInOneStore stores long events into fresh tables, so the
+// lookups outgrow their hash bits while one Store indexes them: rekeys
+// that read hashes of a child not yet linked (addChild), of a leaf's
+// extension not yet published (extend) and of an owner's pending coverage
+// (cover). A split then moves most blocks to a new node, whose id widens
+// the entries' id field as lookups repair them. Every block must be found
+// by its removal, and the model must agree.
+func TestLookupRekeysInOneStore(t *testing.T) {
+	ix, _ := New(Config{Shards: 1})
+	m := newModel()
+	var r Result
+	const n = 1200
+	ext := func(w, i int) uint64 { return uint64(w)<<32 | uint64(i+1) }
+	local := func(i int) uint64 { return uint64(i+1) * 0x9E3779B97F4A7C15 }
+	apply := func(ev *Event, check bool) {
+		t.Helper()
+		ix.Apply(ev)
+		m.apply(ev)
+		if !check {
+			return
+		}
+		if err := checkIndex(ix); err != nil {
+			t.Fatal(err)
+		}
+		q := make([]uint64, 2*n)
+		for i := range q {
+			q[i] = local(i)
+		}
+		if err := compareMatch(ix, m, q, &r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store := func(w, from, to int) {
+		ev := Event{Worker: WorkerKey{WorkerID: uint64(w)}, Kind: Stored}
+		if from > 0 {
+			ev.HasParent, ev.ParentHash = true, ext(w, from-1)
+		}
+		for i := from; i < to; i++ {
+			l := local(i)
+			if w == 3 && i >= 7 || w == 5 {
+				l++ // diverges: splits the edge at 7, or a chain of its own
+			}
+			ev.Blocks = append(ev.Blocks, Block{Hash: ext(w, i), Local: l})
+		}
+		apply(&ev, true)
+	}
+	store(1, 0, 8)   // a leaf of 8 blocks
+	store(1, 8, 2*n) // extend: the leaf grows by 2n-8
+	store(2, 0, 2*n) // cover: a second owner of the whole edge
+	store(5, 0, n)   // addChild: a new leaf of n blocks
+	store(3, 0, 9)   // the split
+	store(4, 0, n/2)
+	for w := 1; w <= 5; w++ {
+		wb := ix.shards[0].tree.workers[WorkerKey{WorkerID: uint64(w)}]
+		t.Logf("worker %d: %d entries, %d-byte slots of %d/%d/%d bits", w, wb.lookup.Len(), wb.lookup.w, wb.lookup.hb, wb.lookup.ib, wb.lookup.ob)
+		if w != 3 && wb.lookup.hb < 14 {
+			t.Errorf("worker %d: %d hash bits for %d entries: not rekeyed", w, wb.lookup.hb, wb.lookup.Len())
+		}
+	}
+	if wb := ix.shards[0].tree.workers[WorkerKey{WorkerID: 4}]; wb.lookup.ib < 2 {
+		t.Errorf("worker 4's entries name node ids of %d bit after the split", wb.lookup.ib)
+	}
+	// Remove every block of worker 1, leaf first, one event per block of
+	// the first and the last hundred, the rest in one event.
+	rm := func(w int, hashes ...uint64) {
+		apply(&Event{Worker: WorkerKey{WorkerID: uint64(w)}, Kind: Removed, Hashes: hashes}, len(hashes) > 1 || hashes[0]%32 == 0)
+	}
+	for i := 2*n - 1; i >= 2*n-100; i-- {
+		rm(1, ext(1, i))
+	}
+	var rest []uint64
+	for i := 2*n - 101; i >= 100; i-- {
+		rest = append(rest, ext(1, i))
+	}
+	rm(1, rest...)
+	for i := 99; i >= 0; i-- {
+		rm(1, ext(1, i))
+	}
+	apply(&Event{Worker: WorkerKey{WorkerID: 4}, Kind: Removed, Hashes: []uint64{ext(4, 8)}}, true)
+	if st := ix.Stats(); st.Dropped[DropUnknownBlock] != 0 || st.Blocks[TierDevice] != int64(2*n+9+8+n) {
+		t.Fatalf("after removing worker 1: %+v", st)
 	}
 }

@@ -89,22 +89,19 @@ func checkTree(t *Tree) error {
 		if err := checkExtMap(m); err != nil {
 			return fmt.Errorf("worker %v: %v", w, err)
 		}
-		var bad error
-		m.each(func(s *extSlot) {
-			if bad != nil {
-				return
+		for i := 0; i < m.n; i++ {
+			v := m.at(i)
+			if v == 0 {
+				continue
 			}
-			if int(s.id) >= len(t.nodes) || t.nodes[s.id] == nil || s.id == 0 {
-				bad = fmt.Errorf("worker %v: entry names node id %d, which is not live", w, s.id)
-				return
+			id, off := m.idAt(v), m.offAt(v)
+			if int(id) >= len(t.nodes) || t.nodes[id] == nil {
+				return fmt.Errorf("worker %v: entry names node id %d, which is not live", w, id)
 			}
-			e, ok := publishedExt(w, follow(t.placeOf(s)))
-			if !ok || hashBits(e) != s.hash {
-				bad = fmt.Errorf("worker %v: entry %+v does not point at a block of its hash", w, *s)
+			e, ok := publishedExt(w, follow(t.placeOf(id, off)))
+			if !ok || m.hashOf(e) != m.hashAt(v) {
+				return fmt.Errorf("worker %v: entry %#x (node %d, offset %d) does not point at a block of its hash", w, v, id, off)
 			}
-		})
-		if bad != nil {
-			return bad
 		}
 		total += int64(m.Len())
 	}
@@ -206,38 +203,45 @@ func publishedExt(w WorkerKey, r ref) (uint64, bool) {
 // hasEntry reports whether m has an entry for e whose place follows to
 // r, as locate finds one but without repairing it.
 func (t *Tree) hasEntry(m *extMap, e uint64, r ref) bool {
-	i, h := m.seek(e)
-	for ; i < len(m.slots) && m.slots[i].hash == h; i++ {
-		if follow(t.placeOf(&m.slots[i])) == r {
+	i, run := m.seek(e)
+	for ; ; i++ {
+		id, off, ok := m.candidate(i, run)
+		if !ok {
+			return false
+		}
+		if follow(t.placeOf(id, off)) == r {
 			return true
 		}
 	}
-	return false
 }
 
 // checkExtMap verifies the layout extMap's comment states.
 func checkExtMap(m *extMap) error {
 	if m.size == 0 {
-		if m.count != 0 || len(m.slots) != 0 {
+		if m.count != 0 || m.n != 0 {
 			return fmt.Errorf("unsized table with %d entries", m.count)
 		}
 		return nil
 	}
-	if uint64(len(m.slots)) <= m.size || m.slots[len(m.slots)-1].hash != 0 {
-		return fmt.Errorf("table of %d home slots has %d slots, the last not empty", m.size, len(m.slots))
+	if m.w < 1 || m.w > 8 || m.ib < 1 || m.hb+m.ib+m.ob > 8*m.w || m.mask != ^uint64(0)>>(64-8*m.w) {
+		return fmt.Errorf("fields of %d, %d and %d bits in %d-byte slots (mask %#x)", m.hb, m.ib, m.ob, m.w, m.mask)
 	}
-	if uint64(m.count)*8 > m.size*7 {
+	if len(m.b) < m.n*int(m.w)+8 || uint64(m.n) <= m.size || m.at(m.n-1) != 0 {
+		return fmt.Errorf("table of %d home slots has %d slots in %d bytes, the last not empty", m.size, m.n, len(m.b))
+	}
+	if m.overfull(m.count) {
 		return fmt.Errorf("%d entries in %d home slots", m.count, m.size)
 	}
-	n, last := 0, uint32(0)
-	for i, s := range m.slots {
-		h := s.hash
-		if h == 0 {
+	n, last := 0, uint64(0)
+	for i := 0; i < m.n; i++ {
+		v := m.at(i)
+		if v == 0 {
 			continue
 		}
 		n++
-		if h&1 == 0 || h < last {
-			return fmt.Errorf("slot %d: hash bits %#x after %#x", i, h, last)
+		h := m.hashAt(v)
+		if m.idAt(v) == 0 || h < last || h >= 1<<m.hb && m.hb < 64 {
+			return fmt.Errorf("slot %d: value %#x (hash bits %#x after %#x)", i, v, h, last)
 		}
 		last = h
 		home := m.home(h)
@@ -245,7 +249,7 @@ func checkExtMap(m *extMap) error {
 			return fmt.Errorf("slot %d holds an entry whose home is %d", i, home)
 		}
 		for j := home; j < i; j++ {
-			if m.slots[j].hash == 0 {
+			if m.at(j) == 0 {
 				return fmt.Errorf("slot %d: empty slot %d between the entry and its home", i, j)
 			}
 		}

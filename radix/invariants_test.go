@@ -78,8 +78,8 @@ var corruptions = []struct {
 	{"block counter", "block counter", func(t *testing.T, s *shard) { s.tree.blocks++ }},
 	{"lost lookup entry", "lookup", func(t *testing.T, s *shard) {
 		m := &s.tree.workers[WorkerKey{WorkerID: 3}].lookup
-		for i := range m.slots {
-			if m.slots[i].hash != 0 {
+		for i := range m.n {
+			if m.at(i) != 0 {
 				m.deleteAt(i)
 				break
 			}

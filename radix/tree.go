@@ -57,9 +57,10 @@ type Tree struct {
 	nodes []*node
 	free  []uint32
 
-	// While cover builds w's new external hashes of pendNode, pendExt holds
-	// them (nil until the first change): lookups made meanwhile must read
-	// them rather than the published ones. Writer-only.
+	// While cover or extend builds w's new external hashes of pendNode,
+	// pendExt holds them (nil until cover's first change): lookups made
+	// meanwhile, and the rekey of w's table that an entry may trigger
+	// (index), must read them rather than the published ones. Writer-only.
 	pendNode *node
 	pendExt  []uint64
 
@@ -115,7 +116,7 @@ func (t *Tree) release(n *node) {
 }
 
 // placeOf returns the place an entry names (before following splits).
-func (t *Tree) placeOf(s *extSlot) ref { return ref{t.nodes[s.id], s.off} }
+func (t *Tree) placeOf(id, off uint32) ref { return ref{t.nodes[id], off} }
 
 // extAt returns w's external hash of the block at r (which follow has
 // resolved), seeing cover's pending changes; ok is false if w holds none.
@@ -147,22 +148,37 @@ func (t *Tree) extAt(w WorkerKey, r ref) (uint64, bool) {
 // is repaired to the block's current place.
 func (t *Tree) locate(wb *workerBlocks, w WorkerKey, e uint64) (ref, bool) {
 	m := &wb.lookup
-	i, h := m.seek(e)
-	for ; i < len(m.slots) && m.slots[i].hash == h; i++ {
-		s := &m.slots[i]
-		r := follow(t.placeOf(s))
+	i, run := m.seek(e)
+	for ; ; i++ {
+		id, off, ok := m.candidate(i, run)
+		if !ok {
+			return ref{}, false
+		}
+		r := follow(t.placeOf(id, off))
 		if x, ok := t.extAt(w, r); ok && x == e {
-			s.id, s.off = r.n.id, r.off // repaired if it moved
+			if r.n.id != id || r.off != off {
+				m.setPlace(i, r.n.id, r.off) // repaired: it moved
+			}
 			return r, true
 		}
 	}
-	return ref{}, false
 }
 
-// index adds w's entry for e, which w does not hold, at r.
-func (t *Tree) index(wb *workerBlocks, e uint64, r ref) {
+// index adds w's entry for e, which w does not hold, at r. Every entry of
+// w, this one included, must be readable by extAt: its hash is published
+// or pending (a table that outgrew its hash bits rereads the keys).
+func (t *Tree) index(wb *workerBlocks, w WorkerKey, e uint64, r ref) {
 	wb.lookup.insert(e, r.n.id, r.off)
 	t.blocks++
+	if wb.lookup.wantsRekey() {
+		wb.lookup.rekey(func(id, off uint32) uint64 {
+			x, ok := t.extAt(w, follow(t.placeOf(id, off)))
+			if !ok {
+				panic("BUG: radix: a lookup entry names no block of its worker")
+			}
+			return x
+		})
+	}
 }
 
 // unindex drops the entry for e, which w holds at r: the entry with e's
@@ -170,15 +186,18 @@ func (t *Tree) index(wb *workerBlocks, e uint64, r ref) {
 // this needs no hash read).
 func (t *Tree) unindex(wb *workerBlocks, e uint64, r ref) {
 	m := &wb.lookup
-	i, h := m.seek(e)
-	for ; i < len(m.slots) && m.slots[i].hash == h; i++ {
-		if s := &m.slots[i]; s.id == r.n.id && s.off == r.off || follow(t.placeOf(s)) == r {
+	i, run := m.seek(e)
+	for ; ; i++ {
+		id, off, ok := m.candidate(i, run)
+		if !ok {
+			panic("BUG: radix: a covered block has no lookup entry")
+		}
+		if id == r.n.id && off == r.off || follow(t.placeOf(id, off)) == r {
 			m.deleteAt(i)
 			t.blocks--
 			return
 		}
 	}
-	panic("BUG: radix: a covered block has no lookup entry")
 }
 
 // Stored events.
@@ -255,7 +274,7 @@ func (t *Tree) Store(ev *Event) (applied int, reason DropReason, dropped bool) {
 		return 0, DropParentNotFound, true
 	}
 	if wb == nil {
-		wb = &workerBlocks{}
+		wb = &workerBlocks{lookup: newExtMap()}
 		t.workers[w] = wb
 	}
 
@@ -344,7 +363,7 @@ func (t *Tree) cover(wb *workerBlocks, w WorkerKey, n *node, st *nodeState, o in
 			t.unindex(wb, ext[pos], ref{n, uint32(pos)}) // rebind this position to the new hash
 		}
 		ext[pos] = b.Hash
-		t.index(wb, b.Hash, ref{n, uint32(pos)})
+		t.index(wb, w, b.Hash, ref{n, uint32(pos)})
 		placed++
 	}
 	t.pendNode, t.pendExt = nil, nil
@@ -391,13 +410,17 @@ func (t *Tree) extend(wb *workerBlocks, w WorkerKey, n *node, st *nodeState, blo
 	edge := st.edge
 	i, _ := st.find(w)
 	ext := st.owners[i].ext
-	for j, b := range blocks[:placed] {
+	for _, b := range blocks[:placed] {
 		// Appending in place is safe: readers of older states never look past
 		// their own len, and every truncation capped the capacity.
 		edge = append(edge, b.Local)
 		ext = append(ext, b.Hash)
-		t.index(wb, b.Hash, ref{n, uint32(base + j)})
 	}
+	t.pendNode, t.pendExt = n, ext
+	for j, b := range blocks[:placed] {
+		t.index(wb, w, b.Hash, ref{n, uint32(base + j)})
+	}
+	t.pendNode, t.pendExt = nil, nil
 	ns := st.withOwner(w, ext)
 	ns.edge = edge
 	n.state.Store(ns)
@@ -417,9 +440,13 @@ func (t *Tree) addChild(wb *workerBlocks, w WorkerKey, n *node, st *nodeState, b
 	ext := make([]uint64, placed)
 	for j, b := range blocks[:placed] {
 		edge[j], ext[j] = b.Local, b.Hash
-		t.index(wb, b.Hash, ref{c, uint32(j)})
 	}
+	// c is published before it is indexed (index may read its hashes) and
+	// linked after: no reader reaches it before it is complete.
 	c.state.Store(&nodeState{edge: edge, owners: []owner{{w, ext}}})
+	for j, b := range blocks[:placed] {
+		t.index(wb, w, b.Hash, ref{c, uint32(j)})
+	}
 	ch := st.children.with(edge[0], c)
 	if ch.big == nil || st.children.big == nil {
 		n.state.Store(&nodeState{edge: st.edge, owners: st.owners, children: ch})
@@ -477,8 +504,8 @@ func (t *Tree) Clear(w WorkerKey) {
 	}
 	nodes := make([]*node, 0, 16)
 	seen := make(map[*node]struct{})
-	wb.lookup.each(func(s *extSlot) {
-		res := follow(t.placeOf(s))
+	wb.lookup.each(func(id, off uint32) {
+		res := follow(t.placeOf(id, off))
 		if _, dup := seen[res.n]; !dup {
 			seen[res.n] = struct{}{}
 			nodes = append(nodes, res.n)

@@ -331,14 +331,16 @@ func (m *extMap) growTail() {
 func (m *extMap) wantsRekey() bool { return m.rekeyDue }
 
 // rekey gives the table extSpareBits hash bits beyond its size's bit
-// length (or as many as fit in 8 bytes), reading each entry's key with
-// keyOf. It may move any entry.
-func (m *extMap) rekey(keyOf func(id, off uint32) uint64) {
-	// The places' fields narrow to what they hold.
+// length (or as many as fit in 8 bytes). The tree resolves each entry's
+// place to the block's current one (resolve: a split moved it) and reads
+// the key there (keyOf); the entries keep the resolved places, in fields
+// narrowed to what they hold. It may move any entry.
+func (m *extMap) rekey(resolve func(id, off uint32) (uint32, uint32), keyOf func(id, off uint32) uint64) {
 	maxID, maxOff := uint32(0), uint32(0)
 	for i := 0; i < m.n; i++ {
 		if v := m.at(i); v != 0 {
-			maxID, maxOff = max(maxID, m.idAt(v)), max(maxOff, m.offAt(v))
+			id, off := resolve(m.idAt(v), m.offAt(v))
+			maxID, maxOff = max(maxID, id), max(maxOff, off)
 		}
 	}
 	ib, ob := max(1, uint(bits.Len32(maxID))), uint(bits.Len32(maxOff))
@@ -347,7 +349,7 @@ func (m *extMap) rekey(keyOf func(id, off uint32) uint64) {
 	vals := make([]uint64, 0, m.count)
 	for i := 0; i < m.n; i++ {
 		if v := m.at(i); v != 0 {
-			id, off := m.idAt(v), m.offAt(v)
+			id, off := resolve(m.idAt(v), m.offAt(v))
 			vals = append(vals, (keyOf(id, off)*phi64)>>(64-hb)<<(ib+ob)|uint64(id)<<ob|uint64(off))
 		}
 	}

@@ -9,10 +9,11 @@ import (
 // operations on a small key space (dense collisions), a wide one, and keys
 // whose hash bits all collide. The table keeps no keys, so the test plays
 // the tree's part: every key has a distinct place, a candidate is
-// confirmed by the place's key, entries move (as splits move blocks), and
-// a table that outgrew its hash bits is rekeyed. Places are mostly small,
-// sometimes of any width, so the fields widen and the hash bits shrink
-// and grow back.
+// confirmed by the key at its place resolved, blocks move (as splits move
+// them: the table's entry goes stale until a lookup repairs it), and a
+// table that outgrew its hash bits is rekeyed, which repairs every entry.
+// Places are mostly small, sometimes of any width, so the fields widen
+// and the hash bits shrink and grow back.
 func TestExtMapAgainstMap(t *testing.T) {
 	// inv is the inverse of the hash's multiplier mod 2^64: x*inv has
 	// hash bits x's top bits.
@@ -38,35 +39,56 @@ func TestExtMapAgainstMap(t *testing.T) {
 		type place struct{ id, off uint32 }
 		want := map[uint64]place{}
 		keyAt := map[place]uint64{}
+		moved := map[place]place{} // a block's old place to its next
+		resolve := func(l place) place {
+			for {
+				next, ok := moved[l]
+				if !ok {
+					return l
+				}
+				l = next
+			}
+		}
 		nextID := uint32(1)
-		find := func(k uint64) int {
+		wide, rekeys := 0, 0 // times the fields widened, rekeys
+		var find func(k uint64, repair bool) int
+		find = func(k uint64, repair bool) int {
 			i, run := m.seek(k)
 			for ; ; i++ {
 				id, off, ok := m.candidate(i, run)
 				if !ok {
 					return -1
 				}
-				if keyAt[place{id, off}] == k {
+				if l := resolve(place{id, off}); keyAt[l] == k {
+					if repair && l != (place{id, off}) {
+						ib, ob := m.ib, m.ob
+						m.setPlace(i, l.id, l.off)
+						if m.ib != ib || m.ob != ob {
+							wide++
+						}
+						return find(k, false)
+					}
 					return i
 				}
 			}
 		}
+		step := 0
 		newPlace := func() place {
 			nextID++
-			if r.IntN(2000) == 0 {
+			if step > 80000 && r.IntN(2000) == 0 { // wide offsets, late
+
 				return place{nextID, r.Uint32N(1 << 31)}
 			}
 			return place{nextID, r.Uint32N(128)}
 		}
-		wide := 0 // times the fields widened
-		for step := range 100000 {
+		for ; step < 100000; step++ {
 			k := key()
 			_, present := want[k]
-			if i := find(k); (i >= 0) != present {
+			if i := find(k, r.IntN(2) == 0); (i >= 0) != present {
 				t.Fatalf("%s step %d: presence of %d: table %v, map %v", space, step, k, i >= 0, present)
 			}
 			del := func(k uint64) {
-				m.deleteAt(find(k))
+				m.deleteAt(find(k, false))
 				delete(keyAt, want[k])
 				delete(want, k)
 			}
@@ -77,15 +99,14 @@ func TestExtMapAgainstMap(t *testing.T) {
 						del(k)
 					}
 				}
-			case present && op < 100: // move it (a split)
-				i, l := find(k), newPlace()
-				ib, ob := m.ib, m.ob
-				m.setPlace(i, l.id, l.off)
-				if m.ib != ib || m.ob != ob {
-					wide++
+			case op < 300 && len(want) > 0: // move a block (a split)
+				for k := range want {
+					l := newPlace()
+					moved[want[k]] = l
+					delete(keyAt, want[k])
+					want[k], keyAt[l] = l, k
+					break
 				}
-				delete(keyAt, want[k])
-				want[k], keyAt[l] = l, k
 			case present:
 				del(k)
 			case op < 1500 && len(want) > 0:
@@ -102,12 +123,21 @@ func TestExtMapAgainstMap(t *testing.T) {
 				}
 				want[k], keyAt[l] = l, k
 				if m.wantsRekey() {
-					m.rekey(func(id, off uint32) uint64 {
+					rekeys++
+					m.rekey(func(id, off uint32) (uint32, uint32) {
+						l := resolve(place{id, off})
+						return l.id, l.off
+					}, func(id, off uint32) uint64 {
 						k, ok := keyAt[place{id, off}]
 						if !ok {
 							t.Fatalf("%s step %d: rekey of an entry at %d/%d, which no key has", space, step, id, off)
 						}
 						return k
+					})
+					m.each(func(id, off uint32) {
+						if _, stale := moved[place{id, off}]; stale {
+							t.Fatalf("%s step %d: rekey left an entry at %d/%d, which moved", space, step, id, off)
+						}
 					})
 				}
 			}
@@ -119,18 +149,18 @@ func TestExtMapAgainstMap(t *testing.T) {
 					t.Fatalf("%s step %d: %v", space, step, err)
 				}
 				for k, l := range want {
-					i := find(k)
+					i := find(k, false)
 					if i < 0 {
 						t.Fatalf("%s step %d: %d not found", space, step, k)
 					}
-					if v := m.at(i); (place{m.idAt(v), m.offAt(v)}) != l || m.hashAt(v) != m.hashOf(k) {
+					if v := m.at(i); resolve(place{m.idAt(v), m.offAt(v)}) != l || m.hashAt(v) != m.hashOf(k) {
 						t.Fatalf("%s step %d: %d not at its place", space, step, k)
 					}
 				}
 				n := 0
 				m.each(func(id, off uint32) {
 					n++
-					l := place{id, off}
+					l := resolve(place{id, off})
 					if k, ok := keyAt[l]; !ok || want[k] != l {
 						t.Fatalf("%s: each: place %+v, which no key has", space, l)
 					}
@@ -140,10 +170,10 @@ func TestExtMapAgainstMap(t *testing.T) {
 				}
 			}
 		}
-		if wide < 3 {
-			t.Fatalf("%s: the fields widened only %d times", space, wide)
+		if wide < 3 || rekeys < 1 && space != "dense" {
+			t.Fatalf("%s: the fields widened %d times, %d rekeys", space, wide, rekeys)
 		}
-		t.Logf("%s: %d-byte slots of %d/%d/%d bits, widened %d times", space, m.w, m.hb, m.ib, m.ob, wide)
+		t.Logf("%s: %d-byte slots of %d/%d/%d bits, widened %d times, %d rekeys", space, m.w, m.hb, m.ib, m.ob, wide, rekeys)
 	}
 }
 

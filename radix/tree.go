@@ -171,8 +171,11 @@ func (t *Tree) index(wb *workerBlocks, w WorkerKey, e uint64, r ref) {
 	wb.lookup.insert(e, r.n.id, r.off)
 	t.blocks++
 	if wb.lookup.wantsRekey() {
-		wb.lookup.rekey(func(id, off uint32) uint64 {
-			x, ok := t.extAt(w, follow(t.placeOf(id, off)))
+		wb.lookup.rekey(func(id, off uint32) (uint32, uint32) {
+			r := follow(t.placeOf(id, off))
+			return r.n.id, r.off
+		}, func(id, off uint32) uint64 {
+			x, ok := t.extAt(w, t.placeOf(id, off))
 			if !ok {
 				panic("BUG: radix: a lookup entry names no block of its worker")
 			}

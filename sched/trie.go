@@ -1,10 +1,6 @@
 package sched
 
-import (
-	"sync/atomic"
-
-	"github.com/puzpuzpuz/xsync/v3"
-)
+import "sync/atomic"
 
 // fullWeight is the fixed-point weight 1.0 of one active block. Block weights
 // (decay fractions) are kept as integers in units of 1/fullWeight so that
@@ -50,7 +46,7 @@ type pnode struct {
 	chain []uint64
 	// kids are the children, keyed by the first hash of the child's edge
 	// (the hash at depth len(chain)). The kidSet behind the pointer is
-	// immutable except for its big map, which is safe for concurrent use.
+	// immutable except for its big table's slots, which are atomics.
 	kids atomic.Pointer[kidSet]
 
 	// Writer fields (under the WorkerLoad's mutex):
@@ -66,13 +62,14 @@ type pnode struct {
 }
 
 // kidSet is an immutable snapshot of a node's children: up to smallKids in
-// kids, or (big != nil, kids unused) any number in a concurrent map, which
-// the writer then updates in place. Every other change replaces the whole
-// kidSet (copy on write: one 144-byte allocation per change).
+// kids, or (big != nil, kids unused) any number in a kidTable
+// (kidtable.go), which the writer then updates in place until it rebuilds
+// it into a new kidSet. Every other change replaces the whole kidSet (copy
+// on write: one 144-byte allocation per change).
 type kidSet struct {
 	n    int
 	kids [smallKids]childRef // the first n are set; pairs, so a probe reads one cache line
-	big  *xsync.MapOf[uint64, *pnode]
+	big  *kidTable
 }
 
 type childRef struct {
@@ -87,11 +84,11 @@ type childRef struct {
 // per lookup) when children were plain slices and maps: 8.5 µs with maps
 // only, 7.3 to 7.9 µs with slices on a busier machine (load average 5 on 2
 // cores), so a modest gain. Roots and hot branch points with many children
-// switch to a map.
+// switch to a kidTable.
 const smallKids = 8
 
 // child returns the child whose edge starts with h, or nil. Lock-free: one
-// atomic load and a scan of an immutable array (or one concurrent map load).
+// atomic load and a scan of an immutable array (or a kidTable probe).
 // sharedDepth has its own copy of this.
 func (n *pnode) child(h uint64) *pnode {
 	s := n.kids.Load()
@@ -109,14 +106,11 @@ func (n *pnode) child(h uint64) *pnode {
 	return s.bigChild(h)
 }
 
-// bigChild is child's map case, kept out of line (sharedDepth's copy of
+// bigChild is child's table case, kept out of line (sharedDepth's copy of
 // child stays small).
 //
 //go:noinline
-func (s *kidSet) bigChild(h uint64) *pnode {
-	c, _ := s.big.Load(h)
-	return c
-}
+func (s *kidSet) bigChild(h uint64) *pnode { return s.big.get(h) }
 
 // setChild adds or replaces the child keyed h and publishes the change.
 // c must be complete (chain, hashes, kids) before the call: readers may
@@ -124,7 +118,11 @@ func (s *kidSet) bigChild(h uint64) *pnode {
 func (n *pnode) setChild(h uint64, c *pnode) {
 	old := n.kids.Load()
 	if old != nil && old.big != nil {
-		old.big.Store(h, c)
+		if !old.big.put(h, c) {
+			t := old.big.rebuilt()
+			t.put(h, c)
+			n.kids.Store(&kidSet{big: t})
+		}
 		return
 	}
 	s := &kidSet{}
@@ -144,15 +142,15 @@ func (n *pnode) setChild(h uint64, c *pnode) {
 		n.kids.Store(s)
 		return
 	}
-	m := xsync.NewMapOf[uint64, *pnode](xsync.WithPresize(4 * smallKids))
+	t := newKidTable(s.n + 1)
 	for _, k := range s.kids[:s.n] {
-		m.Store(k.first, k.n)
+		t.put(k.first, k.n)
 	}
-	m.Store(h, c)
-	n.kids.Store(&kidSet{big: m})
+	t.put(h, c)
+	n.kids.Store(&kidSet{big: t})
 }
 
-// deleteChild removes the child keyed h and publishes the change. A map
+// deleteChild removes the child keyed h and publishes the change. A table
 // does not shrink back to kids. Writer only.
 func (n *pnode) deleteChild(h uint64) {
 	old := n.kids.Load()
@@ -160,7 +158,7 @@ func (n *pnode) deleteChild(h uint64) {
 		return
 	}
 	if old.big != nil {
-		old.big.Delete(h)
+		old.big.del(h)
 		return
 	}
 	for i := range old.n {
@@ -189,7 +187,7 @@ func (n *pnode) numChildren() int {
 	case s == nil:
 		return 0
 	case s.big != nil:
-		return s.big.Size()
+		return s.big.live
 	}
 	return s.n
 }
@@ -200,7 +198,7 @@ func (n *pnode) rangeChildren(f func(h uint64, c *pnode)) {
 	switch {
 	case s == nil:
 	case s.big != nil:
-		s.big.Range(func(h uint64, c *pnode) bool { f(h, c); return true })
+		s.big.each(f)
 	default:
 		for _, k := range s.kids[:s.n] {
 			f(k.first, k.n)

@@ -8,9 +8,10 @@ import (
 )
 
 // appendSelection appends the SelectResponse JSON of o (field order as the
-// reference serialises it). Hashes are signed 64-bit numbers; rawSeq, when
-// non-nil, is the already-validated JSON array to emit as sequence_hashes
-// (see selectReq.echoSeq). Allocation-free when dst has room.
+// reference serialises it). Hashes are signed 64-bit numbers (formatted by
+// appendHashI64, itoa.go); rawSeq, when non-nil, is the already-validated
+// JSON array to emit as sequence_hashes (see selectReq.echoSeq).
+// Allocation-free when dst has room.
 func appendSelection(dst []byte, o *core.Selection, rawSeq []byte) []byte {
 	dst = append(dst, '{')
 	if o.HasSelectionID {
@@ -28,7 +29,7 @@ func appendSelection(dst []byte, o *core.Selection, rawSeq []byte) []byte {
 				if i > 0 {
 					dst = append(dst, ',')
 				}
-				dst = strconv.AppendInt(dst, int64(h), 10)
+				dst = appendHashI64(dst, int64(h))
 			}
 			dst = append(dst, ']')
 		}
@@ -116,7 +117,7 @@ func appendKVHint(dst []byte, o *core.Selection) []byte {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = strconv.AppendUint(dst, h, 10)
+		dst = appendHashU64(dst, h)
 	}
 	return append(dst, `]}}]}`...)
 }

@@ -98,21 +98,26 @@ type workerView struct {
 	adapters adapterSet
 }
 
-// find returns the index of worker id in the snapshot, or -1.
+// find returns the index of worker id in the snapshot, or -1. A binary
+// search by hand: with slices.BinarySearchFunc's call of its comparison
+// per step, the 9 finds of a selection over 8 workers (one per
+// candidate's load, one for the pick) took 230 to 260 ns, by hand 28 to
+// 50 (go test -bench, both in one binary, 3 runs).
 func (sn *snapshot) find(id uint64) int {
-	i, ok := slices.BinarySearchFunc(sn.workers, id, func(w sched.Worker, id uint64) int {
-		switch {
-		case w.ID < id:
-			return -1
-		case w.ID > id:
-			return 1
+	ws := sn.workers
+	lo, hi := 0, len(ws)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if ws[mid].ID < id {
+			lo = mid + 1
+		} else {
+			hi = mid
 		}
-		return 0
-	})
-	if !ok {
-		return -1
 	}
-	return i
+	if lo < len(ws) && ws[lo].ID == id {
+		return lo
+	}
+	return -1
 }
 
 // load returns the load handle of a schedulable (worker, rank), or nil.

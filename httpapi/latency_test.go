@@ -29,7 +29,7 @@ func TestLatencyStartsAtHandlerCall(t *testing.T) {
 		}
 		srv.Handle(ctx)
 	}}
-	go fs.Serve(ln) //nolint:errcheck
+	go fs.Serve(ln)     //nolint:errcheck
 	defer fs.Shutdown() //nolint:errcheck
 	status, body, err := fasthttp.Get(nil, "http://"+ln.Addr().String()+"/health")
 	if err != nil || status != 200 {

@@ -73,11 +73,12 @@
 // Per device (worker, block) pair the index keeps the worker's external
 // hash of the block (8 bytes, in the node's owner entry, where readers need
 // it), its share of the block's local hash (8 bytes over the workers
-// covering the edge), and an entry in the worker's lookup: 12-byte keyless
-// slots kept 16/25 to 7/8 full, 14 to 18 bytes (see extMap, and
-// Tree.nodes for the 4-byte node ids it stores). Nodes, owner entries and
-// child maps add 0.5 to 4 bytes in the shapes below, whose edges are 64
-// and 128 blocks long. Lower tiers are not counted.
+// covering the edge), and an entry in the worker's lookup: keyless slots
+// that pack hash bits, node id and offset to the widths the table needs,
+// 4 or 5 bytes in the shapes below, kept 13/16 to 7/8 full: 4.8 to 6.1
+// bytes (see extMap). Nodes, owner entries and child maps add 0.2 to 2.1
+// bytes in the shapes below, whose edges are 64 and 128 blocks long. Lower
+// tiers are not counted.
 //
 // A worker rank holds at most Config.MaxBlocksPerRank blocks over all tiers
 // (8 Mi by default): the store that passes it clears the rank
@@ -85,29 +86,38 @@
 //
 // Measured with `go test -run '^$' -bench Memory -benchtime 1x ./radix`
 // (2,093,056 pairs: 64 workers, each with a 64-block system prompt and 255
-// conversations of 128 blocks; live heap after a full GC; 2026-12-01):
-// 24.1 bytes per pair when all workers share the prompt and families of 8
-// share their conversations, 32.6 when every worker's blocks are its own.
-// The lookup that stored the key and a *node (24-byte slots, 3/8 to 3/4
-// full) took 57.6 and 66.0, and a full GC with the index live took 38 to
-// 65 ms instead of 2 to 14 ms (medians 44 and 4.5 over two sessions: the
-// slots were pointers to scan). Building the index takes as long as before
-// (0.48 to 0.68 s, either code).
-// TestMemoryPerBlock fails above 40 bytes (23 to 37 at 61 K and 127 K
-// pairs).
+// conversations of 128 blocks; live heap after a full GC; 2026-12-02):
+// 15.6 bytes per pair when all workers share the prompt and families of 8
+// share their conversations, 24.1 when every worker's blocks are its own.
+// The distinct 24.1 are 8.0 of external hashes, 8.0 of local hashes, 6.1
+// of lookup (5-byte slots of 18 or 19 hash, 13 or 14 id and 8 offset
+// bits), 1.6 of nodes (node, state, owner entry and registry slot: 200
+// bytes per 128-block node) and 0.4 of child maps (the root's and every
+// prompt node's xsync map, 13 KB for 255 children). The 16 bytes of hashes
+// are what readers need, so a 20-byte bound would leave 4 for the lookup,
+// nodes and maps: under 2 for the lookup, fewer bits than a 32 K-entry
+// worker needs to name a block's place (15) and tell keys apart. The
+// lookup's 12-byte slots took 24.1 and 32.6 (2026-12-01); the lookup that
+// stored the key and a *node (24-byte slots, 3/8 to 3/4 full) 57.6 and
+// 66.0, and a full GC with the index live took 38 to 65 ms instead of 2 to
+// 14 ms (the slots were pointers to scan).
+// TestMemoryPerBlock fails above 15.5 bytes shared and 25.5 distinct (14.2
+// to 14.5 and 24.5 to 24.9 at 61 K and 127 K pairs).
 //
-// Match and apply against the previous code, in one session (both built
-// with go test -c and run alternately, 10 to 20 pairs of runs; median of
-// the pairs' ratios new/old, none significant to benchstat):
-// BenchmarkMatch512x64 0.99,
-// BenchmarkMatch512x64Branching 0.98 (the read path is unchanged),
-// BenchmarkApplyStored 1.00 (quartiles 0.93 and 1.05; three other
-// sessions gave 0.88, 1.04 and 1.04, the last one +10% in the mean to
-// benchstat, p=0.035: a lookup now confirms its candidate in the tree and
-// shifts entries, while the collector has less to scan), BenchmarkMixed
-// writers=1/shards=1 1.00 in block ops and 1.05 in applied blocks: no
-// change beyond the noise of the shared 2-core machine, where single runs
-// vary by up to 25%.
+// Match and apply against the 12-byte slots, in one session (2026-12-02;
+// both built with go test -c and run alternately; CPU time, user and
+// system, of a fixed number of operations; median of the pairs' ratios
+// new/old, quartiles): BenchmarkMatch512x64 1.02 (0.97, 1.06) and
+// BenchmarkMatch512x64Branching 0.99 (0.96, 1.05), where Tree.match
+// compiles to the same instructions; BenchmarkApplyStored 0.94 (0.91,
+// 1.00) over 10 pairs, 0.99 and 1.03 in earlier sessions; building
+// BenchmarkMemory's index 1.03 distinct and 1.14 shared (a table reads
+// its keys from the tree when it outgrows its hash bits: 0.15 and 0.41
+// reads per entry). In wall time, `go test -run '^$' -bench
+// 'Match512x64|ApplyStored|Mixed' -benchmem ./radix` in 5 alternate pairs:
+// medians 1.10, 1.00 and 1.05 in ns/op, BenchmarkMixed writers=1/shards=1
+// 0.95 in block ops, single pairs anywhere from 0.3 to 3 on the shared
+// 2-core machine: no change beyond its noise.
 //
 // Package radix opens no sockets, starts no goroutines and reads no clock.
 package radix

@@ -164,9 +164,8 @@ func (t *Tree) locate(wb *workerBlocks, w WorkerKey, e uint64) (ref, bool) {
 	}
 }
 
-// index adds w's entry for e, which w does not hold, at r. Every entry of
-// w, this one included, must be readable by extAt: its hash is published
-// or pending (a table that outgrew its hash bits rereads the keys).
+// index adds w's entry for e, which w does not hold, at r. extAt must read
+// every entry of w, this one included: the table may reread its keys.
 func (t *Tree) index(wb *workerBlocks, w WorkerKey, e uint64, r ref) {
 	wb.lookup.insert(e, r.n.id, r.off)
 	t.blocks++

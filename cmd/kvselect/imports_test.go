@@ -68,7 +68,7 @@ var allowedInRepo = map[string][]string{
 	// The NATS event plane: Dynamo's envelope and RouterEvent codec, the
 	// KV ingress and booking exchange over NATS, the embedded server; the
 	// ActiveSequenceEvent codec is the mesh's.
-	"zmqin/natsplane": {"core", "radix", "zmqin/mesh", "zmqin/internal/msgpack", "zmqin/internal/ratelog"},
+	"zmqin/natsplane": {"core", "radix", "zmqin/mesh", "zmqin/internal/msgpack", "zmqin/internal/ratelog", "zmqin/internal/budget"},
 }
 
 // tableKey returns the key of allowedInRepo that governs package path pkg:

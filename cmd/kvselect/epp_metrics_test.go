@@ -109,23 +109,7 @@ func eppImmediate(t *testing.T, c extprocv3.ExternalProcessorClient, body string
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s, err := c.Process(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hdr := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":method", RawValue: []byte("POST")}, {Key: "content-type", RawValue: []byte("application/json")}}}
-	for _, m := range []*extprocv3.ProcessingRequest{
-		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdr}}},
-		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true}}},
-	} {
-		if err := s.Send(m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r, err := s.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, r := eppSend(t, ctx, c, body)
 	return int(r.GetImmediateResponse().GetStatus().GetCode())
 }
 

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -25,23 +24,7 @@ func eppPickHeaders(t *testing.T, c extprocv3.ExternalProcessorClient, body stri
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s, err := c.Process(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hdr := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":method", RawValue: []byte("POST")}, {Key: "content-type", RawValue: []byte("application/json")}}}
-	for _, m := range []*extprocv3.ProcessingRequest{
-		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdr}}},
-		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true}}},
-	} {
-		if err := s.Send(m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r, err := s.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, r := eppSend(t, ctx, c, body)
 	if ir := r.GetImmediateResponse(); ir != nil {
 		t.Fatalf("immediate %d %s", ir.GetStatus().GetCode(), ir.GetBody())
 	}

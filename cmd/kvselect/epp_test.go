@@ -48,12 +48,11 @@ func (p *eppProc) client() extprocv3.ExternalProcessorClient {
 	return extprocv3.NewExternalProcessorClient(conn)
 }
 
-// eppPick plays Envoy's request side of one stream (full duplex) and
-// returns the destination and the open stream (cancel drops it).
-func eppPick(t *testing.T, c extprocv3.ExternalProcessorClient, body string) (string, extprocv3.ExternalProcessor_ProcessClient, context.CancelFunc) {
+// eppSend opens a stream on c, sends Envoy's request headers and body
+// (one last chunk, full duplex) and returns the stream and the picker's
+// first answer: the pick, or an ImmediateResponse.
+func eppSend(t *testing.T, ctx context.Context, c extprocv3.ExternalProcessorClient, body string) (extprocv3.ExternalProcessor_ProcessClient, *extprocv3.ProcessingResponse) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	s, err := c.Process(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +70,16 @@ func eppPick(t *testing.T, c extprocv3.ExternalProcessorClient, body string) (st
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, r
+}
+
+// eppPick plays Envoy's request side of one stream (full duplex) and
+// returns the destination and the open stream (cancel drops it).
+func eppPick(t *testing.T, c extprocv3.ExternalProcessorClient, body string) (string, extprocv3.ExternalProcessor_ProcessClient, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	s, r := eppSend(t, ctx, c, body)
 	if ir := r.GetImmediateResponse(); ir != nil {
 		t.Fatalf("immediate %d %s", ir.GetStatus().GetCode(), ir.GetBody())
 	}

@@ -114,7 +114,7 @@ func (w *WorkerLoad) CreditStored(blocks []radix.Block) int64 {
 		if s.isBlock(s.cursor, blocks[0].Local) {
 			return w.creditSlot(s, blocks)
 		}
-		if s.credited.Load() == 0 && s.cursor+1 < len(s.hashes) && s.isBlock(s.cursor+1, blocks[0].Local) {
+		if s.credited.Load() == 0 && s.cursor+1 < s.blocks() && s.isBlock(s.cursor+1, blocks[0].Local) {
 			s.cursor++
 			return w.creditSlot(s, blocks)
 		}
@@ -143,7 +143,7 @@ func (w *WorkerLoad) creditSlot(s *Slot, blocks []radix.Block) int64 {
 	a := s.credit(blocks)
 	// Completed meanwhile (credit dropped what it added), fully computed
 	// or fully credited: no more credit.
-	if p := s.prefill.Load(); p == 0 || s.cursor >= len(s.hashes) || s.credited.Load() >= p {
+	if p := s.prefill.Load(); p == 0 || s.cursor >= s.blocks() || s.credited.Load() >= p {
 		w.credit.remove(s)
 	}
 	return a
@@ -154,16 +154,23 @@ func (w *WorkerLoad) creditSlot(s *Slot, blocks []radix.Block) int64 {
 // radix.SeqHash(seq[k-1], local[k]).
 func (s *Slot) isBlock(k int, local uint64) bool {
 	if k == 0 {
-		return s.hashes[0] == local
+		return s.hash(0) == local
 	}
-	return radix.SeqHash(s.hashes[k-1], local) == s.hashes[k]
+	return radix.SeqHash(s.hash(k-1), local) == s.hash(k)
 }
+
+// blocks is the number of the slot's sequence hashes.
+func (s *Slot) blocks() int { return s.hashesAt + len(s.hashes) }
+
+// hash is the slot's sequence hash of block k, for k at least one block
+// before its cursor's start (Book keeps its own copy from there on).
+func (s *Slot) hash(k int) uint64 { return s.hashes[k-s.hashesAt] }
 
 // credit takes blocks, the slot's next ones in order, as computed: A_c
 // grows by their tokens and A_pairs shrinks by their attention work, up to
 // the slot's booked prefill. It returns the tokens credited. Under w.mu.
 func (s *Slot) credit(blocks []radix.Block) int64 {
-	n := min(len(blocks), len(s.hashes)-s.cursor)
+	n := min(len(blocks), s.blocks()-s.cursor)
 	s.cursor += n
 	k := s.credited.Load()
 	a := min(int64(n)*s.bs, s.prefill.Load()-k)

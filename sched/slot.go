@@ -49,16 +49,22 @@ type Slot struct {
 	start int64
 
 	// Under w.mu:
-	hashes        []uint64 // owned copy of the sequence hashes; the trie aliases it (never written)
-	term          *pnode   // terminal node in w.trie; nil when not in the trie
-	private       int64    // blocks counted outside the trie (no KV reuse)
-	privateWeight int64    // fixed-point weight of each private block
-	outputs       int64    // output blocks added
-	outputFixed   int64    // fixed-point total weight of the output blocks
-	released      bool     // Release ran: counted in no counter any more
-	next, prev    *Slot    // w.credit's links (progress.go)
-	queued        bool     // in w.credit
-	cursor        int      // index in hashes of the next block to compute
+	// hashes is the slot's own copy of its sequence hashes from block
+	// hashesAt on (the trie's new nodes alias it; never written). The
+	// hashes before hashesAt are equal, one by one, to the edges of the
+	// trie nodes on term's path (Book checked), so they are not copied:
+	// AppendHashes reads them there.
+	hashes        []uint64
+	hashesAt      int
+	term          *pnode // terminal node in w.trie; nil when not in the trie
+	private       int64  // blocks counted outside the trie (no KV reuse)
+	privateWeight int64  // fixed-point weight of each private block
+	outputs       int64  // output blocks added
+	outputFixed   int64  // fixed-point total weight of the output blocks
+	released      bool   // Release ran: counted in no counter any more
+	next, prev    *Slot  // w.credit's links (progress.go)
+	queued        bool   // in w.credit
+	cursor        int    // the block the next computed block must be (progress.go)
 }
 
 // Booking is the input of Slot.Book.
@@ -97,9 +103,24 @@ func (s *Slot) Book(w *WorkerLoad, b *Booking) error {
 		panic("BUG: sched: Slot booked twice")
 	}
 	reuse := b.AssumeKVReuse && w.trackBlocks
-	var hashes []uint64
-	if reuse && len(b.SequenceHashes) > 0 {
-		hashes = slices.Clone(b.SequenceHashes)
+	seq := b.SequenceHashes
+	// The copy the slot keeps (and its new trie nodes retain): from where
+	// seq leaves the worker's live prompts (the lock-free walk, before the
+	// lock; acquire copies more if a release raced it), or, when it may
+	// take prefill credit (progress.go), from the block before its cached
+	// prefix, if that is first (Book's cached prefix below is at least
+	// cachedBlocks of PrefillTokens, as what addPrefill adds is at most
+	// that). Copying a whole prompt of hashes was most of Book's time in
+	// kvselect bench's C1024 profile, where a request shares most of its
+	// prefix with live ones.
+	var own []uint64
+	at := 0
+	if reuse && len(seq) > 0 {
+		at = w.trie.sharedDepth(seq)
+		if b.PrefillTokens > 0 && b.BlockSize > 0 {
+			at = min(at, max(0, cachedBlocks(len(seq), b.BlockSize, b.PrefillTokens)-1))
+		}
+		own = slices.Clone(seq[at:])
 	}
 	w.mu.Lock()
 	if w.retired.Load() {
@@ -112,12 +133,9 @@ func (s *Slot) Book(w *WorkerLoad, b *Booking) error {
 		if p := w.c.addPrefill(b.PrefillTokens); p > 0 {
 			s.prefill.Store(p)
 			if bs := b.BlockSize; bs > 0 {
-				// The prompt has len(hashes) full blocks and a partial
-				// one of r < bs tokens; p = isl − cached, so the cached
-				// prefix ends at block ceil((len·bs − p)/bs).
-				cb := min(int64(len(b.SequenceHashes)), max(0, (int64(len(b.SequenceHashes))*bs-p+bs-1)/bs))
-				s.start, s.bs, s.cursor = cb*bs, bs, int(cb)
-				if len(hashes) > 0 && s.cursor < len(hashes) {
+				cb := cachedBlocks(len(seq), bs, p)
+				s.start, s.bs, s.cursor = int64(cb)*bs, bs, cb
+				if reuse && s.cursor < len(seq) {
 					w.credit.push(s)
 				}
 			}
@@ -127,8 +145,11 @@ func (s *Slot) Book(w *WorkerLoad, b *Booking) error {
 	var delta int64
 	if w.trackBlocks {
 		if reuse {
-			s.hashes = hashes
-			s.term, delta = w.trie.acquire(hashes)
+			var exact bool
+			s.term, delta, s.hashes, s.hashesAt, exact = w.trie.acquire(seq, own, at)
+			if !exact { // hashes that are no chain: keep them all
+				s.hashes, s.hashesAt = slices.Clone(seq), 0
+			}
 		} else {
 			s.private = int64(len(b.SequenceHashes))
 			s.privateWeight = fullWeight
@@ -157,14 +178,34 @@ func (s *Slot) Worker() radix.WorkerKey {
 // completed or released.
 func (s *Slot) Prefill() int64 { return s.prefill.Load() }
 
-// AppendHashes appends the slot's tracking hashes to dst: the copy Book
-// kept when it joined the worker's prompt trie, none without KV reuse or
+// AppendHashes appends the slot's tracking hashes to dst, as Book was
+// given them when it joined the worker's prompt trie: the trie's edges on
+// its path up to hashesAt, then its own copy. None without KV reuse or
 // once released.
 func (s *Slot) AppendHashes(dst []uint64) []uint64 {
 	s.mustBeBooked()
 	s.w.mu.Lock()
 	defer s.w.mu.Unlock()
+	if s.term == nil {
+		return dst
+	}
+	base, at := len(dst), s.hashesAt
+	dst = slices.Grow(dst, at+len(s.hashes))[:base+at]
+	for n := s.term; n.parent != nil; n = n.parent {
+		end := n.chainAt + len(n.chain)
+		if start := end - len(n.hashes); start < at {
+			copy(dst[base+start:base+min(end, at)], n.hashes)
+		}
+	}
 	return append(dst, s.hashes...)
+}
+
+// cachedBlocks is the cached prefix, in blocks, of a prompt of n full
+// blocks of bs tokens (and a partial one of fewer) with p tokens of
+// prefill booked: p = isl − cached, so it ends at block
+// ceil((n·bs − p)/bs), within [0, n]. The smaller p, the longer.
+func cachedBlocks(n int, bs, p int64) int {
+	return int(min(int64(n), max(0, (int64(n)*bs-p+bs-1)/bs)))
 }
 
 // Retired reports whether the slot's worker rank was retired (false before
@@ -266,7 +307,7 @@ func (s *Slot) Release() bool {
 	w.c.blocksFixed.Add(delta)
 	w.c.requests.Add(-1)
 	s.released = true
-	s.term, s.hashes = nil, nil
+	s.term, s.hashes, s.hashesAt = nil, nil, 0
 	return true
 }
 

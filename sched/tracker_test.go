@@ -442,8 +442,9 @@ func TestTrieCheckCatchesCorruption(t *testing.T) {
 		func(tr *promptTrie) { c := firstChild(firstChild(&tr.root)); c.chain = c.chain[1:] },
 	} {
 		var tr promptTrie
-		tr.acquire(chain(seqN(1, 4)))
-		tr.acquire(chain(seqN(1, 2), 9))
+		a, b := chain(seqN(1, 4)), chain(seqN(1, 2), 9)
+		tr.acquire(a, a, 0)
+		tr.acquire(b, b[2:], 2)
 		tr.check()
 		corrupt(&tr)
 		func() {

@@ -1,6 +1,9 @@
 package sched
 
-import "sync/atomic"
+import (
+	"slices"
+	"sync/atomic"
+)
 
 // fullWeight is the fixed-point weight 1.0 of one active block. Block weights
 // (decay fractions) are kept as integers in units of 1/fullWeight so that
@@ -25,27 +28,31 @@ func roundBlocks(fixed int64) int64 {
 // pnode is one node of a promptTrie: a compressed edge of consecutive
 // sequence hashes.
 //
-// A node has two kinds of fields. The reader fields (chain, kids) are what
-// the lock-free walk of promptTrie.sharedDepth reads: chain is immutable
-// once the node is linked into the trie, and kids is only ever replaced by
-// an atomic pointer store. The writer fields are read and written only under
-// the owning WorkerLoad's mutex.
+// A node has two kinds of fields. The reader fields (chain, chainAt, kids)
+// are what the lock-free walk of promptTrie.sharedDepth reads: chain and
+// chainAt are immutable once the node is linked into the trie, and kids is
+// only ever replaced by an atomic pointer store. The writer fields are read
+// and written only under the owning WorkerLoad's mutex.
 //
-// Invariants: len(hashes) > 0 except for the root; hashes aliases the tail
-// of chain (hashes == chain[len(chain)-len(hashes):], same backing array);
-// len(parent.chain) == len(chain) - len(hashes); refs > 0 for every node
-// reachable from the root except the root; refs >= the sum of the children's
-// refs (the difference is the number of requests whose prompt ends here);
-// parent.child(hashes[0]) == n.
+// A node's end is chainAt+len(chain): the depth after its edge's last
+// block. Invariants: len(hashes) > 0 except for the root; hashes aliases
+// the tail of chain (hashes == chain[len(chain)-len(hashes):], same backing
+// array); the parent's end is the node's end minus len(hashes), and at
+// least chainAt; refs > 0 for every node reachable from the root except
+// the root; refs >= the sum of the children's refs (the difference is the
+// number of requests whose prompt ends here); parent.child(hashes[0]) == n.
 type pnode struct {
-	// chain is the prompt of the request that created the node, cut at the
-	// end of this node's edge: chain[d] is the sequence hash of prompt block
-	// d for d < len(chain), the edge being the last len(hashes) of them.
-	// It aliases that request's owned copy and is never written; a split
-	// gives the new upper node a shorter chain and leaves this one alone.
-	chain []uint64
+	// chain is the prompt of the request that created the node, from the
+	// depth where the node's edge started then (chainAt) to the end of
+	// its edge: chain[d-chainAt] is the sequence hash of prompt block d.
+	// It aliases that request's owned copy (which holds no block before
+	// chainAt: the blocks it shared with other live prompts are theirs)
+	// and is never written; a split gives the new upper node a shorter
+	// chain and leaves this one alone.
+	chain   []uint64
+	chainAt int
 	// kids are the children, keyed by the first hash of the child's edge
-	// (the hash at depth len(chain)). The kidSet behind the pointer is
+	// (the hash at the node's end). The kidSet behind the pointer is
 	// immutable except for its big table's slots, which are atomics.
 	kids atomic.Pointer[kidSet]
 
@@ -292,10 +299,11 @@ func (t *promptTrie) sharedDepth(path []uint64) int {
 		if c == nil {
 			return i
 		}
-		// c was linked under n when its edge started at depth len(n.chain)
-		// == i, and a split only moves that start deeper, so i < len(c.chain).
-		end := len(c.chain)
-		i += commonPrefix(c.chain[i:end], path[i:])
+		// c was linked under n when its edge started at n's end == i,
+		// and a split only moves that start deeper, so c.chainAt <= i <
+		// c's end.
+		end := c.chainAt + len(c.chain)
+		i += commonPrefix(c.chain[i-c.chainAt:], path[i:])
 		if i < end {
 			return i
 		}
@@ -304,30 +312,42 @@ func (t *promptTrie) sharedDepth(path []uint64) int {
 	return i
 }
 
-// acquire adds one owner of path, which the trie may retain and must not be
-// modified afterwards (lock-free readers may read it at any time). It
-// returns the terminal node (nil for an empty path), to pass to release, and
-// the change of fixed: the weight of the new blocks. A node that gains an
+// acquire adds one owner of path. own is the caller's copy of path[at:],
+// which a new node may retain (its chain) and which must not be modified
+// afterwards (lock-free readers may read it at any time). When the path
+// leaves the trie before at (a release since the caller estimated the
+// shared depth), acquire copies path from there itself and returns that
+// copy and its depth in place of own and at. It returns the terminal node
+// (nil for an empty path), to pass to release, the change of fixed (the
+// weight of the new blocks), and exact: whether the hashes the path shares
+// with the trie are path's, compared one by one (commonPrefix trusts the
+// chain property, which a caller's hashes may not have), so that the
+// trie's edges along the path give back path[:at]. A node that gains an
 // owner keeps its weight: like Dynamo's block tracker, a decay fraction
 // stays with its node until the node is removed (a split keeps it on both
 // halves).
-func (t *promptTrie) acquire(path []uint64) (term *pnode, delta int64) {
+func (t *promptTrie) acquire(path, own []uint64, at int) (term *pnode, delta int64, _ []uint64, _ int, exact bool) {
 	if len(path) == 0 {
-		return nil, 0
+		return nil, 0, own, at, true
 	}
 	n, i := &t.root, 0
+	exact = true
 	for i < len(path) {
 		child := n.child(path[i])
 		if child == nil {
-			full := path[:len(path):len(path)]
-			child = &pnode{chain: full, hashes: full[i:], refs: 1, weight: fullWeight, parent: n}
+			if i < at { // under the lock, but only after a racing release
+				own, at = slices.Clone(path[i:]), i
+			}
+			tail := own[i-at : len(own) : len(own)]
+			child = &pnode{chain: tail, chainAt: i, hashes: tail, refs: 1, weight: fullWeight, parent: n}
 			n.setChild(path[i], child)
 			t.blocks += len(child.hashes)
 			d := int64(len(child.hashes)) * fullWeight
 			t.fixed += d
-			return child, delta + d
+			return child, delta + d, own, at, exact
 		}
 		m := commonPrefix(child.hashes, path[i:])
+		exact = exact && slices.Equal(child.hashes[:m], path[i:i+m])
 		if m < len(child.hashes) {
 			child = t.split(child, m)
 		}
@@ -335,7 +355,7 @@ func (t *promptTrie) acquire(path []uint64) (term *pnode, delta int64) {
 		i += m
 		n = child
 	}
-	return n, delta
+	return n, delta, own, at, exact
 }
 
 // split cuts n after its first m hashes (0 < m < len(n.hashes)) and returns
@@ -344,13 +364,14 @@ func (t *promptTrie) acquire(path []uint64) (term *pnode, delta int64) {
 // concurrent reader sees either n or the upper node under the parent, and
 // n's reader fields do not change.
 func (t *promptTrie) split(n *pnode, m int) *pnode {
-	start := len(n.chain) - len(n.hashes)
+	cut := len(n.chain) - len(n.hashes) + m // the upper node's end, in n.chain
 	upper := &pnode{
-		chain:  n.chain[: start+m : start+m],
-		hashes: n.hashes[:m:m],
-		refs:   n.refs,
-		weight: n.weight,
-		parent: n.parent,
+		chain:   n.chain[:cut:cut],
+		chainAt: n.chainAt,
+		hashes:  n.hashes[:m:m],
+		refs:    n.refs,
+		weight:  n.weight,
+		parent:  n.parent,
 	}
 	upper.setChild(n.hashes[m], n)
 	n.hashes = n.hashes[m:]
@@ -413,8 +434,8 @@ func checkNode(n *pnode) (blocks int, fixed int64) {
 		if c.parent != n || n.child(h) != c || len(c.hashes) == 0 || c.hashes[0] != h {
 			panic("BUG: sched: prompt trie child not linked to its parent")
 		}
-		start := len(c.chain) - len(c.hashes)
-		if start != len(n.chain) || &c.chain[start] != &c.hashes[0] || len(c.chain) != cap(c.chain) {
+		start := len(c.chain) - len(c.hashes) // the edge's start, in c.chain
+		if c.chainAt+start != n.chainAt+len(n.chain) || &c.chain[start] != &c.hashes[0] || len(c.chain) != cap(c.chain) {
 			panic("BUG: sched: prompt trie node's chain does not end with its edge")
 		}
 		if c.refs <= 0 {

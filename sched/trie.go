@@ -270,10 +270,10 @@ func commonPrefix(a, b []uint64) int {
 // nodes (chain, kids), see WorkerLoad.NewBlocks for what a concurrent
 // change can do to the answer.
 //
-// At depth i it compares path with the child's chain from position i, not
+// At depth i it compares path with the child's chain from depth i, not
 // with the child's edge: a split that ran since the child was found moves
 // the start of its edge past i, but chain still holds the hashes of every
-// depth below the edge's end.
+// depth from chainAt (at most i) to the edge's end.
 func (t *promptTrie) sharedDepth(path []uint64) int {
 	n, i := &t.root, 0
 	for i < len(path) {

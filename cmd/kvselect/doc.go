@@ -145,7 +145,7 @@
 //     callback goroutine (which re-asks for snapshots); the bookings'
 //     publisher (outbound bookings, bindings and snapshot answers, from
 //     bounded queues), snapshotter (asks for and gathers catch-up
-//     snapshots) and beater (heartbeats; releases the mirrors of a peer
+//     snapshots) and expirer (releases the mirrors of a peer
 //     silent for --event-plane-peer-timeout, 10 s unless 0); with an embedded
 //     server, a route watch every 250 ms (a new route asks again); with
 //     --nats-catalog, the catalog bucket's binder-then-watcher and writer,

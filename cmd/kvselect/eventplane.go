@@ -63,11 +63,14 @@ type eventPlaneOptions struct {
 	catalogReplicas int
 	storeDir        string
 	// peerTimeout is --event-plane-peer-timeout: a kvselect peer silent
-	// that long has its mirrored bookings released; 0 (the default)
-	// never. Off by default: in TestEventPlaneThreeReplicas's topology a
-	// client-only replica heard one embedded peer's heartbeats and not
-	// the other's (though it heard both's bookings), and would have
-	// released a live peer's mirrors; the cause is not found yet.
+	// that long has its mirrored bookings released (natsplane's liveness
+	// rules: a peer heard again is asked for its snapshot, so a release
+	// by mistake is undone); 0 never. Default natsplane.DefaultPeerTimeout
+	// (it was off while a replica registered a peer from its beats only:
+	// the newest replica of TestEventPlaneThreeReplicas had heard one
+	// peer's beat and not the other's, killed before its next one, and
+	// kept its mirror; every batch and snapshot chunk now says its sender
+	// beats). Dynamo routers never beat and are never released this way.
 	peerTimeout time.Duration
 	// noSnapshot is serve's --no-replica-snapshot: no catch-up snapshot
 	// on the bus either.
@@ -143,7 +146,7 @@ func eventPlaneFlagSet(env func(string) (string, bool), stderr io.Writer) (fs *f
 	fs.BoolVar(&o.catalog, "nats-catalog", false, "with --event-plane nats, share the worker catalog in a JetStream key-value bucket: a replica with --workers-file mirrors the file into it, the others take their catalog from it (their POST, PATCH and DELETE /workers then answer 409); the embedded server runs JetStream")
 	fs.IntVar(&o.catalogReplicas, "nats-catalog-replicas", 1, "JetStream copies of the catalog bucket (1 to 5; at most the cluster's servers)")
 	fs.StringVar(&o.storeDir, "nats-store-dir", "", "embedded NATS server: JetStream directory with --nats-catalog; empty: a temporary one, removed at exit")
-	fs.DurationVar(&o.peerTimeout, "event-plane-peer-timeout", 0, "with --event-plane nats, a kvselect replica whose heartbeats (one a second) stop for this long is taken for dead and its bookings mirrored here are released (Dynamo routers, which never beat, are never), e.g. 10s; 0: off, a dead replica's mirrors end at the expiry guard as on the mesh")
+	fs.DurationVar(&o.peerTimeout, "event-plane-peer-timeout", natsplane.DefaultPeerTimeout, "with --event-plane nats, a kvselect replica whose heartbeats (one a second) and booking batches stop for this long is taken for dead and its bookings mirrored here are released; heard again, it is asked for its snapshot (Dynamo routers, which never beat, are never released); 0: off, a dead replica's mirrors end at the expiry guard as on the mesh")
 	return fs, func() (*eventPlaneOptions, error) {
 		var err error
 		if o.dynamoForm, err = natsplane.ParseDynamoForm(*dynamoForm); err != nil {

@@ -35,6 +35,7 @@ var eventPlaneDescs = []perf.Desc{
 	{Name: "kvselect_event_plane_bookings_queue_bytes", Kind: perf.Gauge, Help: "Bytes of booking events queued for NATS."},
 	{Name: "kvselect_event_plane_bookings_queue_bytes_limit", Kind: perf.Gauge, Help: "Bytes of booking events the outbound queue holds at most; past it an event is dropped."},
 	{Name: "kvselect_event_plane_bookings_batches_received_total", Kind: perf.Counter, Help: "Booking batches received from the other kvselect replicas."},
+	{Name: "kvselect_event_plane_heartbeats_total", Kind: perf.Counter, Help: "Heartbeats (empty booking batches, one a second with peer liveness on) by direction (sent, received)."},
 	{Name: "kvselect_event_plane_bookings_skipped_peer_form_total", Kind: perf.Counter, Help: "Dynamo-form booking messages of other kvselect replicas, skipped: their events come in the batches."},
 	{Name: "kvselect_event_plane_bookings_outbound_dropped_total", Kind: perf.Counter, Help: "Booking events dropped at the full outbound queue: a booking never waits for the bus."},
 	{Name: "kvselect_event_plane_bookings_queue_depth", Kind: perf.Gauge, Help: "Booking events queued for NATS."},
@@ -64,6 +65,8 @@ var eventPlaneDescs = []perf.Desc{
 	{Name: "kvselect_event_plane_catalog_bind_errors_total", Kind: perf.Counter, Help: "Failed attempts to bind the catalog bucket (JetStream not up yet)."},
 	{Name: "kvselect_event_plane_peers_expired_total", Kind: perf.Counter, Help: "kvselect peers taken for dead (no heartbeat for --event-plane-peer-timeout) and their mirrored bookings released."},
 	{Name: "kvselect_event_plane_mirrors_expired_total", Kind: perf.Counter, Help: "Mirrored bookings released because their peer went silent."},
+	{Name: "kvselect_event_plane_peers_revived_total", Kind: perf.Counter, Help: "Snapshot requests to kvselect peers heard again after being taken for dead (their beats were lost, or this replica stalled): their live bookings are mirrored again."},
+	{Name: "kvselect_event_plane_liveness_stalls_total", Kind: perf.Counter, Help: "Heartbeat ticks overdue by more than two intervals and half the peer timeout (this replica was stalled): every peer's clock restarted instead of silent ones being released."},
 	{Name: "kvselect_event_plane_bookings_dropped_total", Kind: perf.Counter, Help: "Booking messages or events not applied, by reason (too_large, malformed_envelope, wrong_topic, malformed_event, unknown_worker, malformed_batch)."},
 }
 
@@ -134,6 +137,8 @@ func writeEventPlaneMetrics(w io.Writer, ep *eventPlane) {
 		perf.WriteGauge(w, "kvselect_event_plane_bookings_queue_bytes", float64(st.QueueBytes))
 		perf.WriteGauge(w, "kvselect_event_plane_bookings_queue_bytes_limit", float64(st.QueueBytesLimit))
 		perf.WriteCounter(w, "kvselect_event_plane_bookings_batches_received_total", st.BatchesReceived)
+		perf.WriteCounter(w, `kvselect_event_plane_heartbeats_total{direction="sent"}`, st.Beats)
+		perf.WriteCounter(w, `kvselect_event_plane_heartbeats_total{direction="received"}`, st.BeatsReceived)
 		perf.WriteCounter(w, "kvselect_event_plane_bookings_skipped_peer_form_total", st.SkippedPeerForm)
 		perf.WriteCounter(w, "kvselect_event_plane_bookings_outbound_dropped_total", st.OutboundDropped)
 		perf.WriteGauge(w, "kvselect_event_plane_bookings_queue_depth", float64(st.QueueDepth))
@@ -167,5 +172,7 @@ func writeEventPlaneMetrics(w io.Writer, ep *eventPlane) {
 		perf.WriteCounter(w, "kvselect_event_plane_snapshot_events_served_total", rs.SnapshotEventsServed)
 		perf.WriteCounter(w, "kvselect_event_plane_peers_expired_total", rs.PeersExpired)
 		perf.WriteCounter(w, "kvselect_event_plane_mirrors_expired_total", rs.MirrorsExpired)
+		perf.WriteCounter(w, "kvselect_event_plane_peers_revived_total", rs.PeersRevived)
+		perf.WriteCounter(w, "kvselect_event_plane_liveness_stalls_total", rs.Stalls)
 	}
 }

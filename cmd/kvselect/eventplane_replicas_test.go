@@ -131,11 +131,11 @@ func natsMember(t *testing.T, client, route int, routes ...int) *server.Server {
 // keeps booking and says so in /ready, and on heal every replica holds
 // exactly the live bookings (what C missed comes from snapshots, the
 // mirrors of frees it missed are released); after every free none holds
-// anything.
+// anything. B is killed with a live booking, which peer liveness (on by
+// default) releases on A and C.
 func TestEventPlaneThreeReplicas(t *testing.T) {
 	env := []string{"DYN_USE_KV_EVENTS=false"}
-	// Peer liveness off (the default; TestDeadPeerMirrorsReleased tests
-	// it in process).
+	// Peer liveness is on (the default, --event-plane-peer-timeout 10s).
 	rs := natsReplicas(t, 2, env)
 	a, b := rs[0], rs[1]
 	cClient, cRoute := freePort(t), freePort(t)
@@ -186,12 +186,23 @@ func TestEventPlaneThreeReplicas(t *testing.T) {
 	c.bookOwn("c1", 4)
 	wantAll("every booking everywhere", 7, 3)
 
-	// Kill B (its booking freed first: with liveness off a dead
-	// replica's mirrors live until the expiry guard, as on the mesh); the
-	// restarted B starts with A's and C's live bookings.
-	b.must("DELETE", "/reservations/b1", "", 200)
-	wantAll("b1 freed", 5, 2)
+	// Kill B with b1 live: its free never comes, and A and C release
+	// its mirror once its heartbeats have stopped for the peer timeout
+	// (at the expiry guard, 300 s, without liveness). The restarted B
+	// starts with A's and C's live bookings.
 	b.kill()
+	for _, s := range []*selector{a.selector, c} {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) { // a hang guard
+			if p, bl, n := s.totals(); p == 20 && bl == 5 && n == 2 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: B's mirror not released by peer liveness\nlogs:\n%s", s.base, s.logs.String())
+			}
+		}
+		// The counter follows the release.
+		s.eventually("the expired mirror counted", func() bool { return s.metric("kvselect_event_plane_mirrors_expired_total") == "1" })
+	}
 	b.start()
 	b.registerWorkers()
 	b.wantTotals("the restarted B caught up", 20, 5, 2)

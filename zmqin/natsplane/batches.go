@@ -19,12 +19,14 @@ import (
 // run_replica_singleton_publisher).
 //
 //   - A batch is an EventEnvelope (publisher_id: the router id, sequence:
-//     the batch's number) around [bin, ...], each bin one event in the ZMQ
-//     mesh's replica envelope (mesh.AppendEnvelope: the event with its
-//     partition), as a snapshot chunk carries them. Batches are cut by the
-//     mesh's rule (mesh.DefaultPublishBatch events, or what is queued
-//     within mesh.DefaultPublishWait of the first), and at
-//     maxBatchBytes of events (at least one).
+//     the batch's number) around [flags, [bin, ...]], each bin one event
+//     in the ZMQ mesh's replica envelope (mesh.AppendEnvelope: the event
+//     with its partition), as a snapshot chunk carries them; flags has
+//     flagBeats when the sender beats (its peer liveness is on). Batches
+//     are cut by the mesh's rule (mesh.DefaultPublishBatch events, or
+//     what is queued within mesh.DefaultPublishWait of the first), and at
+//     maxBatchBytes of events (at least one). An empty batch, sent every
+//     HeartbeatInterval, is the replica's heartbeat (liveness.go).
 //   - The Dynamo form is published too while DynamoForm says so (auto: a
 //     Dynamo router's booking was received within DynamoRouterWindow;
 //     always; never). Its envelope's publisher_id is
@@ -48,6 +50,24 @@ const TopicBookingBatch = "kvselect-bookings"
 // maxBatchBytes bounds a batch's events (a fleet's NATS server takes 1
 // MiB messages by default).
 const maxBatchBytes = 256 << 10
+
+// Flags of a batch or snapshot chunk (its first element): flagLast ends a
+// snapshot; flagBeats says the sender beats, so that a replica that holds
+// any of a peer's bookings knows whether to expect its beats
+// (liveness.go, rule 1). Other bits are malformed.
+const (
+	flagLast  = 1
+	flagBeats = 2
+	flagsAll  = flagLast | flagBeats
+)
+
+// ownFlags are the flags of this replica's batches and chunks.
+func (b *Bookings) ownFlags() uint64 {
+	if b.cfg.PeerTimeout > 0 {
+		return flagBeats
+	}
+	return 0
+}
 
 // DynamoForm says when kvselect publishes Dynamo's form of its bookings.
 type DynamoForm uint8
@@ -128,10 +148,20 @@ func (b *Bookings) publish(nc *nats.Conn) {
 	batch := make([]outEvent, 0, b.cfg.PublishBatch)
 	var t *time.Timer
 	var p publisher
+	var beat <-chan time.Time
+	if b.cfg.PeerTimeout > 0 {
+		tk := time.NewTicker(b.cfg.HeartbeatInterval)
+		defer tk.Stop()
+		beat = tk.C
+		p.beat(b, nc) // known from the start
+	}
 	for {
 		select {
 		case <-b.stop:
 			return
+		case <-beat:
+			p.beat(b, nc)
+			continue
 		case a := <-b.affOut:
 			p.affinity(b, nc, a)
 			continue
@@ -187,6 +217,22 @@ type publisher struct {
 	dynamoWasOn  bool
 }
 
+// beat publishes an empty batch, the heartbeat, unless the link is down
+// (the peers grant every clock a fresh timeout once it is back).
+func (p *publisher) beat(b *Bookings, nc *nats.Conn) {
+	if !nc.IsConnected() {
+		return
+	}
+	p.payload = msgpack.AppendArrayHeader(p.payload[:0], 2)
+	p.payload = msgpack.AppendUint(p.payload, b.ownFlags())
+	p.payload = msgpack.AppendArrayHeader(p.payload, 0)
+	p.env = AppendEnvelope(p.env[:0], b.id, p.seq, uint64(time.Now().UnixMilli()), TopicBookingBatch, p.payload)
+	p.seq++
+	if nc.Publish(b.batchSubject, p.env) == nil {
+		b.st.beats.Add(1)
+	}
+}
+
 func (p *publisher) affinity(b *Bookings, nc *nats.Conn, a []byte) {
 	p.env = AppendEnvelope(p.env[:0], b.id, 0, uint64(time.Now().UnixMilli()), TopicSessionAffinity, a)
 	if err := nc.Publish(b.affSubject, p.env); err != nil {
@@ -204,7 +250,9 @@ func (p *publisher) send(b *Bookings, nc *nats.Conn, batch []outEvent) {
 			size += len(batch[j].buf)
 			j++
 		}
-		p.payload = msgpack.AppendArrayHeader(p.payload[:0], j-i)
+		p.payload = msgpack.AppendArrayHeader(p.payload[:0], 2)
+		p.payload = msgpack.AppendUint(p.payload, b.ownFlags())
+		p.payload = msgpack.AppendArrayHeader(p.payload, j-i)
 		for _, e := range batch[i:j] {
 			p.payload = msgpack.AppendBin(p.payload, e.buf)
 		}
@@ -238,9 +286,9 @@ func (p *publisher) send(b *Bookings, nc *nats.Conn, batch []outEvent) {
 	}
 }
 
-// handleBatch applies one kvselect peer's batch.
+// handleBatch applies one kvselect peer's batch; an empty one is its
+// heartbeat.
 func (b *Bookings) handleBatch(body []byte) {
-	b.st.batchesReceived.Add(1)
 	if len(body) > b.cfg.MaxMessageBytes {
 		b.st.dropped[BookingTooLarge].Add(1)
 		return
@@ -257,7 +305,7 @@ func (b *Bookings) handleBatch(body []byte) {
 		b.st.own.Add(1)
 		return
 	}
-	bins, err := decodeBins(&msgpack.Reader{B: env.Payload}, true)
+	flags, bins, err := decodeFlagged(env.Payload)
 	if err != nil {
 		b.st.dropped[BookingMalformedBatch].Add(1)
 		b.in.Lock()
@@ -265,6 +313,12 @@ func (b *Bookings) handleBatch(body []byte) {
 		b.in.Unlock()
 		return
 	}
+	b.heard(env.PublisherID, flags&flagBeats != 0, true)
+	if len(bins) == 0 {
+		b.st.beatsReceived.Add(1)
+		return
+	}
+	b.st.batchesReceived.Add(1)
 	b.in.Lock()
 	defer b.in.Unlock()
 	evs := b.in.batch[:0]
@@ -294,6 +348,21 @@ func (b *Bookings) handleBatch(body []byte) {
 		evs[i] = core.ReplicaEvent{SequenceHashes: evs[i].SequenceHashes[:0]}
 	}
 	b.in.batch = evs[:0]
+}
+
+// decodeFlagged splits [flags, [bin, ...]], a batch's or a snapshot
+// chunk's payload.
+func decodeFlagged(payload []byte) (flags uint64, bins [][]byte, err error) {
+	r := msgpack.Reader{B: payload}
+	if n, err := r.ArrayLen(); err != nil || n != 2 {
+		return 0, nil, fmt.Errorf("natsplane: not [flags, events]")
+	}
+	flags, neg, err := r.Integer()
+	if err != nil || neg || flags&^flagsAll != 0 {
+		return 0, nil, fmt.Errorf("natsplane: flags")
+	}
+	bins, err = decodeBins(&r, true)
+	return flags, bins, err
 }
 
 // decodeBins reads an array of bins (a batch's payload, a snapshot

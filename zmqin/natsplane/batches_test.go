@@ -194,8 +194,9 @@ func TestBookingQueueBytes(t *testing.T) {
 	}
 }
 
-// TestMalformedBatch: a batch that is not [bin, ...], or an event in it
-// not of its publisher, is a counted drop; good batches still apply.
+// TestMalformedBatch: a batch that is not [flags, [bin, ...]], or an
+// event in it not of its publisher, is a counted drop; good batches still
+// apply.
 func TestMalformedBatch(t *testing.T) {
 	srv, nc := bus(t)
 	n := newNodeWith(t, srv.ClientURL(), BookingsConfig{NoSnapshot: true})
@@ -203,10 +204,12 @@ func TestMalformedBatch(t *testing.T) {
 	good := core.ReplicaEvent{Kind: core.ReplicaAdd, ModelName: model, RoutingGroup: group, BlockSize: bs, RequestID: "g", Worker: radix.WorkerKey{WorkerID: 1}, SequenceHashes: []uint64{1}}
 	subject := testScope.Subject(TopicBookingBatch)
 	for _, body := range [][]byte{
-		AppendEnvelope(nil, 77, 0, 1, TopicBookingBatch, []byte{0x91, 0x01}),                           // not a bin
-		AppendEnvelope(nil, 77, 1, 1, TopicBookingBatch, append([]byte{0x91, 0xc4, 3}, 1, 2, 3)),       // a bin, not an envelope
-		AppendEnvelope(nil, 77, 2, 1, TopicBookingBatch, batchOf(mesh.AppendEnvelope(nil, &good, 78))), // another router's event
-		AppendEnvelope(nil, 77, 3, 1, TopicBookingBatch, batchOf(mesh.AppendEnvelope(nil, &good, 77))), // good
+		AppendEnvelope(nil, 77, 0, 1, TopicBookingBatch, []byte{0x92, 0x00, 0x91, 0x01}),                  // not a bin
+		AppendEnvelope(nil, 77, 1, 1, TopicBookingBatch, []byte{0x92, 0x08, 0x90}),                        // an unknown flag
+		AppendEnvelope(nil, 77, 2, 1, TopicBookingBatch, []byte{0x91, 0x90}),                              // no flags
+		AppendEnvelope(nil, 77, 3, 1, TopicBookingBatch, batchOf(0, []byte{1, 2, 3})),                     // a bin, not an envelope
+		AppendEnvelope(nil, 77, 4, 1, TopicBookingBatch, batchOf(0, mesh.AppendEnvelope(nil, &good, 78))), // another router's event
+		AppendEnvelope(nil, 77, 5, 1, TopicBookingBatch, batchOf(0, mesh.AppendEnvelope(nil, &good, 77))), // good
 	} {
 		if err := nc.Publish(subject, body); err != nil {
 			t.Fatal(err)
@@ -214,14 +217,15 @@ func TestMalformedBatch(t *testing.T) {
 	}
 	eventually(t, "the good batch", func() bool { return n.holds("g") })
 	st := n.bk.Stats()
-	if st.Dropped[BookingMalformedBatch] != 1 || st.Dropped[BookingMalformedEvent] != 2 || st.Applied != 1 {
+	if st.Dropped[BookingMalformedBatch] != 3 || st.Dropped[BookingMalformedEvent] != 2 || st.Applied != 1 {
 		t.Errorf("stats %+v", st)
 	}
 }
 
-// batchOf is a batch payload of the given mesh envelopes.
-func batchOf(bins ...[]byte) []byte {
-	out := []byte{0x90 | byte(len(bins))}
+// batchOf is a batch payload, [flags, [bin, ...]], of the given mesh
+// envelopes (small flags and fewer than 16 bins).
+func batchOf(flags byte, bins ...[]byte) []byte {
+	out := []byte{0x92, flags, 0x90 | byte(len(bins))}
 	for _, b := range bins {
 		out = append(out, 0xc5, byte(len(b)>>8), byte(len(b)))
 		out = append(out, b...)

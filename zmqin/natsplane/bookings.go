@@ -133,18 +133,19 @@ type BookingStats struct {
 	QueueBytesLimit int    // BookingsConfig.QueueBytes
 	// Batches and BatchEvents count the batches sent to kvselect peers
 	// and their events; BatchPublishErrors the events of batches nats.go
-	// refused.
-	Batches, BatchEvents, BatchPublishErrors uint64
+	// refused; Beats the heartbeats (empty batches) sent.
+	Batches, BatchEvents, BatchPublishErrors, Beats uint64
 	// DynamoForm: Dynamo's form is being published (gauge).
 	DynamoForm bool
 	Received   uint64 // Dynamo-form messages received
-	// BatchesReceived counts kvselect peers' batches received;
-	// SkippedPeerForm the Dynamo-form messages of kvselect peers, skipped
-	// (their events come in the batches).
-	BatchesReceived, SkippedPeerForm uint64
-	SkippedOwn                       uint64 // our own events, skipped by router_id
-	Applied                          uint64 // events handed to the Applier, both forms
-	Dropped                          [numBookingDrops]uint64
+	// BatchesReceived counts kvselect peers' batches received (and
+	// BeatsReceived their heartbeats); SkippedPeerForm the Dynamo-form
+	// messages of kvselect peers, skipped (their events come in the
+	// batches).
+	BatchesReceived, BeatsReceived, SkippedPeerForm uint64
+	SkippedOwn                                      uint64 // our own events, skipped by router_id
+	Applied                                         uint64 // events handed to the Applier, both forms
+	Dropped                                         [numBookingDrops]uint64
 	// SlowConsumerDrops: messages the NATS client dropped at a full
 	// subscription queue.
 	SlowConsumerDrops uint64
@@ -167,11 +168,14 @@ type Bookings struct {
 	// received, 0 never.
 	dyn struct{ seen atomic.Int64 }
 	// affSubject and snapshotSubject are kvselect's own (replicas.go).
-	affSubject, snapshotSubject, beatSubject string
+	affSubject, snapshotSubject string
 	// live owns the peers' last heartbeats (liveness.go).
 	live struct {
 		sync.Mutex
 		seen map[uint64]time.Time
+		// released holds the peers expired here, until heard again and
+		// restored by a snapshot (liveness.go, rule 4).
+		released map[uint64]revival
 	}
 
 	out chan outEvent // encoded bookings, owned by the publisher goroutine once sent
@@ -202,6 +206,7 @@ type Bookings struct {
 		snapServed, snapEventsServed, snapRefused     atomic.Uint64
 		snapPublishErrors                             atomic.Uint64
 		beatDropped, peersExpired, mirrorsExpired     atomic.Uint64
+		peersRevived, stalls                          atomic.Uint64
 	}
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -227,8 +232,9 @@ type Bookings struct {
 	st struct {
 		published, publishErrors, outDropped atomic.Uint64
 		outBytes                             atomic.Int64 // reserved by Publish, released once sent
-		batches, batchEvents                 atomic.Uint64
+		batches, batchEvents, beats          atomic.Uint64
 		batchPublishErrors, batchesReceived  atomic.Uint64
+		beatsReceived                        atomic.Uint64
 		peerForm                             atomic.Uint64
 		received, own, applied               atomic.Uint64
 		dropped                              [numBookingDrops]atomic.Uint64
@@ -273,11 +279,11 @@ func NewBookings(cfg BookingsConfig) (*Bookings, error) {
 	}
 	b := &Bookings{cfg: cfg, id: cfg.RouterID, subject: cfg.Scope.Subject(TopicActiveSequences),
 		affSubject: cfg.Scope.Subject(TopicSessionAffinity), snapshotSubject: cfg.Scope.Subject(TopicSlotSnapshot),
-		beatSubject: cfg.Scope.Subject(TopicHeartbeat), batchSubject: cfg.Scope.Subject(TopicBookingBatch),
-		out: make(chan outEvent, cfg.QueueLimit), affOut: make(chan []byte, cfg.AffinityQueueLimit),
+		batchSubject: cfg.Scope.Subject(TopicBookingBatch),
+		out:          make(chan outEvent, cfg.QueueLimit), affOut: make(chan []byte, cfg.AffinityQueueLimit),
 		snapJobs: make(chan string, snapshotJobs), snapKick: make(chan struct{}, 1), stop: make(chan struct{})}
 	b.req.lim = map[uint64]*mesh.SnapshotLimiter{}
-	b.live.seen = map[uint64]time.Time{}
+	b.live.seen, b.live.released = map[uint64]time.Time{}, map[uint64]revival{}
 	for b.id == 0 {
 		var r [8]byte
 		_, _ = rand.Read(r[:])
@@ -341,10 +347,6 @@ func (b *Bookings) Start(nc *nats.Conn, app Applier) error {
 		subjects = append(subjects, b.affSubject)
 		handlers[b.affSubject] = func(m *nats.Msg) { b.handleAffinity(m.Data) }
 	}
-	if b.cfg.PeerTimeout > 0 {
-		subjects = append(subjects, b.beatSubject)
-		handlers[b.beatSubject] = b.handleHeartbeat
-	}
 	if !b.cfg.NoSnapshot {
 		subjects = append(subjects, b.snapshotSubject)
 		handlers[b.snapshotSubject] = b.handleSnapshotRequest
@@ -367,7 +369,7 @@ func (b *Bookings) Start(nc *nats.Conn, app Applier) error {
 	go b.publish(nc)
 	if b.cfg.PeerTimeout > 0 {
 		b.wg.Add(1)
-		go b.beat(nc)
+		go b.expirer(nc)
 	}
 	if !b.cfg.NoSnapshot {
 		b.wg.Add(1)
@@ -470,9 +472,9 @@ func (b *Bookings) Stats() BookingStats {
 	s := BookingStats{
 		Published: b.st.published.Load(), PublishErrors: b.st.publishErrors.Load(), OutboundDropped: b.st.outDropped.Load(),
 		QueueDepth: len(b.out), QueueLimit: b.cfg.QueueLimit, QueueBytes: b.st.outBytes.Load(), QueueBytesLimit: b.cfg.QueueBytes,
-		Batches: b.st.batches.Load(), BatchEvents: b.st.batchEvents.Load(), BatchPublishErrors: b.st.batchPublishErrors.Load(),
+		Batches: b.st.batches.Load(), BatchEvents: b.st.batchEvents.Load(), BatchPublishErrors: b.st.batchPublishErrors.Load(), Beats: b.st.beats.Load(),
 		DynamoForm: b.dynamoActive(time.Now()),
-		Received:   b.st.received.Load(), BatchesReceived: b.st.batchesReceived.Load(), SkippedPeerForm: b.st.peerForm.Load(),
+		Received:   b.st.received.Load(), BatchesReceived: b.st.batchesReceived.Load(), BeatsReceived: b.st.beatsReceived.Load(), SkippedPeerForm: b.st.peerForm.Load(),
 		SkippedOwn: b.st.own.Load(), Applied: b.st.applied.Load(),
 		LogsSuppressed: b.st.logsSuppressed.Load(),
 	}

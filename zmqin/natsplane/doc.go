@@ -113,10 +113,13 @@
 // and again after one fell short of the catalog. A complete reply
 // reconciles its peer's mirrors (core.Service.ReleaseMirrors), so frees
 // missed while cut off do not leak until the expiry guard. Replicas
-// also beat on kvselect-heartbeat (liveness.go): a kvselect peer silent
+// also beat, an empty batch on kvselect-bookings every second
+// (liveness.go): a kvselect peer silent
 // for PeerTimeout while this replica's link is up is taken for dead and
 // its mirrors are released, so a replica killed with live bookings does
-// not hold its peers' load until the expiry guard either.
+// not hold its peers' load until the expiry guard either; a peer taken
+// for dead and heard again is asked for its snapshot (liveness.go has the
+// rules).
 //
 // # Partitions
 //
@@ -144,10 +147,10 @@
 //     subscription (four for KV; three for bookings, plus the bindings' and
 //     the snapshot requests' and, while gathering, the reply inbox), which run Ingress
 //     and Bookings processing; they stop on Unsubscribe (Close).
-//   - Bookings: one publisher (batching, batches.go), fed by Publish,
+//   - Bookings: one publisher (batches and heartbeats, batches.go), fed by Publish,
 //     PublishAffinity and the snapshot requests to answer; one snapshotter, which asks for and
 //     gathers snapshots (woken by Start, Resync, CatchUp, and its own
-//     ticker for the catalog); a beater (heartbeats, and the expiry of
+//     ticker for the catalog); an expirer (the expiry of
 //     silent peers), unless PeerTimeout < 0; all stop on Close.
 //   - Link: one running the OnReconnect callbacks; stops on Close.
 //   - Catalog: one binding the bucket then watching it, and a writer

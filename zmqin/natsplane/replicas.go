@@ -30,7 +30,8 @@ import (
 //     mesh.SnapshotBurst per mesh.SnapshotWindow per requester) with its
 //     live local bookings (core.Service.AppendLocalBookings) in chunks
 //     (snapshotChunkBytes), each an envelope with the responder's id and
-//     the chunk's number around [last: 0|1, [bin: mesh.AppendEnvelope of
+//     the chunk's number around [flags: flagLast on the last, flagBeats
+//     when it beats, [bin: mesh.AppendEnvelope of
 //     one admission, ...]]: the mesh's replica envelope, which names its
 //     partition. The chunks are published by the publisher goroutine
 //     between live events, so a free published after the snapshot was
@@ -103,8 +104,11 @@ type ReplicaStats struct {
 	SnapshotsServed, SnapshotEventsServed uint64
 	SnapshotsRefused                      uint64 // rate limit or answer queue full
 	SnapshotPublishErrors                 uint64
-	// Liveness (liveness.go).
+	// Liveness (liveness.go): peers released for silence, their mirrors,
+	// malformed or unrecorded beats, peers heard again after their release
+	// (each asked for its snapshot), and overdue beat ticks (stalls).
 	PeersExpired, MirrorsExpired, HeartbeatsDropped uint64
+	PeersRevived, Stalls                            uint64
 }
 
 // affinityBox holds the bindings' applier.
@@ -225,7 +229,7 @@ func (b *Bookings) serveSnapshot(nc *nats.Conn, reply string) {
 		}
 		last := i == len(evs)
 		payload = msgpack.AppendArrayHeader(payload[:0], 2)
-		payload = msgpack.AppendUint(payload, boolUint(last))
+		payload = msgpack.AppendUint(payload, boolUint(last)|b.ownFlags())
 		payload = msgpack.AppendArrayHeader(payload, len(bins))
 		for _, bin := range bins {
 			payload = msgpack.AppendBin(payload, bin)
@@ -251,20 +255,14 @@ func boolUint(v bool) uint64 {
 	return 0
 }
 
-// decodeSnapshotChunk splits a chunk's payload.
-func decodeSnapshotChunk(payload []byte) (last bool, bins [][]byte, err error) {
-	r := msgpack.Reader{B: payload}
-	if n, err := r.ArrayLen(); err != nil || n != 2 {
-		return false, nil, fmt.Errorf("natsplane: snapshot chunk is not [last, events]")
+// decodeSnapshotChunk splits a chunk's payload, [flags, [bin, ...]]
+// (batches.go).
+func decodeSnapshotChunk(payload []byte) (last, beats bool, bins [][]byte, err error) {
+	flags, bins, err := decodeFlagged(payload)
+	if err != nil {
+		return false, false, nil, fmt.Errorf("natsplane: snapshot chunk: %w", err)
 	}
-	l, neg, err := r.Integer()
-	if err != nil || neg || l > 1 {
-		return false, nil, fmt.Errorf("natsplane: snapshot chunk's last flag")
-	}
-	if bins, err = decodeBins(&r, true); err != nil {
-		return false, nil, err
-	}
-	return l == 1, bins, nil
+	return flags&flagLast != 0, flags&flagBeats != 0, bins, nil
 }
 
 // responder is a snapshot reply being gathered.
@@ -330,13 +328,16 @@ func (b *Bookings) requestSnapshot(nc *nats.Conn, askBack bool) (short bool) {
 			rs = &responder{ids: map[string]struct{}{}}
 			from[env.PublisherID] = rs
 		}
-		last, bins, err := decodeSnapshotChunk(env.Payload)
+		last, beats, bins, err := decodeSnapshotChunk(env.Payload)
 		if err != nil || env.Sequence != rs.next || rs.broken {
 			b.rst.snapDropped.Add(1)
 			rs.broken = true
 			continue
 		}
 		rs.next++
+		// A peer whose mirrors come from its snapshot is expected to beat
+		// from now on (liveness.go, rule 1), even before its next beat.
+		b.heard(env.PublisherID, beats, false)
 		if taken+len(bins) > b.cfg.SnapshotMaxEvents {
 			b.rst.snapDropped.Add(1)
 			rs.broken = true
@@ -372,6 +373,7 @@ func (b *Bookings) requestSnapshot(nc *nats.Conn, askBack bool) (short bool) {
 		}
 		if last && !rs.broken {
 			b.rst.snapReplies.Add(1)
+			b.restored(env.PublisherID)
 			n := app.ReleaseMirrors(core.Origin(env.PublisherID), asked, func(id string) bool { _, ok := rs.ids[id]; return ok })
 			b.rst.reconciled.Add(uint64(n))
 			rs.ids = nil
@@ -448,5 +450,6 @@ func (b *Bookings) ReplicaStats() ReplicaStats {
 		SnapshotsServed: b.rst.snapServed.Load(), SnapshotEventsServed: b.rst.snapEventsServed.Load(), SnapshotsRefused: b.rst.snapRefused.Load(),
 		SnapshotPublishErrors: b.rst.snapPublishErrors.Load(),
 		PeersExpired:          b.rst.peersExpired.Load(), MirrorsExpired: b.rst.mirrorsExpired.Load(), HeartbeatsDropped: b.rst.beatDropped.Load(),
+		PeersRevived: b.rst.peersRevived.Load(), Stalls: b.rst.stalls.Load(),
 	}
 }

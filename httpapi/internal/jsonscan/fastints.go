@@ -91,18 +91,46 @@ func prefixValue(w uint64, k int) uint64 {
 	return digitsValue((w - zeros8) << (uint(56-8*k) & 63) << 8)
 }
 
+// arrayStart reads an array's opening bracket at b[i:] (whitespace
+// before it and after it skipped): next is its first element, or, when
+// the array is empty, the byte after its closing bracket.
+func arrayStart(b []byte, i int) (next int, empty, ok bool) {
+	i = skipWS(b, i)
+	if i >= len(b) || b[i] != '[' {
+		return 0, false, false
+	}
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return i + 1, true, true
+	}
+	return i, false, true
+}
+
+// arrayNext reads what follows an array's element at b[i:]: a comma
+// (next is the next element, whitespace skipped) or the closing bracket
+// (done, next is the byte after it); anything else is not ok.
+func arrayNext(b []byte, i int) (next int, done, ok bool) {
+	i = skipWS(b, i)
+	if i >= len(b) {
+		return 0, false, false
+	}
+	switch b[i] {
+	case ',':
+		return skipWS(b, i+1), false, true
+	case ']':
+		return i + 1, true, true
+	}
+	return 0, false, false
+}
+
 // fastI64s reads b[i:] as an array of i64 (two's complement bits) and
 // appends them to dst; ok is false when the input needs the generic path
 // (dst's new elements are then garbage: the caller passes its original
 // dst to the generic path).
 func fastI64s(b []byte, i int, dst []uint64) (_ []uint64, end int, ok bool) {
-	i = skipWS(b, i)
-	if i >= len(b) || b[i] != '[' {
-		return dst, 0, false
-	}
-	i = skipWS(b, i+1)
-	if i < len(b) && b[i] == ']' {
-		return dst, i + 1, true
+	i, empty, ok := arrayStart(b, i)
+	if !ok || empty {
+		return dst, i, ok
 	}
 	base := unsafe.Pointer(unsafe.SliceData(b))
 	for {
@@ -178,30 +206,19 @@ func fastI64s(b []byte, i int, dst []uint64) (_ []uint64, end int, ok bool) {
 			dst = append(dst, v)
 			i += n
 		}
-		i = skipWS(b, i)
-		if i >= len(b) {
-			return dst, 0, false
+		next, done, ok := arrayNext(b, i)
+		if !ok || done {
+			return dst, next, ok
 		}
-		switch b[i] {
-		case ',':
-			i = skipWS(b, i+1)
-		case ']':
-			return dst, i + 1, true
-		default:
-			return dst, 0, false
-		}
+		i = next
 	}
 }
 
 // fastU32s is fastI64s for u32 token ids (1 to 10 digits, no sign).
 func fastU32s(b []byte, i int, dst []uint32) (_ []uint32, end int, ok bool) {
-	i = skipWS(b, i)
-	if i >= len(b) || b[i] != '[' {
-		return dst, 0, false
-	}
-	i = skipWS(b, i+1)
-	if i < len(b) && b[i] == ']' {
-		return dst, i + 1, true
+	i, empty, ok := arrayStart(b, i)
+	if !ok || empty {
+		return dst, i, ok
 	}
 	base := unsafe.Pointer(unsafe.SliceData(b))
 	for {
@@ -253,18 +270,11 @@ func fastU32s(b []byte, i int, dst []uint32) (_ []uint32, end int, ok bool) {
 			dst = append(dst, uint32(v))
 			i += n
 		}
-		i = skipWS(b, i)
-		if i >= len(b) {
-			return dst, 0, false
+		next, done, ok := arrayNext(b, i)
+		if !ok || done {
+			return dst, next, ok
 		}
-		switch b[i] {
-		case ',':
-			i = skipWS(b, i+1)
-		case ']':
-			return dst, i + 1, true
-		default:
-			return dst, 0, false
-		}
+		i = next
 	}
 }
 
@@ -272,13 +282,9 @@ func fastU32s(b []byte, i int, dst []uint32) (_ []uint32, end int, ok bool) {
 // for every number. signed allows a minus sign (two's complement bits);
 // values above max (or, negative, below -max-1) fail.
 func fastInts(b []byte, i int, dst []uint64, signed bool, max uint64) (_ []uint64, end int, ok bool) {
-	i = skipWS(b, i)
-	if i >= len(b) || b[i] != '[' {
-		return dst, 0, false
-	}
-	i = skipWS(b, i+1)
-	if i < len(b) && b[i] == ']' {
-		return dst, i + 1, true
+	i, empty, ok := arrayStart(b, i)
+	if !ok || empty {
+		return dst, i, ok
 	}
 	for {
 		v, n, ok := narrowInt(b, i, signed, max)
@@ -286,18 +292,11 @@ func fastInts(b []byte, i int, dst []uint64, signed bool, max uint64) (_ []uint6
 			return dst, 0, false
 		}
 		dst = append(dst, v)
-		i = skipWS(b, i+n)
-		if i >= len(b) {
-			return dst, 0, false
+		next, done, ok := arrayNext(b, i+n)
+		if !ok || done {
+			return dst, next, ok
 		}
-		switch b[i] {
-		case ',':
-			i = skipWS(b, i+1)
-		case ']':
-			return dst, i + 1, true
-		default:
-			return dst, 0, false
-		}
+		i = next
 	}
 }
 

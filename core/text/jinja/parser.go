@@ -379,31 +379,23 @@ func (p *parser) parseParams() ([]string, []expr, error) {
 	if err := p.expectOp("("); err != nil {
 		return nil, nil, err
 	}
-	for !p.isOp(")") {
-		if len(names) > 0 {
-			if err := p.expectOp(","); err != nil {
-				return nil, nil, err
-			}
-			if p.isOp(")") {
-				break
-			}
-		}
+	if err := p.commaList(")", func() error {
 		n, err := p.expectName()
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		names = append(names, n)
 		if p.skipOp("=") {
 			d, err := p.parseExpr(true)
-			if err != nil {
-				return nil, nil, err
-			}
 			defs = append(defs, d)
+			return err
 		} else if len(defs) > 0 {
-			return nil, nil, p.errf("non-default argument follows default argument")
+			return p.errf("non-default argument follows default argument")
 		}
+		return nil
+	}); err != nil {
+		return nil, nil, err
 	}
-	p.next()
 	return names, defs, nil
 }
 

@@ -286,51 +286,29 @@ func (p *parser) parsePrimary() (expr, error) {
 		case "[":
 			p.next()
 			l := &listExpr{}
-			for !p.isOp("]") {
-				if len(l.items) > 0 {
-					if err := p.expectOp(","); err != nil {
-						return nil, err
-					}
-					if p.isOp("]") {
-						break
-					}
-				}
+			err := p.commaList("]", func() error {
 				e, err := p.parseExpr(true)
-				if err != nil {
-					return nil, err
-				}
 				l.items = append(l.items, e)
-			}
-			p.next()
-			return l, nil
+				return err
+			})
+			return l, err
 		case "{":
 			p.next()
 			d := &dictExpr{}
-			for !p.isOp("}") {
-				if len(d.keys) > 0 {
-					if err := p.expectOp(","); err != nil {
-						return nil, err
-					}
-					if p.isOp("}") {
-						break
-					}
-				}
+			err := p.commaList("}", func() error {
 				k, err := p.parseExpr(true)
 				if err != nil {
-					return nil, err
+					return err
 				}
 				if err := p.expectOp(":"); err != nil {
-					return nil, err
+					return err
 				}
 				v, err := p.parseExpr(true)
-				if err != nil {
-					return nil, err
-				}
 				d.keys = append(d.keys, k)
 				d.vals = append(d.vals, v)
-			}
-			p.next()
-			return d, nil
+				return err
+			})
+			return d, err
 		}
 	}
 	return nil, p.errf("unexpected %s", describe(t))
@@ -363,22 +341,13 @@ func (p *parser) parsePostfix(e expr) (expr, error) {
 		case p.isOp("["):
 			p.next()
 			var args []expr
-			for !p.isOp("]") {
-				if len(args) > 0 {
-					if err := p.expectOp(","); err != nil {
-						return nil, err
-					}
-					if p.isOp("]") {
-						break
-					}
-				}
+			if err := p.commaList("]", func() error {
 				a, err := p.parseSubscript()
-				if err != nil {
-					return nil, err
-				}
 				args = append(args, a)
+				return err
+			}); err != nil {
+				return nil, err
 			}
-			p.next()
 			switch len(args) {
 			case 0:
 				return nil, p.errf("expected subscript")
@@ -433,41 +402,49 @@ func (p *parser) parseArgs() ([]expr, []kwarg, error) {
 	}
 	var args []expr
 	var kws []kwarg
-	first := true
-	for !p.isOp(")") {
-		if !first {
-			if err := p.expectOp(","); err != nil {
-				return nil, nil, err
-			}
-			if p.isOp(")") {
-				break
-			}
-		}
-		first = false
+	err := p.commaList(")", func() error {
 		if p.isOp("*") || p.isOp("**") {
-			return nil, nil, p.errf("*args and **kwargs in calls are not supported")
+			return p.errf("*args and **kwargs in calls are not supported")
 		}
 		if p.cur().kind == tName && p.peek().kind == tOp && p.peek().val == "=" {
 			name := p.next().val
 			p.next()
 			v, err := p.parseExpr(true)
-			if err != nil {
-				return nil, nil, err
-			}
 			kws = append(kws, kwarg{name: name, val: v})
-			continue
+			return err
 		}
 		if len(kws) > 0 {
-			return nil, nil, p.errf("invalid syntax for function call expression")
+			return p.errf("invalid syntax for function call expression")
 		}
 		a, err := p.parseExpr(true)
-		if err != nil {
-			return nil, nil, err
-		}
 		args = append(args, a)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return args, kws, nil
+}
+
+// commaList parses item after item, separated by commas, up to the
+// operator close (a trailing comma allowed, as Jinja's parser allows
+// it), and consumes close. item parses one at the current token.
+func (p *parser) commaList(close string, item func() error) error {
+	for n := 0; !p.isOp(close); n++ {
+		if n > 0 {
+			if err := p.expectOp(","); err != nil {
+				return err
+			}
+			if p.isOp(close) {
+				break
+			}
+		}
+		if err := item(); err != nil {
+			return err
+		}
 	}
 	p.next()
-	return args, kws, nil
+	return nil
 }
 
 func (p *parser) parseCall(fn expr) (*callExpr, error) {

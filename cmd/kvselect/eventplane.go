@@ -385,6 +385,18 @@ func startBus(n *node, o *eventPlaneOptions, logs *logs) (*eventPlane, error) {
 				n.onStop("JetStream directory", func() error { return os.RemoveAll(dir) })
 			}
 		}
+		if cfg.Port > 0 {
+			if err := probeListen(o.listen); err != nil {
+				if o.set["nats-listen"] {
+					return nil, fmt.Errorf("--nats-listen %s: %w", o.listen, err)
+				}
+				// The default is taken (another kvselect on this host): the
+				// embedded server is the replica's own, reached in-process,
+				// so any free port serves; routes name --nats-cluster-listen.
+				log.Warn("the embedded NATS server's default client address is taken (another process on this host?); listening on a free port instead (--nats-listen chooses one)", "default", o.listen, "err", err)
+				cfg.Port = 0
+			}
+		}
 		cfg.Logger = logs.logger("kvselect::nats-server")
 		if ep.srv, err = natsplane.StartServer(cfg); err != nil {
 			return nil, err
@@ -523,4 +535,15 @@ func (ep *eventPlane) readyDetail() any {
 		r.Routes = &n
 	}
 	return r
+}
+
+// probeListen reports whether addr can be bound now, by binding and
+// closing it: nats-server only logs a listener it cannot bind and then
+// waits for readiness that never comes, so the address is checked first.
+func probeListen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return ln.Close()
 }

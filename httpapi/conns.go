@@ -55,14 +55,23 @@ type connTracker struct {
 	acceptRetries atomic.Uint64
 	rejecting     atomic.Int64
 
+	// The read, write and idle bounds (timeouts.go): the sweeper runs
+	// while a connection is open (sweeping) and advances clock a tick at
+	// a time; timedOut counts the connections it closed.
+	to          timeouts
+	hasTimeouts bool
+	sweeping    atomic.Bool
+	clock       atomic.Int64
+	timedOut    atomic.Uint64
+
 	mu struct {
 		sync.Mutex
 		conns map[*trackedConn]struct{} // the open connections
 	}
 }
 
-func newConnTracker(max int, tls bool) *connTracker {
-	t := &connTracker{max: int64(max), tls: tls}
+func newConnTracker(max int, tls bool, to timeouts, hasTimeouts bool) *connTracker {
+	t := &connTracker{max: int64(max), tls: tls, to: to, hasTimeouts: hasTimeouts}
 	t.mu.conns = map[*trackedConn]struct{}{}
 	body := appendError(nil, "too many open connections: the limit is "+strconv.Itoa(max))
 	t.rejectMsg = append([]byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: "+
@@ -79,9 +88,11 @@ func (t *connTracker) admit(c net.Conn) *trackedConn {
 		return nil
 	}
 	tc := &trackedConn{Conn: c, t: t}
+	tc.stamp()
 	t.mu.Lock()
 	t.mu.conns[tc] = struct{}{}
 	t.mu.Unlock()
+	t.startSweep()
 	return tc
 }
 
@@ -140,15 +151,15 @@ type trackedConn struct {
 	// owned by the drain goroutine.
 	idleSeen  uint64
 	idleLooks int
-}
 
-// Read counts the reads that return data (see reads).
-func (c *trackedConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		c.reads.Add(1)
-	}
-	return n, err
+	// The sweeper's view (timeouts.go): io is the I/O c is blocked in;
+	// stateSince the tracker's clock at the last state change (or the
+	// accept); writeSince at the first write since then (-1: none);
+	// timedOut is set when the sweeper closed c.
+	io         atomic.Int32
+	stateSince atomic.Int64
+	writeSince atomic.Int64
+	timedOut   atomic.Bool
 }
 
 // Close closes the connection and unregisters it (once).

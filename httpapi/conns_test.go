@@ -174,3 +174,48 @@ func TestShutdownDeadline(t *testing.T) {
 		t.Fatalf("serve: %v", err)
 	}
 }
+
+// TestConnectionTimeouts: through a real server, a keep-alive connection
+// idle past IdleTimeout is closed, a request whose headers stop arriving
+// is cut at ReadTimeout, a connection that keeps sending requests more
+// often than IdleTimeout stays open past every bound, and the closes are
+// counted in kvselect_http_connections_timed_out_total.
+func TestConnectionTimeouts(t *testing.T) {
+	const idle, read = 200 * time.Millisecond, 400 * time.Millisecond
+	h := start(t, func(_ *core.Config, hc *httpapi.Config) { hc.IdleTimeout, hc.ReadTimeout = idle, read })
+
+	closedWithin := func(c *rawConn, began time.Time, bound time.Duration) {
+		t.Helper()
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.r.ReadByte(); err == nil {
+			t.Fatal("the server sent bytes instead of closing")
+		}
+		if took := time.Since(began); took < bound || took > bound+2*time.Second {
+			t.Fatalf("closed after %v, want just past %v", took, bound)
+		}
+	}
+
+	idleConn := dialRaw(t, h.base)
+	if res, _, err := idleConn.get("/health"); err != nil || res.StatusCode != 200 {
+		t.Fatalf("health: %v %v", err, res)
+	}
+	closedWithin(idleConn, time.Now(), idle)
+
+	slow := dialRaw(t, h.base)
+	began := time.Now()
+	if _, err := io.WriteString(slow, "GET /health HTTP/1.1\r\nHost: kv"); err != nil {
+		t.Fatal(err)
+	}
+	closedWithin(slow, began, read)
+
+	busy := dialRaw(t, h.base)
+	for end := time.Now().Add(3 * read); time.Now().Before(end); time.Sleep(idle / 4) {
+		if res, _, err := busy.get("/health"); err != nil || res.StatusCode != 200 {
+			t.Fatalf("a connection in use was closed: %v %v", err, res)
+		}
+	}
+	_, body, err := busy.get("/metrics")
+	if err != nil || !strings.Contains(body, "kvselect_http_connections_timed_out_total 2\n") {
+		t.Fatalf("timed-out connections not counted as 2: %v\n%s", err, body)
+	}
+}

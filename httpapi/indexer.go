@@ -337,7 +337,7 @@ var indexerDescs = append([]perf.Desc{
 }, pick(statsDescs, "kvselect_kv_listeners", "kvselect_kv_listeners_limit", "kvselect_index_blocks",
 	"kvselect_index_events_applied_total", "kvselect_index_events_dropped_total", "kvselect_index_max_blocks_per_rank",
 	"kvselect_http_connections_open", "kvselect_http_connections_max", "kvselect_http_connections_rejected_total",
-	"kvselect_http_accept_retries_total", "kvselect_http_connection_rejecters", "kvselect_http_connection_rejecters_max",
+	"kvselect_http_accept_retries_total", "kvselect_http_connections_timed_out_total", "kvselect_http_connection_rejecters", "kvselect_http_connection_rejecters_max",
 	"kvselect_http_max_request_body_bytes", "kvselect_http_draining")...)
 
 // pick returns the descriptions of the named families; a name without

@@ -53,6 +53,7 @@ var statsDescs = []perf.Desc{
 	{Name: "kvselect_http_connections_max", Kind: perf.Gauge, Help: "The open HTTP connections allowed at most (--max-connections; 0 is no cap)."},
 	{Name: "kvselect_http_connections_rejected_total", Kind: perf.Counter, Help: "HTTP connections over --max-connections, answered 503 and closed."},
 	{Name: "kvselect_http_accept_retries_total", Kind: perf.Counter, Help: "Temporary accept errors (e.g. EMFILE) retried with backoff."},
+	{Name: "kvselect_http_connections_timed_out_total", Kind: perf.Counter, Help: "HTTP connections closed for a read, write or idle timeout."},
 	{Name: "kvselect_http_connection_rejecters", Kind: perf.Gauge, Help: "Goroutines answering connections over the cap."},
 	{Name: "kvselect_http_connection_rejecters_max", Kind: perf.Gauge, Help: "The goroutines answering connections over the cap at most."},
 	{Name: "kvselect_http_max_request_body_bytes", Kind: perf.Gauge, Help: "The request body limit; larger bodies get 413."},
@@ -143,6 +144,7 @@ func (s *Server) writeConnStats(w io.Writer) {
 	perf.WriteGaugeUint(w, `kvselect_http_connections_max`, uint64(c.max))
 	perf.WriteCounter(w, `kvselect_http_connections_rejected_total`, c.rejected.Load())
 	perf.WriteCounter(w, `kvselect_http_accept_retries_total`, c.acceptRetries.Load())
+	perf.WriteCounter(w, `kvselect_http_connections_timed_out_total`, c.timedOut.Load())
 	perf.WriteGaugeUint(w, `kvselect_http_connection_rejecters`, uint64(max(c.rejecting.Load(), 0)))
 	perf.WriteGaugeUint(w, `kvselect_http_connection_rejecters_max`, maxRejecting)
 	perf.WriteGaugeUint(w, `kvselect_http_max_request_body_bytes`, uint64(s.cfg.MaxRequestBodySize))

@@ -19,15 +19,16 @@ func IsTerminal(f *os.File) bool {
 // Run performs the load run cfg describes and returns its report:
 //
 //  1. build the workload's prompts and their request bodies (PromptForm);
-//  2. with Baseline "noop": start the no-op server on loopback, register the
-//     workers there, and drive it with the same client, mix and prompts;
+//  2. with Baseline "noop": start the no-op server on loopback and register
+//     the workers there, to drive it with the same client, mix and prompts;
 //  3. open the selector (openTarget): with EngineBlocks, start one
 //     simulated engine per worker; resolve the selector (cfg.Target, or
 //     cfg.StartServer when Target is empty, ErrNoServer when neither is
 //     given); register the workers, wait for GET /ready; with Fill, fill
 //     the engines' pools and the selector's index from the workload;
 //  4. drive it (capturing profiles during its measured window when
-//     ProfileDir is set);
+//     ProfileDir is set); with the baseline, the two are driven in
+//     Config.Rounds alternating windows (runRounds);
 //  5. read GET /loads for reservations left active.
 //
 // With MixEPP, steps 2 to 5 run runEPP instead: the no-op ext_proc server
@@ -76,6 +77,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return rep, nil
 	}
 
+	var noopT *loadTarget
 	if cfg.Baseline == "noop" {
 		noop := func() ([]string, []Replica, func(), error) {
 			url, stop, err := StartNoop("127.0.0.1:0")
@@ -84,25 +86,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}
 			return []string{url}, nil, stop, err
 		}
-		lt, err := openTarget(ctx, cfg, "noop", noop, false, 1, prompts, logw)
-		if err != nil {
+		if noopT, err = openTarget(ctx, cfg, "noop", noop, false, 1, prompts, logw); err != nil {
 			return nil, err
 		}
-		p := params
-		p.label, p.idPrefix = "no-op", "bench-"+nonce+"-noop"
-		var stopProfile func() (string, string)
-		if cfg.ProfileDir != "" {
-			p.atMeasureStart, stopProfile = baselineProfile(cfg.ProfileDir)
-		}
-		res := mergeSlices(p, []loadSlice{lt.measure(ctx, p, prompts)})
-		if stopProfile != nil {
-			rep.addProfile(stopProfile())
-		}
-		lt.close()
-		rep.Baseline = &res
+		defer noopT.close()
 	}
 
 	if cfg.Replicas > 1 {
+		if noopT != nil {
+			p := params
+			p.label, p.idPrefix = "no-op", "bench-"+nonce+"-noop"
+			res := mergeSlices(p, []loadSlice{noopT.measure(ctx, p, prompts)})
+			rep.Baseline = &res
+		}
 		if err := runReplicas(ctx, &cfg, rep, params, prompts, nonce, logw); err != nil {
 			return nil, err
 		}
@@ -115,25 +111,76 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer lt.close()
-	p := params
-	p.label, p.idPrefix = "selector", "bench-"+nonce
-	var waitProfiles func() ([]string, []string)
-	if cfg.ProfileDir != "" {
-		pctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		if p.atMeasureStart, waitProfiles, err = profileAt(pctx, &cfg, cfg.Duration); err != nil {
-			return nil, err
-		}
-	}
-	rep.Result = mergeSlices(p, []loadSlice{lt.measure(ctx, p, prompts)})
-	if waitProfiles != nil {
-		files, warns := waitProfiles()
-		rep.Profiles, rep.Warnings = append(rep.Profiles, files...), append(rep.Warnings, warns...)
+	if err := runRounds(ctx, &cfg, rep, params, prompts, nonce, noopT, lt); err != nil {
+		return nil, err
 	}
 	rep.Target, rep.Fill = lt.label(), lt.fill
 	rep.LeakedReservations = leakCheck(lt, &rep.Warnings)
 	rep.setRatios()
 	return rep, nil
+}
+
+// runRounds measures the selector lt and, when noopT is not nil, the no-op
+// baseline in cfg.Rounds alternating windows of cfg.Duration/Rounds, the
+// baseline first in each, for the reason runReplicas gives: a ratio of two
+// windows a run apart took whatever else the machine did in each (runs on
+// a quiet machine moved the hash-body ratio from 0.73 to 0.87). Without a
+// baseline it is one window. Profiles cover each target's first window.
+func runRounds(ctx context.Context, cfg *Config, rep *Report, params loadParams, prompts []Prompt, nonce string, noopT, lt *loadTarget) error {
+	rounds := 1
+	if noopT != nil {
+		rounds = max(1, cfg.Rounds)
+	}
+	slice := cfg.Duration / time.Duration(rounds)
+	var noopSlices, selSlices []loadSlice
+	var waitProfiles func() ([]string, []string)
+	for r := range rounds {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		p := params
+		p.duration = slice
+		if r > 0 {
+			p.warmup = min(cfg.Warmup, time.Second)
+		}
+		tag := ""
+		if rounds > 1 {
+			tag = fmt.Sprintf(" %d/%d", r+1, rounds)
+		}
+		if noopT != nil {
+			p0 := p
+			p0.label, p0.idPrefix = "no-op"+tag, fmt.Sprintf("bench-%s-noop-r%d", nonce, r)
+			var stopProfile func() (string, string)
+			if r == 0 && cfg.ProfileDir != "" {
+				p0.atMeasureStart, stopProfile = baselineProfile(cfg.ProfileDir)
+			}
+			noopSlices = append(noopSlices, noopT.measure(ctx, p0, prompts))
+			if stopProfile != nil {
+				rep.addProfile(stopProfile())
+			}
+		}
+		p1 := p
+		p1.label, p1.idPrefix = "selector"+tag, fmt.Sprintf("bench-%s-r%d", nonce, r)
+		if r == 0 && cfg.ProfileDir != "" {
+			pctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			var err error
+			if p1.atMeasureStart, waitProfiles, err = profileAt(pctx, cfg, slice); err != nil {
+				return err
+			}
+		}
+		selSlices = append(selSlices, lt.measure(ctx, p1, prompts))
+	}
+	if noopT != nil {
+		res := mergeSlices(params, noopSlices)
+		rep.Baseline = &res
+	}
+	rep.Result = mergeSlices(params, selSlices)
+	if waitProfiles != nil {
+		files, warns := waitProfiles()
+		rep.Profiles, rep.Warnings = append(rep.Profiles, files...), append(rep.Warnings, warns...)
+	}
+	return nil
 }
 
 // runReplicas is Run's steps 3 to 5 with cfg.Replicas > 1. It opens one

@@ -118,7 +118,8 @@ type Config struct {
 	// replica run (see Propagation).
 	ProbeInterval time.Duration
 	// Rounds is the number of alternating windows a replica run measures
-	// one replica and the replicas in, Duration/Rounds each (see Run).
+	// one replica and the replicas in, and a run with Baseline "noop" the
+	// baseline and the selector in, Duration/Rounds each (see Run).
 	Rounds int
 
 	// Concurrency is the number of client goroutines. In the closed loop each
@@ -362,7 +363,7 @@ func (c *Config) Validate() error {
 		return bad("replicas over another bus need --replicas > 1")
 	case c.Replicas > 1 && c.ProbeInterval <= 0:
 		return bad("probe interval %v <= 0", c.ProbeInterval)
-	case c.Replicas > 1 && (c.Rounds < 1 || c.Duration/time.Duration(max(1, c.Rounds)) <= 0):
+	case (c.Replicas > 1 || c.Baseline != "") && (c.Rounds < 1 || c.Duration/time.Duration(max(1, c.Rounds)) <= 0):
 		return bad("rounds %d: want >= 1 and at most duration %v in nanoseconds", c.Rounds, c.Duration)
 	case c.Replicas > 1 && c.Mix == MixDisagg:
 		// A plan lives in the process that made it (its legs replicate);

@@ -359,6 +359,21 @@ type IndexerWorker struct {
 	Listeners    map[uint32]IndexerListener `json:"listeners"`
 }
 
+// workerSource is an instance's "source" in /workers: "zmq", the
+// reference's only value, unless every rank is fed by the NATS event
+// plane (no ZMQ endpoint), then "nats".
+func workerSource(ranks []RankSource) string {
+	for _, rs := range ranks {
+		if rs.Endpoint != "" {
+			return "zmq"
+		}
+	}
+	if len(ranks) == 0 {
+		return "zmq"
+	}
+	return "nats"
+}
+
 // listenerStatus maps an ingress state to the reference's listener status:
 // pending until connected, active while connected, failed once stopped.
 func listenerStatus(state string) string {
@@ -416,6 +431,7 @@ func (ix *Indexer) Workers(model, group string) []IndexerWorker {
 			iw.Listeners[rs.DPRank] = l
 		}
 		iw.Status = aggregateStatus(iw.Listeners)
+		iw.Source = workerSource(w.ranks)
 		out = append(out, iw)
 	}
 	return out

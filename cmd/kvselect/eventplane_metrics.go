@@ -17,7 +17,7 @@ var eventPlaneDescs = []perf.Desc{
 	{Name: "kvselect_event_plane_nats_routes", Kind: perf.Gauge, Help: "Live NATS routes of the embedded server to the other replicas' servers."},
 	{Name: "kvselect_event_plane_kv_messages_total", Kind: perf.Counter, Help: "KV messages received over NATS, by form: batch (Dynamo #11776 on), single (before), legacy_json (Dynamo <= 0.8), and all."},
 	{Name: "kvselect_event_plane_kv_events_applied_total", Kind: perf.Counter, Help: "KV events from NATS handed to the index."},
-	{Name: "kvselect_event_plane_kv_dropped_total", Kind: perf.Counter, Help: "KV messages or events from NATS not applied, by reason (too_large, malformed_envelope, wrong_topic, malformed_payload: whole messages; unknown_worker, unknown_rank, zmq_rank, stale, unsupported: events)."},
+	{Name: "kvselect_event_plane_kv_dropped_total", Kind: perf.Counter, Help: "KV messages or events from NATS not applied, by reason (too_large, malformed_envelope, wrong_topic, malformed_payload: whole messages; unknown_worker, unknown_rank, zmq_rank, stale, unsupported, paused: events)."},
 	{Name: "kvselect_event_plane_kv_events_skipped_total", Kind: perf.Counter, Help: "RouterEvents the codec skipped, by reason (unsupported_residency, cache_owner, unknown_tier, empty)."},
 	{Name: "kvselect_event_plane_kv_envelope_gaps_total", Kind: perf.Counter, Help: "Envelope sequence gaps of a rank's publisher (the rank is cleared)."},
 	{Name: "kvselect_event_plane_kv_missed_envelopes_total", Kind: perf.Counter, Help: "Envelopes missing in the gaps."},

@@ -45,7 +45,9 @@
 //
 // Every event names its (worker_id, dp_rank); only registered workers'
 // ranks without a ZMQ endpoint are applied (DropUnknownWorker,
-// DropUnknownRank, DropZMQRank otherwise). Each such rank has a cursor:
+// DropUnknownRank, DropZMQRank otherwise), and not while the indexer's
+// test route has paused the rank (DropPaused: the cursor stays where it
+// was, so the first event after the resume meets rule 3 or 7). Each such rank has a cursor:
 // the publisher id and envelope sequence of the last envelope that
 // carried its events, and its last event id. For each event, in order:
 //

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 )
@@ -270,7 +271,33 @@ func runReplicas(ctx context.Context, cfg *Config, rep *Report, params loadParam
 		if alt != nil {
 			p3 := p
 			p3.label, p3.idPrefix = strconv.Itoa(cfg.Replicas)+" "+cfg.AltLabel+" replicas"+tag, fmt.Sprintf("bench-%s-alt-r%d", nonce, r)
-			p3.atMeasureStart = func() { altPr.start(ctx, slice) }
+			var altProf func()
+			if r == 0 && cfg.ProfileDir != "" {
+				// The other bus's first window: its profiles go to
+				// ProfileDir/alt.
+				altCfg := *cfg
+				altCfg.ProfileDir = filepath.Join(cfg.ProfileDir, "alt")
+				if err := os.MkdirAll(altCfg.ProfileDir, 0o755); err != nil {
+					return err
+				}
+				pctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				start, wait, err := profileAt(pctx, &altCfg, slice)
+				if err != nil {
+					return err
+				}
+				altProf = start
+				defer func() {
+					files, warns := wait()
+					rep.Profiles, rep.Warnings = append(rep.Profiles, files...), append(rep.Warnings, warns...)
+				}()
+			}
+			p3.atMeasureStart = func() {
+				altPr.start(ctx, slice)
+				if altProf != nil {
+					altProf()
+				}
+			}
 			altSlices = append(altSlices, alt.measure(ctx, p3, prompts))
 			altPr.join()
 		}

@@ -139,15 +139,7 @@ func runRounds(ctx context.Context, cfg *Config, rep *Report, params loadParams,
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		p := params
-		p.duration = slice
-		if r > 0 {
-			p.warmup = min(cfg.Warmup, time.Second)
-		}
-		tag := ""
-		if rounds > 1 {
-			tag = fmt.Sprintf(" %d/%d", r+1, rounds)
-		}
+		p, tag := roundParams(params, cfg, slice, r, rounds)
 		if noopT != nil {
 			p0 := p
 			p0.label, p0.idPrefix = "no-op"+tag, fmt.Sprintf("bench-%s-noop-r%d", nonce, r)
@@ -182,6 +174,22 @@ func runRounds(ctx context.Context, cfg *Config, rep *Report, params loadParams,
 		rep.Profiles, rep.Warnings = append(rep.Profiles, files...), append(rep.Warnings, warns...)
 	}
 	return nil
+}
+
+// roundParams is round r of rounds' load: slice long, after the full
+// warm-up in the first round and at most a second in the others (the
+// connections are open by then), and its label's tag (" r/rounds", none
+// with one round).
+func roundParams(params loadParams, cfg *Config, slice time.Duration, r, rounds int) (loadParams, string) {
+	p := params
+	p.duration = slice
+	if r > 0 {
+		p.warmup = min(cfg.Warmup, time.Second)
+	}
+	if rounds == 1 {
+		return p, ""
+	}
+	return p, fmt.Sprintf(" %d/%d", r+1, rounds)
 }
 
 // runReplicas is Run's steps 3 to 5 with cfg.Replicas > 1. It opens one
@@ -238,12 +246,7 @@ func runReplicas(ctx context.Context, cfg *Config, rep *Report, params loadParam
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		p := params
-		p.duration = slice
-		if r > 0 {
-			p.warmup = min(cfg.Warmup, time.Second)
-		}
-		tag := fmt.Sprintf(" %d/%d", r+1, rounds)
+		p, tag := roundParams(params, cfg, slice, r, rounds)
 		p1 := p
 		p1.label, p1.idPrefix = "1 replica"+tag, fmt.Sprintf("bench-%s-one-r%d", nonce, r)
 		oneSlices = append(oneSlices, one.measure(ctx, p1, prompts))

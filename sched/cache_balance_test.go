@@ -36,7 +36,7 @@ func TestCacheBalanceWorkedExample(t *testing.T) {
 	// The least occupied is B (0.114); memory pressure is charged above
 	// max(0.114 + Band, Floor) = 0.5.
 	want := []float64{
-		1.25*(3072+4718592.0/32768)/8192 + 2*(1040.0-777)/8192,
+		0.5*(3072+4718592.0/32768)/8192 + 2*(1040.0-777)/8192,
 		2 * u,
 		2*u + 10*(0.564-0.5),
 		2*u + 10*(1.05-0.5) + 50*0.05,

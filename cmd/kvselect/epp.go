@@ -437,21 +437,25 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 	extproc, hsrv := grpc.NewServer(gopts...), grpc.NewServer()
 	picker.Register(extproc)
 	hs := []*health.Server{epp.RegisterHealth(extproc), epp.RegisterHealth(hsrv)}
-	gaddr, err := n.serveGRPC("ext_proc", extproc, opts.host, opts.grpcPort)
+	// Both gRPC ports are bound before the HTTP port, so that once /health
+	// answers there they accept connections (a probe or a test that
+	// waits on /health may dial ext_proc next); they are served after it,
+	// so that their drains, pushed later, run first at the stop, with
+	// /metrics and /health still up meanwhile.
+	gln, err := n.listenTCP(opts.host, opts.grpcPort)
 	if err != nil {
 		return fail(1, "--grpc-port", err)
 	}
-	haddr, err := n.serveGRPC("health", hsrv, opts.host, opts.healthPort)
+	hln, err := n.listenTCP(opts.host, opts.healthPort)
 	if err != nil {
 		return fail(1, "--grpc-health-port", err)
 	}
-	// The HTTP port last: once /health answers there, both gRPC ports
-	// accept connections (a probe or a test that waits on /health may
-	// dial ext_proc next).
 	maddr, err := n.serveHTTP(srv, opts.host, opts.metricsPort)
 	if err != nil {
 		return fail(1, "--metrics-port", err)
 	}
+	gaddr := n.serveGRPC("ext_proc", extproc, gln)
+	haddr := n.serveGRPC("health", hsrv, hln)
 	// Popped first at the stop: not serving, then the drain.
 	n.onStopDo("health: not serving", func() {
 		for _, h := range hs {
@@ -488,16 +492,22 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 	return code
 }
 
-// serveGRPC listens on host:port and serves g until the node stops: the
-// stop drains (streams in progress end on their own within
-// shutdownGrace, then the rest are cancelled, which frees their
-// bookings), then reads Serve's result. A Serve that fails before that
-// fails the node.
-func (n *node) serveGRPC(what string, g *grpc.Server, host string, port uint16) (net.Addr, error) {
+// listenTCP binds host:port; the listener is closed at the stop unless
+// a server took it over (closing it again is harmless).
+func (n *node) listenTCP(host string, port uint16) (net.Listener, error) {
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(int(port))))
 	if err != nil {
 		return nil, err
 	}
+	n.onStopDo("close "+ln.Addr().String(), func() { _ = ln.Close() })
+	return ln, nil
+}
+
+// serveGRPC serves g on ln until the node stops: the stop drains
+// (streams in progress end on their own within shutdownGrace, then the
+// rest are cancelled, which frees their bookings), then reads Serve's
+// result. A Serve that fails before that fails the node.
+func (n *node) serveGRPC(what string, g *grpc.Server, ln net.Listener) net.Addr {
 	var mu sync.Mutex // guards stopping
 	stopping := false
 	served := make(chan error, 1)
@@ -524,7 +534,7 @@ func (n *node) serveGRPC(what string, g *grpc.Server, host string, port uint16) 
 		}
 		<-served
 	})
-	return ln.Addr(), nil
+	return ln.Addr()
 }
 
 // errKubeNotReady is the EPP's /ready reason while Kubernetes discovery

@@ -492,17 +492,6 @@ func runEpp(ctx context.Context, args []string, env func(string) (string, bool),
 	return code
 }
 
-// listenTCP binds host:port; the listener is closed at the stop unless
-// a server took it over (closing it again is harmless).
-func (n *node) listenTCP(host string, port uint16) (net.Listener, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(int(port))))
-	if err != nil {
-		return nil, err
-	}
-	n.onStopDo("close "+ln.Addr().String(), func() { _ = ln.Close() })
-	return ln, nil
-}
-
 // serveGRPC serves g on ln until the node stops: the stop drains
 // (streams in progress end on their own within shutdownGrace, then the
 // rest are cancelled, which frees their bookings), then reads Serve's

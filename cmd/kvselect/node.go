@@ -133,7 +133,7 @@ type httpServer interface {
 // handler finish within shutdownGrace, new ones get 503, then Serve's own
 // result is read. A Serve that fails before that fails the node.
 func (n *node) serveHTTP(srv httpServer, host string, port uint16) (net.Addr, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(int(port))))
+	ln, err := n.listenTCP(host, port)
 	if err != nil {
 		return nil, err
 	}
@@ -162,6 +162,18 @@ func (n *node) serveHTTP(srv httpServer, host string, port uint16) (net.Addr, er
 		return err
 	})
 	return ln.Addr(), nil
+}
+
+// listenTCP binds host:port; the listener is closed at the stop even if a
+// server took it over and closed it (closing it again is harmless), so
+// that one bound before a later step failed does not outlive the node.
+func (n *node) listenTCP(host string, port uint16) (net.Listener, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(int(port))))
+	if err != nil {
+		return nil, err
+	}
+	n.onStopDo("close "+ln.Addr().String(), func() { _ = ln.Close() })
+	return ln, nil
 }
 
 // debugListener is the --debug-addr listener and its server.

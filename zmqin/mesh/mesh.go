@@ -140,7 +140,14 @@ type Applier interface {
 }
 
 // inEvent is a received event on its way to the drainer: its peer, and
-// whether it came in a snapshot.
+// whether it came in a snapshot. The inbound queue carries pointers to
+// pooled inEvents (Mesh.getIn, Mesh.putIn), not the 184-byte values: a
+// queue of Inbound values is an 18 MB ring whose every slot is cold when
+// the sender reaches it again, and copying events into it was 3% of a
+// three-replica process's CPU (perf/RESULTS.md, issue 25, fifth
+// session). A pooled event also keeps its hash slice's capacity for the
+// next decode (DecodeEnvelope reuses it; ApplyReplica copies what it
+// keeps).
 type inEvent struct {
 	ev       core.ReplicaEvent
 	peer     *meshPeer
@@ -166,7 +173,8 @@ type Mesh struct {
 	id    uint64
 	pub   *zmtp.PubSocket
 	out   chan []byte
-	in    chan inEvent
+	in    chan *inEvent
+	free  sync.Pool // of *inEvent; see inEvent
 	ctx   context.Context
 	stop  context.CancelFunc
 	wg    sync.WaitGroup
@@ -211,7 +219,7 @@ func New(cfg Config) (*Mesh, error) {
 	if cfg.MaxQueueBytes < cfg.MaxMessage {
 		return nil, fmt.Errorf("zmqin: replica mesh MaxQueueBytes %d below MaxMessage %d", cfg.MaxQueueBytes, cfg.MaxMessage)
 	}
-	m := &Mesh{cfg: cfg, id: cfg.ProcessID, out: make(chan []byte, cfg.Outbound), in: make(chan inEvent, cfg.Inbound), affOut: make(chan []byte, cfg.AffinityOutbound)}
+	m := &Mesh{cfg: cfg, id: cfg.ProcessID, out: make(chan []byte, cfg.Outbound), in: make(chan *inEvent, cfg.Inbound), affOut: make(chan []byte, cfg.AffinityOutbound)}
 	for m.id == 0 {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
@@ -439,7 +447,7 @@ func LiveShort(ev *core.ReplicaEvent) bool {
 func (m *Mesh) drain() {
 	defer m.wg.Done()
 	batch := make([]core.ReplicaEvent, 0, m.cfg.DrainBatch)
-	from := make([]inEvent, 0, m.cfg.DrainBatch)
+	from := make([]*inEvent, 0, m.cfg.DrainBatch)
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	tick := time.NewTicker(m.cfg.ResyncSettle / 2)
@@ -488,17 +496,42 @@ func (m *Mesh) drain() {
 		}
 		m.st.inBytes.Add(-done)
 		for i := range batch {
-			if e := &from[i]; e.snapshot && SnapshotShort(&batch[i]) || !e.snapshot && LiveShort(&batch[i]) {
+			if e := from[i]; e.snapshot && SnapshotShort(&batch[i]) || !e.snapshot && LiveShort(&batch[i]) {
 				if !e.peer.short {
 					short = append(short, e.peer)
 				}
 				e.peer.short, e.peer.shortAt = true, applied
 			}
+			m.putIn(from[i])
 		}
 		clear(batch)
 		clear(from)
 		batch, from = batch[:0], from[:0]
 	}
+}
+
+// maxPooledHashes is the largest hash slice (in blocks: 64 KiB) a pooled
+// inEvent keeps for reuse; a longer prompt's is left to the collector.
+const maxPooledHashes = 8192
+
+// getIn returns an empty inEvent, with a hash slice to decode into when
+// the pool had one.
+func (m *Mesh) getIn() *inEvent {
+	if e, _ := m.free.Get().(*inEvent); e != nil {
+		return e
+	}
+	return new(inEvent)
+}
+
+// putIn empties e (its strings alias a frame that must not stay alive)
+// and returns it to the pool; e must not be used after.
+func (m *Mesh) putIn(e *inEvent) {
+	h := e.ev.SequenceHashes[:0]
+	if cap(h) > maxPooledHashes {
+		h = nil
+	}
+	*e = inEvent{ev: core.ReplicaEvent{SequenceHashes: h}}
+	m.free.Put(e)
 }
 
 // resync asks each peer whose snapshot fell short against an older

@@ -240,8 +240,10 @@ func (m *Mesh) handle(frames [][]byte, p *meshPeer) {
 		m.st.dropped[DropTopic].Add(1)
 		return
 	}
-	var ev core.ReplicaEvent
-	if err := DecodeEnvelope(frames[1], &ev); err != nil {
+	e := m.getIn()
+	ev := &e.ev
+	if err := DecodeEnvelope(frames[1], ev); err != nil {
+		m.putIn(e)
 		if errors.Is(err, ErrLegacyEnvelope) {
 			m.st.dropped[DropLegacy].Add(1)
 		} else {
@@ -250,19 +252,27 @@ func (m *Mesh) handle(frames [][]byte, p *meshPeer) {
 		return
 	}
 	if uint64(ev.Origin) == m.id {
+		m.putIn(e)
 		m.st.dropped[DropOwn].Add(1)
 		return
 	}
-	// The event keeps its hashes, and its strings alias the frame.
+	// The event keeps its hashes, and its strings alias the frame. A
+	// pooled slice much longer than this event's hashes would count (and
+	// hold) memory the event does not need: it gets one of its own size.
+	if h := ev.SequenceHashes; cap(h) > 2*len(h)+64 {
+		ev.SequenceHashes = slices.Clone(h)
+	}
 	n := int64(len(frames[1])) + 8*int64(cap(ev.SequenceHashes))
+	e.peer, e.snapshot, e.size = p, topic == SnapshotTopic, n
 	if budget.Reserve(&m.st.inBytes, n, int64(m.cfg.MaxQueueBytes)) {
 		select {
-		case m.in <- inEvent{ev: ev, peer: p, snapshot: topic == SnapshotTopic, size: n}:
+		case m.in <- e:
 			return
 		default:
 			m.st.inBytes.Add(-n)
 		}
 	}
+	m.putIn(e)
 	m.st.dropped[DropFull].Add(1)
 }
 

@@ -66,8 +66,14 @@ func TestSnapshotOnJoin(t *testing.T) {
 	a := newNode(t, srv.ClientURL(), 0)
 	a.book(t, "k1")
 	a.book(t, "k2")
+	// A's live admissions leave for the bus before B joins, so that B
+	// learns them from the snapshot; and the snapshot is in before A frees
+	// k1 (a snapshot served after the free would hold one booking).
+	eventually(t, "A's admissions published", func() bool { return a.bk.Stats().BatchEvents == 2 })
 	b := newNode(t, srv.ClientURL(), 0)
-	eventually(t, "A's bookings on B from A's snapshot", func() bool { return b.requests() == 2 })
+	eventually(t, "A's bookings on B from A's snapshot", func() bool {
+		return b.requests() == 2 && b.bk.ReplicaStats().SnapshotReplies == 1
+	})
 	a.free(t, "k1")
 	eventually(t, "A's live free on B", func() bool { return b.requests() == 1 })
 	if st := a.bk.ReplicaStats(); st.SnapshotsServed != 1 || st.SnapshotEventsServed != 2 {

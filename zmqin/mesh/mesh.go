@@ -132,7 +132,9 @@ func (c Config) withDefaults() Config {
 // Applier is what a Mesh feeds: *core.Service.
 type Applier interface {
 	// ApplyReplica applies events in order and records each one's
-	// outcome in its Dropped and Drop fields.
+	// outcome in its Dropped and Drop fields. It keeps nothing of evs
+	// past the call (core.ReplicaEvent's rule): the drainer hands the
+	// events' hash slices to the next decodes (see inEvent).
 	ApplyReplica(evs []core.ReplicaEvent)
 	AppendLocalBookings(dst []core.ReplicaEvent) []core.ReplicaEvent
 	// CatalogVersion changes whenever the schedulable workers change.
@@ -523,8 +525,9 @@ func (m *Mesh) getIn() *inEvent {
 	return new(inEvent)
 }
 
-// putIn empties e (its strings alias a frame that must not stay alive)
-// and returns it to the pool; e must not be used after.
+// putIn empties e, keeping its hash slice when it is at most
+// maxPooledHashes long, and returns it to the pool; e must not be used
+// after.
 func (m *Mesh) putIn(e *inEvent) {
 	h := e.ev.SequenceHashes[:0]
 	if cap(h) > maxPooledHashes {

@@ -256,14 +256,22 @@ func (m *Mesh) handle(frames [][]byte, p *meshPeer) {
 		m.st.dropped[DropOwn].Add(1)
 		return
 	}
-	// The event keeps its hashes, and its strings alias the frame. A
-	// pooled slice much longer than this event's hashes would count (and
-	// hold) memory the event does not need: it gets one of its own size.
-	if h := ev.SequenceHashes; cap(h) > 2*len(h)+64 {
-		ev.SequenceHashes = slices.Clone(h)
+	m.enqueue(e, len(frames[1]), p, topic == SnapshotTopic)
+}
+
+// enqueue queues e, decoded from a frame of frameLen bytes of peer p, for
+// the drainer, or drops it (counted) when the inbound queue is full by
+// count or bytes; either way e belongs to the mesh after. Its size, what
+// the byte budget counts until it is applied, is the frame and the hash
+// slice's capacity: a pooled slice much longer than e's hashes would
+// count (and hold) memory e does not need, so e gets one of its own size
+// (a hashless event, none; the long slice is left to the collector).
+func (m *Mesh) enqueue(e *inEvent, frameLen int, p *meshPeer, snapshot bool) {
+	if h := e.ev.SequenceHashes; cap(h) > 2*len(h)+64 {
+		e.ev.SequenceHashes = slices.Clone(h)
 	}
-	n := int64(len(frames[1])) + 8*int64(cap(ev.SequenceHashes))
-	e.peer, e.snapshot, e.size = p, topic == SnapshotTopic, n
+	n := int64(frameLen) + 8*int64(cap(e.ev.SequenceHashes))
+	e.peer, e.snapshot, e.size = p, snapshot, n
 	if budget.Reserve(&m.st.inBytes, n, int64(m.cfg.MaxQueueBytes)) {
 		select {
 		case m.in <- e:

@@ -36,9 +36,7 @@ func (r *recorder) len() int {
 // TestMeshInboundPooledEvents: the inbound queue's pooled events (see
 // inEvent) hand the applier each event's own hashes, whatever the lengths
 // of the events decoded into the same pooled slices before it, and the
-// queue's byte count returns to 0 once they are applied; an event decoded
-// into a pooled slice much longer than its hashes is counted at its own
-// size, not the slice's.
+// queue's byte count returns to 0 once they are applied.
 func TestMeshInboundPooledEvents(t *testing.T) {
 	m, err := New(Config{Bind: "tcp://127.0.0.1:0"})
 	if err != nil {
@@ -60,18 +58,15 @@ func TestMeshInboundPooledEvents(t *testing.T) {
 				ev.SequenceHashes = append(ev.SequenceHashes, uint64(r*1_000_000+i*10_000+j+1))
 			}
 			want = append(want, ev.SequenceHashes)
-			frame := AppendEnvelope(nil, &ev, 9)
-			if n == 2 {
-				// Held back until the events before it are applied, so
-				// that it is decoded into a slice returned by a longer one.
-				waitFor(t, "the earlier events applied", func() bool { return rec.len() == len(want)-1 })
-				m.handle([][]byte{[]byte(ReplicaTopic), frame}, p)
-				if got := m.st.inBytes.Load(); got > int64(len(frame))+8*(2*2+64) {
-					t.Fatalf("a 2-hash event counted %d bytes (frame %d)", got, len(frame))
-				}
-				continue
+			if i == 4 {
+				// Held back until the events before it are applied and
+				// back in the pool, so that it is decoded into a slice a
+				// longer event returned.
+				waitFor(t, "the earlier events applied", func() bool {
+					return rec.len() == len(want)-1 && m.st.inBytes.Load() == 0
+				})
 			}
-			m.handle([][]byte{[]byte(ReplicaTopic), frame}, p)
+			m.handle([][]byte{[]byte(ReplicaTopic), AppendEnvelope(nil, &ev, 9)}, p)
 		}
 	}
 	waitFor(t, "every event applied", func() bool { return rec.len() == len(want) })
@@ -86,4 +81,53 @@ func TestMeshInboundPooledEvents(t *testing.T) {
 	if st := m.Stats(); st.InboundDepth != 0 {
 		t.Fatalf("stats %+v", st)
 	}
+}
+
+// TestMeshEnqueueCountsOwnHashes: an event decoded into a pooled slice
+// much longer than its hashes is queued with a slice of its own size and
+// counted at the frame plus that, not the pooled slice's capacity; one
+// whose slice fits keeps it.
+func TestMeshEnqueueCountsOwnHashes(t *testing.T) {
+	m, err := New(Config{Bind: "tcp://127.0.0.1:0"}) // not started: nothing drains
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	p := &meshPeer{}
+	for _, c := range []struct {
+		len, cap int
+		kept     bool
+	}{
+		{2, 6000, false},   // a long pooled slice: cut to the event's own
+		{0, 6000, false},   // a hashless event: no slice kept
+		{274, 600, true},   // within 2·len+64: kept
+		{274, 2000, false}, // beyond it: cut
+	} {
+		e := &inEvent{ev: core.ReplicaEvent{Kind: core.ReplicaAdd, SequenceHashes: make([]uint64, c.len, c.cap)}}
+		for i := range e.ev.SequenceHashes {
+			e.ev.SequenceHashes[i] = uint64(i + 1)
+		}
+		before := m.st.inBytes.Load()
+		m.enqueue(e, 100, p, false)
+		got := <-m.in
+		gotCap := cap(got.ev.SequenceHashes)
+		if got != e || len(got.ev.SequenceHashes) != c.len || c.kept != (gotCap == c.cap) || gotCap > max(c.cap*btoi(c.kept), 2*c.len+64) {
+			t.Fatalf("%+v: queued len %d cap %d", c, len(got.ev.SequenceHashes), cap(got.ev.SequenceHashes))
+		}
+		for i, h := range got.ev.SequenceHashes {
+			if h != uint64(i+1) {
+				t.Fatalf("%+v: hash %d is %d", c, i, h)
+			}
+		}
+		if want := int64(100 + 8*gotCap); got.size != want || m.st.inBytes.Load()-before != want {
+			t.Fatalf("%+v: size %d, counted %d; want %d", c, got.size, m.st.inBytes.Load()-before, want)
+		}
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -13,9 +13,10 @@ import "math"
 //	u    = (eff(isl) − eff(cached)) / B                  the request's own prefill
 //	q    = (A_p − A_c + A_pairs/AttentionContext) / B    the prefill ahead of it
 //	m    = (A_d + new) / total_kv_blocks                 KV occupancy once admitted
+//	p    = (A_d + new) / min(total_kv_blocks, OccupancyTokens/bs)   the same, for pressure
 //	d    = min(1, (R − min R) / (total_kv_blocks·bs))    demand routed beyond the least
 //	cost = Queue · q + 2·u
-//	     + Spread  · max(0, m − max(min m + Band, Floor)) memory pressure
+//	     + Spread  · max(0, p − max(min p + Band, Floor)) memory pressure
 //	     + Overflow · max(0, m − 1)                       beyond the pool
 //	     + Demand · (2·bs/B) · d                          tie-break of misses
 //	cost *= the preferred-taint multiplier
@@ -34,9 +35,10 @@ import "math"
 //     wins against the holder h only if Queue·(q_h − q_j) + (pressure_h −
 //     pressure_j) + (demand_h − demand_j) > 2·(u_j − u_h), where u_j − u_h
 //     is the prefill of the tokens cached on h and not on j. Below
-//     max(min m + Band, Floor) the occupancy of h adds nothing, so an
-//     occupancy imbalance alone never moves a turn whose pool is at most
-//     half full (TestCacheBalanceContinuedTurnStays).
+//     max(min p + Band, Floor) the occupancy of h adds nothing, so an
+//     occupancy imbalance alone never moves a turn whose pool (or
+//     OccupancyTokens' worth of it) is at most half full
+//     (TestCacheBalanceContinuedTurnStays, TestCacheBalanceOccupancyTokens).
 //   - A long prompt does not pile onto a worker whose queue outweighs its
 //     saving: q counts the prefill left ahead with its attention work, so
 //     a prompt whose cached part on h is worth less than Queue·q_h (over
@@ -102,7 +104,16 @@ import "math"
 //     to come (the host books output blocks only as it reports them), and
 //     a pool that fills makes new requests wait or preempts running ones,
 //     as SGLang's cache-aware router bounds its load spread with its
-//     balance thresholds.
+//     balance thresholds. The pressure counts against the pool, or
+//     against OccupancyTokens (393,216: that Llama-3-8B A100 pool) when
+//     the pool is larger: a running decode costs every step the KV it
+//     reads, in tokens, whatever the pool's size, so in a pool four times
+//     as large a fraction of it would let four times the decode work pile
+//     onto a holder before the term acts. With pools of 12,288 and 24,576
+//     blocks of 64 tokens the Mooncake trace's end-to-end p99 was 43.5 to
+//     66.9 s with the pressure against the pool and 37.3 to 49.7 s with
+//     it capped (SGLang's 43.5 to 60.8), hit rate and TTFT p99 unchanged,
+//     chat and agent within their seed spread (perf/RESULTS.md).
 //   - Overflow: a request that does not fit in the worker's pool waits
 //     for running requests to finish (or preempts them): a wall.
 //   - Demand: a request that no worker holds a prefix of (a new
@@ -162,11 +173,15 @@ type CacheBalance struct {
 	// (2·bs/B each): the cost of a pool's worth of prefill routed beyond
 	// the least demanded candidate.
 	Demand float64
+	// OccupancyTokens caps the pool the memory-pressure terms (Band,
+	// Floor, Spread) measure occupancy against, in KV tokens (0: no cap).
+	// Overflow always counts against the registered pool.
+	OccupancyTokens float64
 }
 
 // DefaultCacheBalance returns the built-in policy's constants.
 func DefaultCacheBalance() CacheBalance {
-	return CacheBalance{AttentionContext: 32768, Queue: 0.5, Band: 0.05, Spread: 10, Overflow: 50, Floor: 0.5, Demand: 1}
+	return CacheBalance{AttentionContext: 32768, Queue: 0.5, Band: 0.05, Spread: 10, Overflow: 50, Floor: 0.5, Demand: 1, OccupancyTokens: 393216}
 }
 
 // defaultBatchedTokens is vLLM's default max_num_batched_tokens with
@@ -193,13 +208,20 @@ func (cb *CacheBalance) ahead(c *Candidate) float64 {
 	return left
 }
 
-// occupancy is c's KV occupancy once the request is admitted, or -1
-// without a registered pool.
-func occupancy(c *Candidate) float64 {
+// occupancy returns c's KV occupancy once the request is admitted, as a
+// fraction of its pool (m, for Overflow) and of its pressure pool (p, for
+// Spread: the pool, or OccupancyTokens' worth of blocks of bs tokens when
+// that is less); both -1 without a registered pool.
+func (cb *CacheBalance) occupancy(c *Candidate, bs float64) (m, p float64) {
 	if !c.HasLoad || c.TotalKVBlocks <= 0 {
-		return -1
+		return -1, -1
 	}
-	return float64(c.ActiveBlocks+c.NewBlocks) / float64(c.TotalKVBlocks)
+	used, pool := float64(c.ActiveBlocks+c.NewBlocks), float64(c.TotalKVBlocks)
+	press := pool
+	if cb.OccupancyTokens > 0 && bs > 0 {
+		press = min(pool, max(1, cb.OccupancyTokens/bs))
+	}
+	return used / pool, used / press
 }
 
 // Score writes each candidate's cost (see CacheBalance). Allocation-free.
@@ -210,7 +232,7 @@ func (cb CacheBalance) Score(ctx *SelectionContext, cands []Candidate, out []flo
 	minRouted := int64(math.MaxInt64)
 	for i := range cands {
 		c := &cands[i]
-		if m := occupancy(c); m >= 0 {
+		if _, m := cb.occupancy(c, float64(req.BlockSize)); m >= 0 {
 			minOcc = min(minOcc, m)
 		}
 		if c.HasLoad {
@@ -244,8 +266,8 @@ func (cb CacheBalance) Score(ctx *SelectionContext, cands []Candidate, out []flo
 				cost += cb.Demand * 2 * bs / b * min(1, float64(c.RoutedPrefillTokens-minRouted)/pool)
 			}
 		}
-		if m := occupancy(c); m >= 0 {
-			cost += cb.Spread*max(0, m-limit) + cb.Overflow*max(0, m-1)
+		if m, pm := cb.occupancy(c, bs); m >= 0 {
+			cost += cb.Spread*max(0, pm-limit) + cb.Overflow*max(0, m-1)
 		}
 		if t := c.TaintMultiplier; t != 0 {
 			cost *= t

@@ -139,3 +139,53 @@ func TestCacheBalanceAllocs(t *testing.T) {
 		t.Fatalf("cache_balance allocates %v times", n)
 	}
 }
+
+// TestCacheBalanceOccupancyTokens: the memory-pressure terms measure a
+// pool larger than OccupancyTokens against OccupancyTokens' worth of
+// blocks (a decode step reads the KV its requests hold, whatever the
+// pool's size), while Overflow counts against the registered pool; a
+// pool below the cap, or a zero cap, is measured against itself. bs 16,
+// isl 1,024, OccupancyTokens 16,000 (1,000 blocks).
+func TestCacheBalanceOccupancyTokens(t *testing.T) {
+	p := defaultParams(t)
+	req := Request{ISLTokens: 1024, BlockSize: 16}
+	ctx := SelectionContext{Params: &p, Request: &req}
+	cands := []Candidate{
+		{Worker: radix.WorkerKey{WorkerID: 1}, HasLoad: true, ActiveBlocks: 0, NewBlocks: 64, TotalKVBlocks: 4000},
+		// 700 of 4,000 blocks: 17.5% of its pool, 70% of the cap's.
+		{Worker: radix.WorkerKey{WorkerID: 2}, HasLoad: true, ActiveBlocks: 636, NewBlocks: 64, TotalKVBlocks: 4000},
+		// 1,100 of 1,000: past its own pool (Overflow), 110% of the cap's.
+		{Worker: radix.WorkerKey{WorkerID: 3}, HasLoad: true, ActiveBlocks: 1036, NewBlocks: 64, TotalKVBlocks: 1000},
+	}
+	out := make([]float64, len(cands))
+	cb := DefaultCacheBalance()
+	cb.OccupancyTokens = 16000
+	cb.Score(&ctx, cands, out)
+	u := 2 * 1040.0 / 8192
+	// The least occupied is 1 (0.064 of the cap); the floor 0.5 decides.
+	want := []float64{u, u + 10*(0.7-0.5), u + 10*(1.1-0.5) + 50*0.1}
+	for i := range want {
+		if !near(out[i], want[i]) {
+			t.Errorf("cap 16,000: candidate %d: cost %v, want %v", i+1, out[i], want[i])
+		}
+	}
+	// Without the cap the large pools are measured against themselves:
+	// candidate 2 is below the floor.
+	cb.OccupancyTokens = 0
+	cb.Score(&ctx, cands, out)
+	want = []float64{u, u, u + 10*(1.1-0.5) + 50*0.1}
+	for i := range want {
+		if !near(out[i], want[i]) {
+			t.Errorf("no cap: candidate %d: cost %v, want %v", i+1, out[i], want[i])
+		}
+	}
+	// The default cap is 393,216 tokens: above these pools, so it leaves
+	// them as they are.
+	cb = DefaultCacheBalance()
+	cb.Score(&ctx, cands, out)
+	for i := range want {
+		if !near(out[i], want[i]) {
+			t.Errorf("default cap: candidate %d: cost %v, want %v", i+1, out[i], want[i])
+		}
+	}
+}

@@ -22,7 +22,7 @@ import "math"
 //	cost *= the preferred-taint multiplier
 //
 // (Floor applies with prefill tracking only; without it the threshold is
-// min m + Band.)
+// min p + Band. The pressure pool is at least one block.)
 //
 // The rule: the cache decides, in time. A request stays with the worker
 // holding its prefix unless another's cost, the prefill ahead of it and
@@ -36,8 +36,8 @@ import "math"
 //     pressure_j) + (demand_h − demand_j) > 2·(u_j − u_h), where u_j − u_h
 //     is the prefill of the tokens cached on h and not on j. Below
 //     max(min p + Band, Floor) the occupancy of h adds nothing, so an
-//     occupancy imbalance alone never moves a turn whose pool (or
-//     OccupancyTokens' worth of it) is at most half full
+//     occupancy imbalance alone never moves a turn from a holder whose
+//     booked blocks are at most Floor·min(pool, OccupancyTokens/bs)
 //     (TestCacheBalanceContinuedTurnStays, TestCacheBalanceOccupancyTokens).
 //   - A long prompt does not pile onto a worker whose queue outweighs its
 //     saving: q counts the prefill left ahead with its attention work, so
@@ -97,7 +97,7 @@ import "math"
 //     pool·PerKVToken per step, 36 ms of a 549 ms full step for
 //     Llama-3-8B on an A100 80GB (bench/sim/vllm.StepModel): 3% at half
 //     a pool, against the whole history a moved turn prefills again. So
-//     below Floor (half the pool) occupancy costs nothing, and the turns
+//     below Floor (half the pressure pool) occupancy costs nothing, and the turns
 //     of a conversation stay with its context; above it, each unit of
 //     occupancy beyond the least occupied candidate's (plus Band) costs
 //     Spread steps: the booked A_d leaves out the answers' blocks still
@@ -130,7 +130,7 @@ import "math"
 //     outweighs a block.
 //
 // Without prefill tracking (a decode pool: track_prefill_tokens off) q, u
-// and R are 0 and only occupancy counts, from min m + Band: a decode
+// and R are 0 and only occupancy counts, from min p + Band: a decode
 // pool's load is its decodes. A candidate without a registered
 // total_kv_blocks has no occupancy or demand terms; without
 // max_num_batched_tokens B is vLLM's default 8,192. Without KV events (or
@@ -162,12 +162,13 @@ type CacheBalance struct {
 	AttentionContext float64
 	// Queue weighs the prefill left ahead (q) in steps.
 	Queue float64
-	// Band is the occupancy spread (a fraction of the pool) within which
-	// the cache decides alone; Spread the cost in steps of a unit of
-	// occupancy beyond it; Overflow the cost of a unit beyond the pool.
+	// Band is the occupancy spread (a fraction of the pressure pool,
+	// min(pool, OccupancyTokens/bs)) within which the cache decides alone;
+	// Spread the cost in steps of a unit of it beyond that; Overflow the
+	// cost of a unit of the registered pool beyond the pool.
 	Band, Spread, Overflow float64
-	// Floor is the occupancy (a fraction of the pool) below which, with
-	// prefill tracking, occupancy costs nothing.
+	// Floor is the occupancy (a fraction of the pressure pool) below
+	// which, with prefill tracking, occupancy costs nothing.
 	Floor float64
 	// Demand is the demand term's largest value, in cached blocks' worth
 	// (2·bs/B each): the cost of a pool's worth of prefill routed beyond
@@ -232,8 +233,8 @@ func (cb CacheBalance) Score(ctx *SelectionContext, cands []Candidate, out []flo
 	minRouted := int64(math.MaxInt64)
 	for i := range cands {
 		c := &cands[i]
-		if _, m := cb.occupancy(c, float64(req.BlockSize)); m >= 0 {
-			minOcc = min(minOcc, m)
+		if _, pm := cb.occupancy(c, float64(req.BlockSize)); pm >= 0 {
+			minOcc = min(minOcc, pm)
 		}
 		if c.HasLoad {
 			minRouted = min(minRouted, c.RoutedPrefillTokens)

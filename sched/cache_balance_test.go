@@ -161,7 +161,7 @@ func TestCacheBalanceOccupancyTokens(t *testing.T) {
 	cb := DefaultCacheBalance()
 	cb.OccupancyTokens = 16000
 	cb.Score(&ctx, cands, out)
-	u := 2 * 1040.0 / 8192
+	u := 2 * 1040.0 / 8192 // twice the request's own prefill
 	// The least occupied is 1 (0.064 of the cap); the floor 0.5 decides.
 	want := []float64{u, u + 10*(0.7-0.5), u + 10*(1.1-0.5) + 50*0.1}
 	for i := range want {
@@ -186,6 +186,26 @@ func TestCacheBalanceOccupancyTokens(t *testing.T) {
 	for i := range want {
 		if !near(out[i], want[i]) {
 			t.Errorf("default cap: candidate %d: cost %v, want %v", i+1, out[i], want[i])
+		}
+	}
+
+	// Overflow counts against the registered pool: 1,100 of 4,000 blocks
+	// is 110% of the cap's pool (pressure) but 27.5% of its own (no
+	// overflow). And the band starts from the least occupied candidate on
+	// the same scale: 600 and 800 of 4,000 are 0.6 and 0.8 of the cap's
+	// pool, so the threshold is 0.65 and the second pays for 0.15 (on the
+	// pools' own scale, 0.15 and 0.2, it would pay nothing).
+	cb.OccupancyTokens = 16000
+	cands = []Candidate{
+		{Worker: radix.WorkerKey{WorkerID: 1}, HasLoad: true, ActiveBlocks: 1036, NewBlocks: 64, TotalKVBlocks: 4000},
+		{Worker: radix.WorkerKey{WorkerID: 2}, HasLoad: true, ActiveBlocks: 536, NewBlocks: 64, TotalKVBlocks: 4000},
+		{Worker: radix.WorkerKey{WorkerID: 3}, HasLoad: true, ActiveBlocks: 736, NewBlocks: 64, TotalKVBlocks: 4000},
+	}
+	cb.Score(&ctx, cands, out)
+	want = []float64{u + 10*(1.1-0.65), u, u + 10*(0.8-0.65)}
+	for i := range want {
+		if !near(out[i], want[i]) {
+			t.Errorf("pools of 4,000: candidate %d: cost %v, want %v", i+1, out[i], want[i])
 		}
 	}
 }

@@ -97,11 +97,11 @@ import "math"
 //     pool·PerKVToken per step, 36 ms of a 549 ms full step for
 //     Llama-3-8B on an A100 80GB (bench/sim/vllm.StepModel): 3% at half
 //     a pool, against the whole history a moved turn prefills again. So
-//     below Floor (half the pressure pool) occupancy costs nothing, and the turns
-//     of a conversation stay with its context; above it, each unit of
-//     occupancy beyond the least occupied candidate's (plus Band) costs
-//     Spread steps: the booked A_d leaves out the answers' blocks still
-//     to come (the host books output blocks only as it reports them), and
+//     below Floor (half the pressure pool) occupancy costs nothing, and
+//     the turns of a conversation stay with its context; above it, each
+//     unit of occupancy beyond the least occupied candidate's (plus Band)
+//     costs Spread steps: the booked A_d leaves out the answers' blocks
+//     still to come (the host books output blocks only as it reports them), and
 //     a pool that fills makes new requests wait or preempts running ones,
 //     as SGLang's cache-aware router bounds its load spread with its
 //     balance thresholds. The pressure counts against the pool, or

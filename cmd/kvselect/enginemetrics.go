@@ -80,6 +80,11 @@ func startEngineScrape(svc *core.Service, interval time.Duration, exclude bool, 
 			e.mu.down++
 		}
 		e.mu.Unlock()
+		if err == nil && was {
+			// Logged before the worker is back in selection, so a pick
+			// that lands on it follows the line.
+			log.Info("engine metrics: scrape answers again", "worker_id", t.ID, "url", t.URL)
+		}
 		if exclude {
 			// Every round, not only on a transition: a worker re-added
 			// under the same id starts available in core.
@@ -95,9 +100,6 @@ func startEngineScrape(svc *core.Service, interval time.Duration, exclude bool, 
 				log.Warn("engine metrics: scrape failed; "+what, "worker_id", t.ID, "url", t.URL, "err", err)
 			}
 			return
-		}
-		if was {
-			log.Info("engine metrics: scrape answers again", "worker_id", t.ID, "url", t.URL)
 		}
 		svc.SetEngineAdapters(t.ID, s.Adapters())
 	}

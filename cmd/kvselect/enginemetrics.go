@@ -71,20 +71,31 @@ func startEngineScrape(svc *core.Service, interval time.Duration, exclude bool, 
 		e.mu.Unlock()
 		return out
 	}
+	// report runs once per target per round, rounds one after another, so
+	// a worker's reports never overlap. A transition is logged before any
+	// of its state is published (/loads, the counters, selection), so a
+	// caller that sees the change finds the line already written.
 	report := func(t engines.Target, s engines.Sample, err error) {
 		e.mu.Lock()
 		prev, known := e.mu.last[t.ID]
+		e.mu.Unlock()
 		was := known && !prev.ok
+		switch {
+		case err != nil && !was:
+			what := "the worker's engine-reported LoRA adapters are cleared until it answers"
+			if exclude {
+				what = "the worker is out of selection and its engine-reported LoRA adapters cleared until it answers"
+			}
+			log.Warn("engine metrics: scrape failed; "+what, "worker_id", t.ID, "url", t.URL, "err", err)
+		case err == nil && was:
+			log.Info("engine metrics: scrape answers again", "worker_id", t.ID, "url", t.URL)
+		}
+		e.mu.Lock()
 		e.mu.last[t.ID] = engineState{s: s, ok: err == nil}
 		if err != nil && !was {
 			e.mu.down++
 		}
 		e.mu.Unlock()
-		if err == nil && was {
-			// Logged before the worker is back in selection, so a pick
-			// that lands on it follows the line.
-			log.Info("engine metrics: scrape answers again", "worker_id", t.ID, "url", t.URL)
-		}
 		if exclude {
 			// Every round, not only on a transition: a worker re-added
 			// under the same id starts available in core.
@@ -92,13 +103,6 @@ func startEngineScrape(svc *core.Service, interval time.Duration, exclude bool, 
 		}
 		if err != nil {
 			svc.SetEngineAdapters(t.ID, nil)
-			if !was {
-				what := "the worker's engine-reported LoRA adapters are cleared until it answers"
-				if exclude {
-					what = "the worker is out of selection and its engine-reported LoRA adapters cleared until it answers"
-				}
-				log.Warn("engine metrics: scrape failed; "+what, "worker_id", t.ID, "url", t.URL, "err", err)
-			}
 			return
 		}
 		svc.SetEngineAdapters(t.ID, s.Adapters())

@@ -165,8 +165,9 @@ func (r *certReloader) poll(time.Time) {
 	r.tried = true
 	cert, err := f.pair()
 	if err != nil {
-		r.errors.Add(1)
+		// Logged before it is counted: a caller that sees the count finds the line.
 		r.log.Error("--cert-path changed to a pair that does not load: the previous certificate keeps serving", "cert_path", r.dir, "err", err)
+		r.errors.Add(1)
 		return
 	}
 	r.cur.Store(&cert)

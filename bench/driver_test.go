@@ -3,7 +3,10 @@ package bench
 import (
 	"context"
 	"math"
+	"reflect"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -270,4 +273,69 @@ func TestMeanOverlapBlocks(t *testing.T) {
 			t.Fatalf("no overlap reader: %d ops, overlap %v, prompt %v", r.Operations, r.MeanOverlapBlocks, r.MeanPromptBlocks)
 		}
 	})
+}
+
+// TestFoldWorkersKeepsResults: a window folded into one worker merges to
+// the Result of its workers, field for field (a counter the fold leaves
+// out changes it).
+func TestFoldWorkersKeepsResults(t *testing.T) {
+	var ws []*worker
+	for g := range 5 {
+		w := &worker{all: NewHistogram(), sel: NewHistogram(), selOK: NewHistogram(), errs: map[string]int64{"503": int64(g)},
+			ops: int64(10 + g), ownNs: int64(1000 * (g + 1)), callNs: int64(5000 * (g + 1)), lagMax: time.Duration(g) * time.Millisecond,
+			late: int64(g), ovTokens: int64(64 * g), ovN: int64(g + 1), promptBlocks: int64(7 * g),
+			lastRecDone: time.Unix(int64(100+g), 0)}
+		w.reqs[routeReserve], w.reqs[routeDelete] = int64(10+g), int64(9+g)
+		for i := range 20 * (g + 1) {
+			d := time.Duration(i*(g+1)) * 100 * time.Microsecond
+			w.all.Record(d)
+			w.sel.Record(2 * d)
+			w.selOK.Record(3 * d)
+		}
+		ws = append(ws, w)
+	}
+	want := mergeWorkers(ws, 16)
+	f := foldWorkers(ws)
+	if got := mergeWorkers([]*worker{f}, 16); !reflect.DeepEqual(got, want) {
+		t.Fatalf("folded %+v\nwant   %+v", got, want)
+	}
+	if !f.lastRecDone.Equal(time.Unix(104, 0)) {
+		t.Fatalf("lastRecDone %v", f.lastRecDone)
+	}
+}
+
+// TestWindowsReleaseTheirCallers: a window's client goroutines, their
+// callers and what those hold are garbage once the window returns; only
+// its folded results stay (a run of many --rounds windows at C1024 held
+// every window's workers to its end).
+func TestWindowsReleaseTheirCallers(t *testing.T) {
+	type bigCaller struct {
+		callerFunc
+		buf []byte
+	}
+	var made, freed atomic.Int64
+	newCaller := func(int) caller {
+		c := &bigCaller{callerFunc: func(route, []byte, []byte) (int, error) { time.Sleep(100 * time.Microsecond); return 200, nil },
+			buf: make([]byte, 64<<10)}
+		made.Add(1)
+		runtime.AddCleanup(c, func(*atomic.Int64) { freed.Add(1) }, &freed)
+		return c
+	}
+	p := loadParams{concurrency: 16, duration: 5 * time.Millisecond, mix: MixSelect, idPrefix: "w"}
+	var slices []loadSlice
+	for range 4 {
+		slices = append(slices, runSlice(context.Background(), p, onePrompt, newCaller))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for freed.Load() < made.Load() && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if freed.Load() != made.Load() {
+		t.Fatalf("%d of %d callers still reachable after their windows", made.Load()-freed.Load(), made.Load())
+	}
+	if r := mergeSlices(p, slices); r.Requests == 0 || r.Operations != r.Requests {
+		t.Fatalf("merged %d requests, %d operations", r.Requests, r.Operations)
+	}
+	runtime.KeepAlive(slices)
 }

@@ -323,10 +323,11 @@ func (a *API) watch(w http.ResponseWriter, r *http.Request, fw *fakeWatch) {
 	default:
 		from, err := strconv.ParseInt(rv, 10, 64)
 		if err != nil || from < a.mu.minRV || a.Expire.Load() {
+			minRV := a.mu.minRV // read under the lock: Restart writes it
 			a.mu.Unlock()
 			a.Expired.Add(1)
 			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(line("ERROR", statusObj(http.StatusGone, "Expired", fmt.Sprintf("too old resource version: %s (%d)", rv, a.mu.minRV))))
+			_, _ = w.Write(line("ERROR", statusObj(http.StatusGone, "Expired", fmt.Sprintf("too old resource version: %s (%d)", rv, minRV))))
 			return
 		}
 		for _, ev := range a.mu.history {

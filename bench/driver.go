@@ -287,8 +287,6 @@ func foldWorkers(ws []*worker) *worker {
 		f.ovTokens += w.ovTokens
 		f.ovN += w.ovN
 		f.promptBlocks += w.promptBlocks
-		f.done.Add(w.done.Load())
-		f.failed.Add(w.failed.Load())
 	}
 	return f
 }
@@ -432,45 +430,28 @@ func (w *worker) do(r route, id, body []byte, t0 time.Time) bool {
 	return ok
 }
 
-// mergeWorkers adds up the goroutines' histograms and counters; bs
-// converts overlap tokens to blocks.
+// mergeWorkers folds the goroutines' histograms and counters
+// (foldWorkers) into a Result; bs converts overlap tokens to blocks.
 func mergeWorkers(ws []*worker, bs int) Result {
-	all, sel, selOK := NewHistogram(), NewHistogram(), NewHistogram()
-	r := Result{Errors: map[string]int64{}, ByRoute: map[string]int64{}}
-	var own, in, ovTokens, ovN, promptBlocks int64
-	for _, w := range ws {
-		all.Merge(w.all)
-		sel.Merge(w.sel)
-		selOK.Merge(w.selOK)
-		for i, n := range w.reqs {
-			if n > 0 {
-				r.ByRoute[route(i).String()] += n
-			}
-			r.Requests += n
+	f := foldWorkers(ws)
+	r := Result{Errors: f.errs, ByRoute: map[string]int64{}, Operations: f.ops, ScheduleLagMaxMs: ms(f.lagMax), LateOps: f.late}
+	for i, n := range f.reqs {
+		if n > 0 {
+			r.ByRoute[route(i).String()] = n
 		}
-		for k, n := range w.errs {
-			r.Errors[k] += n
-		}
-		r.Operations += w.ops
-		own += w.ownNs
-		in += w.callNs
-		r.ScheduleLagMaxMs = max(r.ScheduleLagMaxMs, ms(w.lagMax))
-		r.LateOps += w.late
-		ovTokens += w.ovTokens
-		ovN += w.ovN
-		promptBlocks += w.promptBlocks
+		r.Requests += n
 	}
-	if ovN > 0 && bs > 0 {
-		r.MeanOverlapBlocks = float64(ovTokens) / float64(bs) / float64(ovN)
-		r.MeanPromptBlocks = float64(promptBlocks) / float64(ovN)
+	if f.ovN > 0 && bs > 0 {
+		r.MeanOverlapBlocks = float64(f.ovTokens) / float64(bs) / float64(f.ovN)
+		r.MeanPromptBlocks = float64(f.promptBlocks) / float64(f.ovN)
 	}
-	r.setLatency(all, sel)
-	r.AdmittedP50ms, r.AdmittedP99ms, r.AdmittedMaxMs = ms(selOK.Quantile(0.50)), ms(selOK.Quantile(0.99)), ms(selOK.Max())
+	r.setLatency(f.all, f.sel)
+	r.AdmittedP50ms, r.AdmittedP99ms, r.AdmittedMaxMs = ms(f.selOK.Quantile(0.50)), ms(f.selOK.Quantile(0.99)), ms(f.selOK.Max())
 	if r.Requests > 0 {
-		r.Client.OwnUsPerRequest = float64(own) / 1e3 / float64(r.Requests)
+		r.Client.OwnUsPerRequest = float64(f.ownNs) / 1e3 / float64(r.Requests)
 	}
-	if own+in > 0 {
-		r.Client.OwnShare = float64(own) / float64(own+in)
+	if f.ownNs+f.callNs > 0 {
+		r.Client.OwnShare = float64(f.ownNs) / float64(f.ownNs+f.callNs)
 	}
 	return r
 }

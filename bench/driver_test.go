@@ -275,11 +275,13 @@ func TestMeanOverlapBlocks(t *testing.T) {
 	})
 }
 
-// TestFoldWorkersKeepsResults: a window folded into one worker merges to
-// the Result of its workers, field for field (a counter the fold leaves
-// out changes it).
+// TestFoldWorkersKeepsResults: a window folded into one worker keeps
+// every counter of its workers (summed, or the latest and largest), and
+// merging the folded worker gives the Result of its workers.
 func TestFoldWorkersKeepsResults(t *testing.T) {
 	var ws []*worker
+	var want worker
+	var samples int64
 	for g := range 5 {
 		w := &worker{all: NewHistogram(), sel: NewHistogram(), selOK: NewHistogram(), errs: map[string]int64{"503": int64(g)},
 			ops: int64(10 + g), ownNs: int64(1000 * (g + 1)), callNs: int64(5000 * (g + 1)), lagMax: time.Duration(g) * time.Millisecond,
@@ -291,16 +293,32 @@ func TestFoldWorkersKeepsResults(t *testing.T) {
 			w.all.Record(d)
 			w.sel.Record(2 * d)
 			w.selOK.Record(3 * d)
+			samples++
 		}
+		want.reqs[routeReserve] += w.reqs[routeReserve]
+		want.reqs[routeDelete] += w.reqs[routeDelete]
+		want.ops += w.ops
+		want.ownNs += w.ownNs
+		want.callNs += w.callNs
+		want.late += w.late
+		want.ovTokens += w.ovTokens
+		want.ovN += w.ovN
+		want.promptBlocks += w.promptBlocks
 		ws = append(ws, w)
 	}
-	want := mergeWorkers(ws, 16)
 	f := foldWorkers(ws)
-	if got := mergeWorkers([]*worker{f}, 16); !reflect.DeepEqual(got, want) {
-		t.Fatalf("folded %+v\nwant   %+v", got, want)
+	if f.reqs != want.reqs || f.ops != want.ops || f.ownNs != want.ownNs || f.callNs != want.callNs || f.late != want.late ||
+		f.ovTokens != want.ovTokens || f.ovN != want.ovN || f.promptBlocks != want.promptBlocks {
+		t.Fatalf("folded reqs %v ops %d own %d call %d late %d overlap %d/%d blocks %d, want %v %d %d %d %d %d/%d %d", f.reqs, f.ops, f.ownNs, f.callNs, f.late, f.ovTokens, f.ovN, f.promptBlocks, want.reqs, want.ops, want.ownNs, want.callNs, want.late, want.ovTokens, want.ovN, want.promptBlocks)
 	}
-	if !f.lastRecDone.Equal(time.Unix(104, 0)) {
-		t.Fatalf("lastRecDone %v", f.lastRecDone)
+	if f.errs["503"] != 10 || f.lagMax != 4*time.Millisecond || !f.lastRecDone.Equal(time.Unix(104, 0)) {
+		t.Fatalf("errors %v, lag max %v, last done %v", f.errs, f.lagMax, f.lastRecDone)
+	}
+	if f.all.Count() != samples || f.sel.Count() != samples || f.selOK.Count() != samples {
+		t.Fatalf("histograms hold %d, %d, %d samples, want %d", f.all.Count(), f.sel.Count(), f.selOK.Count(), samples)
+	}
+	if got, merged := mergeWorkers([]*worker{f}, 16), mergeWorkers(ws, 16); !reflect.DeepEqual(got, merged) {
+		t.Fatalf("folded %+v\nwant   %+v", got, merged)
 	}
 }
 

@@ -231,9 +231,10 @@ func (cb CacheBalance) Score(ctx *SelectionContext, cands []Candidate, out []flo
 	isl := float64(req.ISLTokens)
 	minOcc := math.Inf(1)
 	minRouted := int64(math.MaxInt64)
+	bs := float64(req.BlockSize)
 	for i := range cands {
 		c := &cands[i]
-		if _, pm := cb.occupancy(c, float64(req.BlockSize)); pm >= 0 {
+		if _, pm := cb.occupancy(c, bs); pm >= 0 {
 			minOcc = min(minOcc, pm)
 		}
 		if c.HasLoad {
@@ -246,7 +247,6 @@ func (cb CacheBalance) Score(ctx *SelectionContext, cands []Candidate, out []flo
 		limit = max(limit, cb.Floor)
 	}
 	full := cb.eff(isl)
-	bs := float64(req.BlockSize)
 	for i := range cands {
 		c := &cands[i]
 		var cost float64

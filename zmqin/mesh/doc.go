@@ -15,7 +15,8 @@
 //     caller's goroutine, queued without blocking; output blocks never
 //     are).
 //  2. Start(svc) starts applying peers' events (core.Service.ApplyReplica,
-//     in batches of up to 256 events or 1 ms) and dials the initial peers;
+//     in batches of up to 256 events, those queued when the drain wakes)
+//     and dials the initial peers;
 //     Register and Deregister change the peer set at run time (the
 //     /replica_sync/* routes), List reports it. HandleAffinity, before
 //     Start, also replicates session bindings (affinity.go): the Mesh is

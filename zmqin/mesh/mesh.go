@@ -49,7 +49,13 @@ type Config struct {
 	// hold gigabytes. A full queue drops, counted as at a full count.
 	MaxQueueBytes int
 	// DrainBatch and DrainWait shape the apply batches: up to 256 events,
-	// or what arrived within 1 ms of the first.
+	// those queued when the drain takes the first, or with a positive
+	// DrainWait those that arrive within it. The default waits for
+	// nothing: the publishers batch already (PublishWait) and a reader
+	// queues all of one read at once, so a second wait only adds itself
+	// to every event's propagation lag (a 1 ms wait put the mesh's lag
+	// p50 at 1.9 ms at half load, against 0.7 ms over NATS, whose
+	// receiver never waited).
 	DrainBatch int
 	DrainWait  time.Duration
 	// PublishBatch and PublishWait shape the publish batches: the first
@@ -108,9 +114,6 @@ func (c Config) withDefaults() Config {
 	def(&c.MaxPeers, 128)
 	def(&c.MaxMessage, 16<<20)
 	def(&c.MaxQueueBytes, 64<<20)
-	if c.DrainWait == 0 {
-		c.DrainWait = time.Millisecond
-	}
 	if c.ResyncSettle == 0 {
 		c.ResyncSettle = 500 * time.Millisecond
 	}
@@ -471,19 +474,30 @@ func (m *Mesh) drain() {
 		case e := <-m.in:
 			from = append(from, e)
 		}
-		t.Reset(m.cfg.DrainWait)
-	fill:
+		if m.cfg.DrainWait > 0 {
+			t.Reset(m.cfg.DrainWait)
+		fill:
+			for len(from) < m.cfg.DrainBatch {
+				select {
+				case e := <-m.in:
+					from = append(from, e)
+				case <-t.C:
+					break fill
+				case <-m.ctx.Done():
+					return
+				}
+			}
+			t.Stop()
+		}
+	take:
 		for len(from) < m.cfg.DrainBatch {
 			select {
 			case e := <-m.in:
 				from = append(from, e)
-			case <-t.C:
-				break fill
-			case <-m.ctx.Done():
-				return
+			default:
+				break take
 			}
 		}
-		t.Stop()
 		for i := range from {
 			batch = append(batch, from[i].ev)
 		}

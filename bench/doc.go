@@ -51,10 +51,10 @@
 // engine, and the fill waits until every index shows each prompt), each
 // client goroutine sends its operations to the replicas in turn, and every
 // call of an operation after the first goes to the replica that booked it
-// (multiCaller). During the measured window a probe measures how long a
-// booking answered by one replica takes to be applied by the other, and
-// its free (Propagation: the method and why it does not poll), from one
-// goroutine of its own that ends with the window. The leak
+// (multiCaller). During the measured window probes measure how long a
+// booking takes from its publish on one replica to its apply on the
+// other, and its free (Propagation: the method and why it does not poll),
+// up to probeLanes at once, on goroutines that end with the window. The leak
 // check sums GET /loads over the replicas once the peers' frees have
 // arrived (at most 5 s).
 //

@@ -13,24 +13,30 @@ import (
 // on one replica takes to become visible on another, and its free to
 // follow.
 //
-// Method: every Config.ProbeInterval during the measured window, one probe
+// Method: every Config.ProbeInterval during the measured window, a probe
 // books a workload prompt with select_and_reserve on replica A (A and B
 // swap at each probe, so both directions are sampled) and DELETEs it. It
-// arms a watch on B (ReplicaProbe.Arm) before each call; B's mesh stamps
-// the time at which it finished applying the admission (then the free) to
-// its service, and the lag is that time minus the time the call's response
-// reached the probe: both readings of one monotonic clock in one process.
-// A change applied before the response arrived (the replica publishes
-// before it answers) counts as 0. After each stamp the probe checks B
+// arms two watches before each call: on A, the time A handed its change
+// to its bus (ReplicaProbe.ArmSent), and on B, the time B finished
+// applying it to its service (ReplicaProbe.Arm). The lag is the second
+// minus the first: both readings of one monotonic clock in one process,
+// from the booking's commit on A to its effect on B, whatever the
+// client's own wait for the response. After each apply the probe checks B
 // through the Go API (ReplicaProbe.Mirror): the booking must be live there
 // on the worker A chose, then gone after the free.
 //
+// Up to probeLanes probes are in flight at once, each on its own
+// connections: under saturation one call waits tens of milliseconds for
+// the server, and a single probe in flight took only about 130 samples in
+// 10 s, so the p99 was the second-largest sample. A tick that finds every
+// lane busy is skipped, so the probes never add more than one booking per
+// interval (about 1% of the lifecycles at C1024 with the default 10 ms).
+//
 // Why not poll B: a poll often enough to resolve a millisecond would take
 // a share of the 2 cores the load is measured on, and a coarse one would
-// round every lag up to its period; the stamp costs B one atomic load per
-// applied batch while no probe is armed, and the probes add one
-// booking per interval (about 1% of the lifecycles at C1024 with the
-// default 10 ms).
+// round every lag up to its period; the stamps cost each replica one
+// atomic load per published event and per applied batch while no probe is
+// armed.
 type Propagation struct {
 	Method     string  `json:"method"`
 	IntervalMs float64 `json:"interval_ms"`
@@ -44,13 +50,17 @@ type Propagation struct {
 	FreedP99ms  float64 `json:"freed_p99_ms"`
 	FreedMaxMs  float64 `json:"freed_max_ms"`
 	// AppliedBeforeResponse counts admissions B had applied before A's
-	// response reached the probe (recorded as 0 ms).
+	// response reached the probe (the caller could not have seen the
+	// booking missing on B).
 	AppliedBeforeResponse int64 `json:"applied_before_response"`
 	// NotVisible counts admissions not applied on B within probeTimeout,
 	// or applied but not live there on A's worker; NotFreed frees not
-	// applied within probeTimeout, or a mirror still live after.
+	// applied within probeTimeout, or a mirror still live after. NotSent
+	// counts changes A answered but never handed to its bus (no lag is
+	// recorded for them).
 	NotVisible int64            `json:"not_visible"`
 	NotFreed   int64            `json:"not_freed"`
+	NotSent    int64            `json:"not_sent"`
 	Errors     map[string]int64 `json:"errors,omitempty"` // failed probe calls, by class
 }
 
@@ -58,42 +68,56 @@ type Propagation struct {
 // counting it as not visible (or not freed).
 const probeTimeout = time.Second
 
-const probeMethod = "booking on one replica over HTTP, applied-time stamped by the other replica's mesh, checked through its Go API"
+// probeLanes is the most probes in flight at once (see Propagation).
+const probeLanes = 8
+
+const probeMethod = "booking on one replica over HTTP, from its bus publish on that replica to its apply on the other, stamped in process, checked through the other's Go API"
 
 // prober runs the probes of one replica run, in one or more windows.
-// Its methods are called from one goroutine (the driver's).
+// Its start, join, result and close are called from one goroutine (the
+// driver's); each lane is used by one probe at a time.
 type prober struct {
 	reps     []Replica
-	callers  []*httpCaller
 	targets  []*target
 	prompts  []Prompt
 	prefix   []byte
 	interval time.Duration
 	k        int           // the next probe's number, across windows
 	done     chan struct{} // closed when the running window's goroutine ends; nil when none runs
+	lanes    []*probeLane
+}
 
+// probeLane is one probe's state: its connections' callers (one per
+// replica) and what its probes measured, merged by result.
+type probeLane struct {
+	pr            *prober
+	callers       []*httpCaller
 	booked, freed *Histogram
 	out           Propagation
 }
 
 func newProber(reps []Replica, prompts []Prompt, idPrefix string, cfg *Config) (*prober, error) {
-	pr := &prober{reps: reps, prompts: prompts, prefix: []byte(idPrefix + "-probe-"), interval: cfg.ProbeInterval,
-		booked: NewHistogram(), freed: NewHistogram()}
+	pr := &prober{reps: reps, prompts: prompts, prefix: []byte(idPrefix + "-probe-"), interval: cfg.ProbeInterval}
 	for i, r := range reps {
-		t, err := newTarget("replica "+strconv.Itoa(i)+" probe", r.URL, 2, cfg.Timeout)
+		t, err := newTarget("replica "+strconv.Itoa(i)+" probe", r.URL, probeLanes, cfg.Timeout)
 		if err != nil {
 			pr.close()
 			return nil, err
 		}
 		pr.targets = append(pr.targets, t)
-		pr.callers = append(pr.callers, t.newCaller())
 	}
-	pr.out = Propagation{Method: probeMethod, IntervalMs: ms(cfg.ProbeInterval), Errors: map[string]int64{}}
+	for range probeLanes {
+		l := &probeLane{pr: pr, booked: NewHistogram(), freed: NewHistogram(), out: Propagation{Errors: map[string]int64{}}}
+		for _, t := range pr.targets {
+			l.callers = append(l.callers, t.newCaller())
+		}
+		pr.lanes = append(pr.lanes, l)
+	}
 	return pr, nil
 }
 
-// start probes on a goroutine of its own for d (a measured window), or
-// until ctx ends; join waits for it.
+// start probes on goroutines of its own for d (a measured window), or
+// until ctx ends; join waits for them.
 func (pr *prober) start(ctx context.Context, d time.Duration) {
 	if pr.done != nil {
 		panic("BUG: bench: probe windows overlap")
@@ -101,17 +125,32 @@ func (pr *prober) start(ctx context.Context, d time.Duration) {
 	pr.done = make(chan struct{})
 	go func() {
 		defer close(pr.done)
+		free := make(chan *probeLane, len(pr.lanes))
+		for _, l := range pr.lanes {
+			free <- l
+		}
 		end := time.Now().Add(d)
 		t := time.NewTicker(pr.interval)
 		defer t.Stop()
 		for time.Now().Before(end) {
-			pr.probe(pr.k)
-			pr.k++
+			select {
+			case l := <-free:
+				k := pr.k
+				pr.k++
+				go func() {
+					l.probe(k)
+					free <- l
+				}()
+			default: // every lane busy: skip this tick
+			}
 			select {
 			case <-ctx.Done():
-				return
+				end = time.Time{}
 			case <-t.C:
 			}
+		}
+		for range pr.lanes { // the window's last probes
+			<-free
 		}
 	}()
 }
@@ -127,82 +166,115 @@ func (pr *prober) join() {
 // result is what the probes of every window measured.
 func (pr *prober) result() *Propagation {
 	pr.join()
-	o := pr.out
-	o.BookedP50ms, o.BookedP99ms, o.BookedMaxMs = ms(pr.booked.Quantile(0.5)), ms(pr.booked.Quantile(0.99)), ms(pr.booked.Max())
-	o.FreedP50ms, o.FreedP99ms, o.FreedMaxMs = ms(pr.freed.Quantile(0.5)), ms(pr.freed.Quantile(0.99)), ms(pr.freed.Max())
+	o := Propagation{Method: probeMethod, IntervalMs: ms(pr.interval), Errors: map[string]int64{}}
+	booked, freed := NewHistogram(), NewHistogram()
+	for _, l := range pr.lanes {
+		booked.Merge(l.booked)
+		freed.Merge(l.freed)
+		o.Probes += l.out.Probes
+		o.AppliedBeforeResponse += l.out.AppliedBeforeResponse
+		o.NotVisible += l.out.NotVisible
+		o.NotFreed += l.out.NotFreed
+		o.NotSent += l.out.NotSent
+		for k, n := range l.out.Errors {
+			o.Errors[k] += n
+		}
+	}
+	o.BookedP50ms, o.BookedP99ms, o.BookedMaxMs = ms(booked.Quantile(0.5)), ms(booked.Quantile(0.99)), ms(booked.Max())
+	o.FreedP50ms, o.FreedP99ms, o.FreedMaxMs = ms(freed.Quantile(0.5)), ms(freed.Quantile(0.99)), ms(freed.Max())
 	return &o
 }
 
 func (pr *prober) close() {
 	pr.join()
-	for _, c := range pr.callers {
-		c.release()
+	for _, l := range pr.lanes {
+		for _, c := range l.callers {
+			c.release()
+		}
 	}
 	for _, t := range pr.targets {
 		t.close()
 	}
-	pr.callers, pr.targets = nil, nil
+	pr.lanes, pr.targets = nil, nil
 }
 
 // probe makes probe k: a booking on replica k mod n, watched on the next.
-func (pr *prober) probe(k int) {
+func (l *probeLane) probe(k int) {
+	pr := l.pr
 	n := len(pr.reps)
 	a, b := k%n, (k+1)%n
 	id := strconv.AppendInt(append([]byte(nil), pr.prefix...), int64(k), 10)
 	ids := string(id)
 	body := pr.prompts[k%len(pr.prompts)].Body
 	watch := pr.reps[b].Probe
+	caller := l.callers[a]
 
+	sent, unsend := pr.reps[a].Probe.ArmSent(ids, ChangeBooked)
 	applied, disarm := watch.Arm(ids, ChangeBooked)
-	status, err := pr.callers[a].call(routeReserve, id, body)
-	sent := time.Now()
+	status, err := caller.call(routeReserve, id, body)
+	answered := time.Now()
 	if err != nil || status/100 != 2 {
+		unsend()
 		disarm()
-		pr.out.Errors[errorClass(status, err)]++
+		l.out.Errors[errorClass(status, err)]++
 		return
 	}
-	pr.out.Probes++
-	worker, _ := responseWorker(pr.callers[a].resp.Body())
-	visible := pr.await(applied, sent, pr.booked)
+	l.out.Probes++
+	worker, _ := responseWorker(caller.resp.Body())
+	visible := l.await(sent, applied, answered, l.booked)
+	unsend()
 	disarm()
 	if w, ok := watch.Mirror(ids); !visible || !ok || w != worker {
-		pr.out.NotVisible++
+		l.out.NotVisible++
 	}
 
+	sent, unsend = pr.reps[a].Probe.ArmSent(ids, ChangeFreed)
 	applied, disarm = watch.Arm(ids, ChangeFreed)
-	status, err = pr.callers[a].call(routeDelete, id, nil)
-	sent = time.Now()
+	status, err = caller.call(routeDelete, id, nil)
 	if err != nil || status/100 != 2 {
+		unsend()
 		disarm()
-		pr.out.Errors[errorClass(status, err)]++
+		l.out.Errors[errorClass(status, err)]++
 		return
 	}
-	freed := pr.await(applied, sent, pr.freed)
+	freed := l.await(sent, applied, time.Time{}, l.freed)
+	unsend()
 	disarm()
 	if _, ok := watch.Mirror(ids); !freed || ok {
-		pr.out.NotFreed++
+		l.out.NotFreed++
 	}
 }
 
-// await waits at most probeTimeout for an applied stamp and records its lag
-// after sent into h; it reports whether the stamp came.
-func (pr *prober) await(applied <-chan time.Time, sent time.Time, h *Histogram) bool {
+// await waits, within probeTimeout, for A's sent stamp and B's applied
+// stamp, records the lag between them into h, and reports whether B
+// applied the change. With answered set it also counts an apply before it
+// (AppliedBeforeResponse).
+func (l *probeLane) await(sent, applied <-chan time.Time, answered time.Time, h *Histogram) bool {
 	t := time.NewTimer(probeTimeout)
 	defer t.Stop()
-	select {
-	case at := <-applied:
-		lag := at.Sub(sent)
-		if lag < 0 {
-			if h == pr.booked {
-				pr.out.AppliedBeforeResponse++
-			}
-			lag = 0
+	var from, at time.Time
+	for sent != nil || applied != nil {
+		select {
+		case from = <-sent: // A publishes before it answers, unless it dropped the event
+			sent = nil
+		case at = <-applied:
+			applied = nil
+		case <-t.C:
+			sent, applied = nil, nil
 		}
-		h.Record(lag)
-		return true
-	case <-t.C:
+	}
+	if at.IsZero() {
 		return false
 	}
+	if !answered.IsZero() && at.Before(answered) {
+		l.out.AppliedBeforeResponse++
+	}
+	if from.IsZero() {
+		l.out.NotSent++
+		return true
+	}
+	h.Record(max(0, at.Sub(from)))
+	return true
 }
 
 var workerIDKey = []byte(`"worker_id":`)

@@ -39,6 +39,11 @@ type ReplicaProbe interface {
 	// (from then on every call sees it). Arm before causing the change;
 	// call disarm when done, whether or not it fired.
 	Arm(id string, kind ReplicaChange) (applied <-chan time.Time, disarm func())
+	// ArmSent watches for this replica's own change of kind to booking id
+	// (one it booked or freed): sent receives, once, the time at which the
+	// replica handed the change to its bus. Arm before causing the change;
+	// call disarm when done.
+	ArmSent(id string, kind ReplicaChange) (sent <-chan time.Time, disarm func())
 	// Mirror reports the worker of id's live reservation here when a peer
 	// booked it (a mirror); ok is false when there is none.
 	Mirror(id string) (worker uint64, ok bool)
@@ -119,10 +124,7 @@ func writeReplicaSection(out *reportWriter, rep *Report) {
 	out.printf("process CPU %.2f vs %.2f cores; requests per CPU-second ratio %.2f\n",
 		rep.Client.ProcessCPUCores, s.Client.ProcessCPUCores, rr.PerCPURatio)
 	if pr := rr.Propagation; pr != nil {
-		out.printf("propagation (%s), %d probes:\n", pr.Method, pr.Probes)
-		out.printf("  booked: p50 %.3f ms, p99 %.3f ms, max %.3f ms (%d applied before the booking's response arrived, counted as 0); not visible %d\n",
-			pr.BookedP50ms, pr.BookedP99ms, pr.BookedMaxMs, pr.AppliedBeforeResponse, pr.NotVisible)
-		out.printf("  freed:  p50 %.3f ms, p99 %.3f ms, max %.3f ms; not freed %d\n", pr.FreedP50ms, pr.FreedP99ms, pr.FreedMaxMs, pr.NotFreed)
+		writePropagation(out, pr)
 		if len(pr.Errors) > 0 {
 			out.printf("  probe call errors by class: %s\n", formatCounts(pr.Errors))
 		}
@@ -131,6 +133,8 @@ func writeReplicaSection(out *reportWriter, rep *Report) {
 				rr.ThroughputRatio, replicaMinThroughput, okIf(rr.ThroughputRatio >= replicaMinThroughput),
 				pr.BookedP99ms, replicaMaxLagP99Ms, okIf(pr.BookedP99ms < replicaMaxLagP99Ms && pr.Probes > 0),
 				pr.NotVisible, okIf(pr.NotVisible == 0))
+		} else {
+			writeOpenLagTarget(out, "replicas", pr)
 		}
 	}
 	writeCounters(out, rr.Counters)
@@ -140,19 +144,39 @@ func writeReplicaSection(out *reportWriter, rep *Report) {
 			rr.Replicas, a.Label, r.ThroughputRPS, a.ThroughputRatio, a.ThroughputToMesh, r.P99ms, a.P99Ratio, r.ErrorCount(), a.Leaked)
 		out.printf("process CPU %.2f cores; requests per CPU-second ratio %.2f\n", r.Client.ProcessCPUCores, a.PerCPURatio)
 		if pr := a.Propagation; pr != nil {
-			out.printf("propagation (%s), %d probes:\n", pr.Method, pr.Probes)
-			out.printf("  booked: p50 %.3f ms, p99 %.3f ms, max %.3f ms (%d applied before the booking's response arrived, counted as 0); not visible %d\n",
-				pr.BookedP50ms, pr.BookedP99ms, pr.BookedMaxMs, pr.AppliedBeforeResponse, pr.NotVisible)
-			out.printf("  freed:  p50 %.3f ms, p99 %.3f ms, max %.3f ms; not freed %d\n", pr.FreedP50ms, pr.FreedP99ms, pr.FreedMaxMs, pr.NotFreed)
+			writePropagation(out, pr)
 			if rep.Loop == "closed" {
 				out.printf("targets (%s): throughput ratio to 1 replica %.2f (>= %.2f %s), to the ZMQ mesh %.2f (>= 1 %s), propagation p99 %.3f ms (< %.0f ms %s), not visible %d (%s)\n",
 					a.Label, a.ThroughputRatio, replicaMinThroughput, okIf(a.ThroughputRatio >= replicaMinThroughput),
 					a.ThroughputToMesh, okIf(a.ThroughputToMesh >= 1),
 					pr.BookedP99ms, replicaMaxLagP99Ms, okIf(pr.BookedP99ms < replicaMaxLagP99Ms && pr.Probes > 0),
 					pr.NotVisible, okIf(pr.NotVisible == 0))
+			} else {
+				writeOpenLagTarget(out, a.Label, pr)
 			}
 		}
 		writeCounters(out, a.Counters)
+	}
+}
+
+// writeOpenLagTarget prints the lag target of an open-loop run: below
+// saturation the lag is the bus's own, where in a saturated closed loop
+// every hop of it (as of every request) also waits its turn behind the
+// runnable handlers on the machine's cores.
+func writeOpenLagTarget(out *reportWriter, label string, pr *Propagation) {
+	out.printf("targets (%s, open loop): propagation p99 %.3f ms (< %.0f ms %s), not visible %d (%s)\n",
+		label, pr.BookedP99ms, replicaMaxLagP99Ms, okIf(pr.BookedP99ms < replicaMaxLagP99Ms && pr.Probes > 0),
+		pr.NotVisible, okIf(pr.NotVisible == 0))
+}
+
+// writePropagation prints a probe's lags.
+func writePropagation(out *reportWriter, pr *Propagation) {
+	out.printf("propagation (%s), %d probes:\n", pr.Method, pr.Probes)
+	out.printf("  booked: p50 %.3f ms, p99 %.3f ms, max %.3f ms (%d applied before the booking's response arrived); not visible %d\n",
+		pr.BookedP50ms, pr.BookedP99ms, pr.BookedMaxMs, pr.AppliedBeforeResponse, pr.NotVisible)
+	out.printf("  freed:  p50 %.3f ms, p99 %.3f ms, max %.3f ms; not freed %d\n", pr.FreedP50ms, pr.FreedP99ms, pr.FreedMaxMs, pr.NotFreed)
+	if pr.NotSent > 0 {
+		out.printf("  answered but never published by the booking replica: %d\n", pr.NotSent)
 	}
 }
 

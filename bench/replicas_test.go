@@ -15,8 +15,8 @@ import (
 // replica: its peers' bookings reach it through fakeMesh, which stamps its
 // ApplyStamps as a real mesh's applier does.
 type fakeReplica struct {
-	stamps ApplyStamps
-	mu     struct {
+	stamps, sent ApplyStamps
+	mu           struct {
 		sync.Mutex
 		mirrors map[string]bool
 		applied uint64
@@ -25,6 +25,10 @@ type fakeReplica struct {
 
 func (f *fakeReplica) Arm(id string, kind ReplicaChange) (<-chan time.Time, func()) {
 	return f.stamps.Arm(id, kind)
+}
+
+func (f *fakeReplica) ArmSent(id string, kind ReplicaChange) (<-chan time.Time, func()) {
+	return f.sent.Arm(id, kind)
 }
 
 func (f *fakeReplica) Mirror(id string) (uint64, bool) {
@@ -67,6 +71,9 @@ func fakeReplicas(t *testing.T, n int, lossy bool) ([]*countingTestServer, []Rep
 	for i := range srvs {
 		to := func(kind ReplicaChange) func(string) {
 			return func(id string) {
+				if fakes[i].sent.Armed() {
+					fakes[i].sent.Applied(id, kind, time.Now())
+				}
 				for j, f := range fakes {
 					if j != i && !lossy {
 						f.apply(id, kind)

@@ -164,16 +164,18 @@ func startReplica(args []string, bus replicaBus, profile bool) (*replica, error)
 		r.n.onStop("KV-event ingress", zing.Close)
 	}
 	var sink core.ReplicaSink = core.NopReplicaSink{}
+	r.applier = &stampedApplier{}
 	if bus != nil {
 		if sink, err = bus(r, opts); err != nil {
 			return fail(err)
 		}
+		sink = &stampedSink{sink: sink, stamps: &r.applier.sent}
 	}
 	if r.svc, err = core.New(opts.core, core.Options{Ingress: ingress, Replica: sink}); err != nil {
 		return fail(err)
 	}
 	r.n.onStopDo("service", r.svc.Close)
-	r.applier = &stampedApplier{svc: r.svc, mesh: r.mesh, nats: r.nats}
+	r.applier.svc, r.applier.mesh, r.applier.nats = r.svc, r.mesh, r.nats
 	opts.http.Logger = slog.New(slog.DiscardHandler)
 	if profile {
 		// Contention sampling is process-wide; the debug listener is
@@ -200,12 +202,13 @@ func (r *replica) stop() { r.n.stop(0) }
 // the service, plus the propagation probe's stamps (bench.ReplicaProbe).
 // After each batch is applied, and only while a probe is armed, the
 // admissions and frees in it stamp their watches with the time the batch
-// became visible.
+// became visible. sent holds the watches of the replica's own changes,
+// stamped by its stampedSink.
 type stampedApplier struct {
-	svc    *core.Service
-	mesh   *mesh.Mesh
-	nats   *benchNATS // over the NATS event plane (eventplane_bench.go)
-	stamps bench.ApplyStamps
+	svc          *core.Service
+	mesh         *mesh.Mesh
+	nats         *benchNATS // over the NATS event plane (eventplane_bench.go)
+	stamps, sent bench.ApplyStamps
 }
 
 func (a *stampedApplier) ApplyReplica(evs []core.ReplicaEvent) {
@@ -215,12 +218,33 @@ func (a *stampedApplier) ApplyReplica(evs []core.ReplicaEvent) {
 	}
 	now := time.Now()
 	for i := range evs {
-		switch evs[i].Kind {
-		case core.ReplicaAdd:
-			a.stamps.Applied(evs[i].RequestID, bench.ChangeBooked, now)
-		case core.ReplicaFree:
-			a.stamps.Applied(evs[i].RequestID, bench.ChangeFreed, now)
-		}
+		stampChange(&a.stamps, &evs[i], now)
+	}
+}
+
+// stampChange stamps the watch of ev's change, if any, with at.
+func stampChange(s *bench.ApplyStamps, ev *core.ReplicaEvent, at time.Time) {
+	switch ev.Kind {
+	case core.ReplicaAdd:
+		s.Applied(ev.RequestID, bench.ChangeBooked, at)
+	case core.ReplicaFree:
+		s.Applied(ev.RequestID, bench.ChangeFreed, at)
+	}
+}
+
+// stampedSink is a replica's bus as its service publishes to it, plus the
+// probe's stamps of the replica's own changes (bench.ReplicaProbe.ArmSent):
+// the time an admission or free was handed to the bus, read after Publish
+// returns, and only while a probe is armed.
+type stampedSink struct {
+	sink   core.ReplicaSink
+	stamps *bench.ApplyStamps
+}
+
+func (s *stampedSink) Publish(ev *core.ReplicaEvent) {
+	s.sink.Publish(ev)
+	if s.stamps.Armed() {
+		stampChange(s.stamps, ev, time.Now())
 	}
 }
 
@@ -243,6 +267,11 @@ func (a *stampedApplier) AppendLocalBookings(dst []core.ReplicaEvent) []core.Rep
 // Arm implements bench.ReplicaProbe.
 func (a *stampedApplier) Arm(id string, kind bench.ReplicaChange) (<-chan time.Time, func()) {
 	return a.stamps.Arm(id, kind)
+}
+
+// ArmSent implements bench.ReplicaProbe.
+func (a *stampedApplier) ArmSent(id string, kind bench.ReplicaChange) (<-chan time.Time, func()) {
+	return a.sent.Arm(id, kind)
 }
 
 // Mirror implements bench.ReplicaProbe through core's Go API.

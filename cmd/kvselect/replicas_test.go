@@ -150,6 +150,7 @@ func TestBenchReplicasAndDisagg(t *testing.T) {
 				FreedP99   *float64 `json:"freed_p99_ms"`
 				NotVisible int64    `json:"not_visible"`
 				NotFreed   int64    `json:"not_freed"`
+				NotSent    int64    `json:"not_sent"`
 			} `json:"propagation"`
 		} `json:"replicas"`
 	}
@@ -162,7 +163,7 @@ func TestBenchReplicasAndDisagg(t *testing.T) {
 		r.Single.Requests == 0 || len(r.Single.Errors) != 0 || r.Ratio == nil || !(*r.Ratio > 0) {
 		t.Fatalf("replica run: %s", raw)
 	}
-	if p := r.Propagation; p == nil || p.Probes == 0 || p.NotVisible != 0 || p.NotFreed != 0 || p.BookedP50 == nil || p.BookedP99 == nil || p.FreedP99 == nil {
+	if p := r.Propagation; p == nil || p.Probes == 0 || p.NotVisible != 0 || p.NotFreed != 0 || p.NotSent != 0 || p.BookedP50 == nil || p.BookedP99 == nil || p.FreedP99 == nil {
 		t.Fatalf("propagation: %s", raw)
 	}
 

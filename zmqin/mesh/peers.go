@@ -183,7 +183,10 @@ func (m *Mesh) receive(ctx context.Context, ep string, p *meshPeer) {
 		p.lg.LogAt(slog.LevelInfo, "replica peer connected")
 		backoff = m.cfg.BackoffMin
 		for {
-			frames, err = zc.Recv(frames)
+			// handle keeps nothing of a message (DecodeEnvelope and
+			// DecodeAffinity copy what they keep), so the connection
+			// reads each message into the last one's bodies.
+			frames, err = zc.RecvInto(frames)
 			if errors.Is(err, zmtp.ErrExtraFrames) {
 				m.st.received.Add(1)
 				m.st.dropped[DropExtraFrames].Add(1)

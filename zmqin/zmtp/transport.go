@@ -325,7 +325,18 @@ func Dial(ctx context.Context, ep string, typ SocketType, lim Limits) (*Conn, er
 // ErrMessageTooLarge or ErrFrameTooLarge at the header of the frame that
 // breaks it; the caller must then drop the connection, as the stream is
 // left inside that frame.
-func (c *Conn) Recv(frames [][]byte) ([][]byte, error) {
+func (c *Conn) Recv(frames [][]byte) ([][]byte, error) { return c.recv(frames, false) }
+
+// RecvInto is Recv for a caller done with a message before it reads the
+// next: each frame is read into the body frames held at its index when
+// that body's capacity fits it and is at most bodyChunk (64 KiB), and is
+// a fresh allocation otherwise. The bodies returned are valid until the
+// next RecvInto on the same slice; a steady stream of messages of at most
+// 64 KiB frames is read with no allocation, and at most one message's
+// bodies stay held between calls.
+func (c *Conn) RecvInto(frames [][]byte) ([][]byte, error) { return c.recv(frames, true) }
+
+func (c *Conn) recv(frames [][]byte, reuse bool) ([][]byte, error) {
 	frames = frames[:0]
 	total := uint64(0)
 	n, hard := 0, c.lim.hardFrames() // data frames of this message so far
@@ -375,7 +386,11 @@ func (c *Conn) Recv(frames [][]byte) ([][]byte, error) {
 			}
 			continue
 		}
-		body, err := c.body(int(size))
+		var old []byte
+		if k := len(frames); reuse && k < cap(frames) {
+			old = frames[:k+1][k]
+		}
+		body, err := c.body(int(size), old)
 		if err != nil {
 			return nil, err
 		}
@@ -440,22 +455,35 @@ func (c *Conn) header() (flags byte, size uint64, err error) {
 		b, err := r.ReadByte()
 		return flags, uint64(b), err
 	}
-	var b [8]byte
-	if _, err := io.ReadFull(r, b[:]); err != nil {
+	// Peek, not io.ReadFull into a local array: the array would escape
+	// through the io.Reader and cost an allocation per long frame.
+	b, err := r.Peek(8)
+	if err != nil {
+		if err == io.EOF && len(b) > 0 {
+			err = io.ErrUnexpectedEOF // as io.ReadFull reports a short read
+		}
 		return 0, 0, err
 	}
-	return flags, binary.BigEndian.Uint64(b[:]), nil
+	size = binary.BigEndian.Uint64(b)
+	_, err = r.Discard(8)
+	return flags, size, err
 }
 
 // bodyChunk is the size up to which a frame body is allocated at once.
 const bodyChunk = 64 << 10
 
-// body reads a frame body of n bytes (n within the Limits). A larger body
-// grows, doubling, as its bytes arrive: a peer that announces a large
-// frame and sends it slowly, or never, holds at most twice what it sent.
-func (c *Conn) body(n int) ([]byte, error) {
+// body reads a frame body of n bytes (n within the Limits), into old when
+// n is at most bodyChunk and old's capacity fits it. A body larger than
+// bodyChunk grows, doubling, as its bytes arrive: a peer that announces a
+// large frame and sends it slowly, or never, holds at most twice what it
+// sent.
+func (c *Conn) body(n int, old []byte) ([]byte, error) {
 	if n <= bodyChunk {
-		b := make([]byte, n)
+		b := old[:0]
+		if old == nil || cap(old) < n || cap(old) > bodyChunk {
+			b = make([]byte, n)
+		}
+		b = b[:n]
 		_, err := io.ReadFull(c.bc.r, b)
 		return b, err
 	}

@@ -2,8 +2,10 @@ package mesh
 
 import (
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kvselect/kvselect/core"
 )
@@ -130,4 +132,43 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// batchRecorder is a recorder that also keeps the size of each batch.
+type batchRecorder struct {
+	recorder
+	sizes []int // under recorder.mu
+}
+
+func (r *batchRecorder) ApplyReplica(evs []core.ReplicaEvent) {
+	r.recorder.ApplyReplica(evs)
+	r.mu.Lock()
+	r.sizes = append(r.sizes, len(evs))
+	r.mu.Unlock()
+}
+
+// TestMeshDrainWait: a positive DrainWait holds a batch open after its
+// first event, so events arriving within it are applied together.
+func TestMeshDrainWait(t *testing.T) {
+	m, err := New(Config{Bind: "tcp://127.0.0.1:0", DrainWait: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	rec := &batchRecorder{}
+	if err := m.Start(rec); err != nil {
+		t.Fatal(err)
+	}
+	p := &meshPeer{}
+	for i := range 5 {
+		ev := core.ReplicaEvent{Kind: core.ReplicaAdd, ModelName: "m", RequestID: "r" + strconv.Itoa(i), BlockSize: 16, Origin: 9}
+		m.handle([][]byte{[]byte(ReplicaTopic), AppendEnvelope(nil, &ev, 9)}, p)
+		time.Sleep(5 * time.Millisecond)
+	}
+	waitFor(t, "every event applied", func() bool { return rec.len() == 5 })
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if !slices.Equal(rec.sizes, []int{5}) {
+		t.Fatalf("batches %v, want the five events in one", rec.sizes)
+	}
 }

@@ -134,7 +134,7 @@ func runSlice(ctx context.Context, p loadParams, prompts []Prompt, newCaller fun
 	var wg sync.WaitGroup
 	for g := range ws {
 		w := &worker{
-			c: newCaller(g), all: NewHistogram(), sel: NewHistogram(), selOK: NewHistogram(),
+			c: newCaller(g), all: reuseHistogram(), sel: reuseHistogram(), selOK: reuseHistogram(),
 			errs:   map[string]int64{},
 			prefix: fmt.Appendf(nil, "%s-%d-", p.idPrefix, g),
 		}
@@ -251,6 +251,12 @@ func runSlice(ctx context.Context, p loadParams, prompts []Prompt, newCaller fun
 		ops += w.ops
 	}
 	sl := loadSlice{ws: []*worker{foldWorkers(ws)}, span: max(measured, lastDone.Sub(measureStart)), measured: measured, cpu: cpu1 - cpu0, cpuOK: cpuOK}
+	for _, w := range ws { // folded, and no goroutine reads them any more
+		w.all.recycle()
+		w.sel.recycle()
+		w.selOK.recycle()
+		w.all, w.sel, w.selOK = nil, nil, nil
+	}
 	if p.rate > 0 && !cancelled {
 		sl.unsent = max(0, ticketsIn(start, measureStart, end, nsPerOp)-ops)
 	}

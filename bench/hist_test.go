@@ -91,3 +91,26 @@ func TestHistogramCDF(t *testing.T) {
 		}
 	}
 }
+
+// TestHistogramRecycle: a recycled histogram comes back empty, and the
+// spare list keeps at most maxSpareHists.
+func TestHistogramRecycle(t *testing.T) {
+	h := reuseHistogram()
+	h.Record(3 * time.Millisecond)
+	h.Record(200 * time.Second) // clamped
+	h.recycle()
+	got := reuseHistogram()
+	if got.Count() != 0 || got.Clamped != 0 || got.Max() != 0 {
+		t.Fatalf("reused histogram not empty: %d samples, %d clamped, max %v", got.Count(), got.Clamped, got.Max())
+	}
+	for range maxSpareHists + 10 {
+		NewHistogram().recycle()
+	}
+	spareHists.Lock()
+	n := len(spareHists.hs)
+	spareHists.hs = nil
+	spareHists.Unlock()
+	if n != maxSpareHists {
+		t.Fatalf("%d spare histograms kept, want the bound %d", n, maxSpareHists)
+	}
+}

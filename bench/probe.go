@@ -34,9 +34,10 @@ import (
 //
 // Why not poll B: a poll often enough to resolve a millisecond would take
 // a share of the 2 cores the load is measured on, and a coarse one would
-// round every lag up to its period; the stamps cost each replica one
+// round every lag up to its period. The stamps cost each replica one
 // atomic load per published event and per applied batch while no probe is
-// armed.
+// armed, and while one is, a lock-free map lookup for every other event:
+// only the probe's own take the registry's lock (ApplyStamps).
 type Propagation struct {
 	Method     string  `json:"method"`
 	IntervalMs float64 `json:"interval_ms"`
@@ -56,8 +57,9 @@ type Propagation struct {
 	// NotVisible counts admissions not applied on B within probeTimeout,
 	// or applied but not live there on A's worker; NotFreed frees not
 	// applied within probeTimeout, or a mirror still live after. NotSent
-	// counts changes A answered but never handed to its bus (no lag is
-	// recorded for them).
+	// counts changes B applied that A answered without handing to its bus
+	// (none should be; no lag is recorded for them). A change A's bus
+	// dropped counts as not visible or not freed.
 	NotVisible int64            `json:"not_visible"`
 	NotFreed   int64            `json:"not_freed"`
 	NotSent    int64            `json:"not_sent"`
@@ -255,7 +257,7 @@ func (l *probeLane) await(sent, applied <-chan time.Time, answered time.Time, h 
 	var from, at time.Time
 	for sent != nil || applied != nil {
 		select {
-		case from = <-sent: // A publishes before it answers, unless it dropped the event
+		case from = <-sent: // A stamps before it publishes, and publishes before it answers
 			sent = nil
 		case at = <-applied:
 			applied = nil
@@ -298,13 +300,13 @@ func responseWorker(b []byte) (uint64, bool) {
 // Arm registers a watch, and the host's apply path, after applying a
 // batch of peer changes to its service, calls Applied for each change
 // while Armed. The zero value is ready; its methods are safe for
-// concurrent use.
+// concurrent use. The watches are an immutable map replaced on each Arm
+// and disarm (a probe arms a few a second): Armed and the lookup of a
+// change no watch waits for take no lock, so a host may call Applied from
+// every request goroutine while a probe runs.
 type ApplyStamps struct {
-	armed atomic.Int64 // len(mu.pending), read without the lock
-	mu    struct {
-		sync.Mutex
-		pending map[stampKey]chan time.Time
-	}
+	mu      sync.Mutex                                  // serializes the writers of watches
+	watches atomic.Pointer[map[stampKey]chan time.Time] // nil or immutable
 }
 
 type stampKey struct {
@@ -312,43 +314,56 @@ type stampKey struct {
 	kind ReplicaChange
 }
 
+// swap replaces the watches by edit's copy of them; s.mu held.
+func (s *ApplyStamps) swap(edit func(map[stampKey]chan time.Time)) {
+	m := map[stampKey]chan time.Time{}
+	if old := s.watches.Load(); old != nil {
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	edit(m)
+	s.watches.Store(&m)
+}
+
 // Arm implements ReplicaProbe.Arm.
 func (s *ApplyStamps) Arm(id string, kind ReplicaChange) (<-chan time.Time, func()) {
 	k := stampKey{id, kind}
 	ch := make(chan time.Time, 1)
 	s.mu.Lock()
-	if s.mu.pending == nil {
-		s.mu.pending = map[stampKey]chan time.Time{}
-	}
-	s.mu.pending[k] = ch
-	s.armed.Store(int64(len(s.mu.pending)))
+	s.swap(func(m map[stampKey]chan time.Time) { m[k] = ch })
 	s.mu.Unlock()
 	return ch, func() {
 		s.mu.Lock()
-		if s.mu.pending[k] == ch {
-			delete(s.mu.pending, k)
-			s.armed.Store(int64(len(s.mu.pending)))
+		defer s.mu.Unlock()
+		if w := s.watches.Load(); w != nil && (*w)[k] == ch {
+			s.swap(func(m map[stampKey]chan time.Time) { delete(m, k) })
 		}
-		s.mu.Unlock()
 	}
 }
 
 // Armed reports whether any watch is armed: one atomic load, so that an
 // apply path pays nothing more while no probe runs.
-func (s *ApplyStamps) Armed() bool { return s.armed.Load() > 0 }
+func (s *ApplyStamps) Armed() bool {
+	w := s.watches.Load()
+	return w != nil && len(*w) > 0
+}
 
 // Applied stamps the watch of (id, kind), if armed, with at, and disarms
 // it.
 func (s *ApplyStamps) Applied(id string, kind ReplicaChange, at time.Time) {
-	s.mu.Lock()
 	k := stampKey{id, kind}
-	ch, ok := s.mu.pending[k]
-	if ok {
-		delete(s.mu.pending, k)
-		s.armed.Store(int64(len(s.mu.pending)))
+	if w := s.watches.Load(); w == nil || (*w)[k] == nil {
+		return
+	}
+	s.mu.Lock()
+	w := s.watches.Load()
+	ch := (*w)[k]
+	if ch != nil {
+		s.swap(func(m map[stampKey]chan time.Time) { delete(m, k) })
 	}
 	s.mu.Unlock()
-	if ok {
+	if ch != nil {
 		ch <- at // buffered 1, sent once
 	}
 }

@@ -92,3 +92,42 @@ func TestProberLanes(t *testing.T) {
 		t.Errorf("propagation %+v", *o)
 	}
 }
+
+// TestApplyStamps: a watch fires once, for its own id and kind only;
+// disarming removes it, and Armed says whether any is left.
+func TestApplyStamps(t *testing.T) {
+	var s ApplyStamps
+	if s.Armed() {
+		t.Fatal("the zero value is armed")
+	}
+	s.Applied("x", ChangeBooked, time.Now()) // nothing armed: a no-op
+	ch, disarm := s.Arm("a", ChangeBooked)
+	other, disarmOther := s.Arm("b", ChangeFreed)
+	if !s.Armed() {
+		t.Fatal("not armed after Arm")
+	}
+	at := time.Now()
+	s.Applied("a", ChangeFreed, at) // wrong kind
+	s.Applied("b", ChangeBooked, at)
+	s.Applied("a", ChangeBooked, at)
+	s.Applied("a", ChangeBooked, at.Add(time.Second)) // fired already: dropped
+	select {
+	case got := <-ch:
+		if !got.Equal(at) {
+			t.Fatalf("stamp %v, want %v", got, at)
+		}
+	default:
+		t.Fatal("the watch of a did not fire")
+	}
+	if len(ch) != 0 || len(other) != 0 {
+		t.Fatalf("stamps left: a %d, b %d", len(ch), len(other))
+	}
+	disarm() // after firing: a no-op
+	if !s.Armed() {
+		t.Fatal("b's watch is gone")
+	}
+	disarmOther()
+	if s.Armed() {
+		t.Fatal("armed after every watch was disarmed")
+	}
+}

@@ -234,18 +234,23 @@ func stampChange(s *bench.ApplyStamps, ev *core.ReplicaEvent, at time.Time) {
 
 // stampedSink is a replica's bus as its service publishes to it, plus the
 // probe's stamps of the replica's own changes (bench.ReplicaProbe.ArmSent):
-// the time an admission or free was handed to the bus, read after Publish
-// returns, and only while a probe is armed.
+// the time an admission or free was handed to the bus, read just before
+// Publish (so that no peer can have applied it earlier), and only while a
+// probe is armed. Publish does not say whether the bus dropped the event:
+// a drop shows as not visible on the peer.
 type stampedSink struct {
 	sink   core.ReplicaSink
 	stamps *bench.ApplyStamps
 }
 
 func (s *stampedSink) Publish(ev *core.ReplicaEvent) {
-	s.sink.Publish(ev)
-	if s.stamps.Armed() {
-		stampChange(s.stamps, ev, time.Now())
+	if !s.stamps.Armed() {
+		s.sink.Publish(ev)
+		return
 	}
+	now := time.Now()
+	s.sink.Publish(ev)
+	stampChange(s.stamps, ev, now)
 }
 
 // CatalogVersion implements mesh.Applier.

@@ -29,8 +29,8 @@ var allowedInRepo = map[string][]string{
 	// core/text (tokenizers) is pure computation: no repository package.
 	"core/text":    {},
 	"zmqin":        {"core", "radix", "zmqin/zmtp", "zmqin/internal/msgpack", "zmqin/internal/ratelog", "zmqin/internal/budget"},
-	"zmqin/zmtp":   {"core", "zmqin/internal/budget"}, // core: the one endpoint parser (core.ParseZMQEndpoint)
-	"zmqin/mesh":   {"core", "zmqin/zmtp", "zmqin/internal/msgpack", "zmqin/internal/ratelog", "zmqin/internal/budget"},
+	"zmqin/zmtp":   {"core", "zmqin/internal/budget", "zmqin/internal/mpsc"}, // core: the one endpoint parser (core.ParseZMQEndpoint)
+	"zmqin/mesh":   {"core", "zmqin/zmtp", "zmqin/internal/msgpack", "zmqin/internal/ratelog", "zmqin/internal/budget", "zmqin/internal/mpsc"},
 	"zmqin/zmqpub": {"zmqin", "zmqin/zmtp", "core", "radix"},
 	"httpapi":      {"core", "core/text", "perf", "httpapi/internal/jsonscan"},
 	// The client is for callers: the standard library only.
@@ -64,11 +64,12 @@ var allowedInRepo = map[string][]string{
 	"zmqin/internal/msgpack": {},
 	"zmqin/internal/ratelog": {},
 	"zmqin/internal/budget":  {},
+	"zmqin/internal/mpsc":    {},
 	"zmqin/internal/zmqtest": {},
 	// The NATS event plane: Dynamo's envelope and RouterEvent codec, the
 	// KV ingress and booking exchange over NATS, the embedded server; the
 	// ActiveSequenceEvent codec is the mesh's.
-	"zmqin/natsplane": {"core", "radix", "zmqin/mesh", "zmqin/internal/msgpack", "zmqin/internal/ratelog", "zmqin/internal/budget"},
+	"zmqin/natsplane": {"core", "radix", "zmqin/mesh", "zmqin/internal/msgpack", "zmqin/internal/ratelog", "zmqin/internal/budget", "zmqin/internal/mpsc"},
 }
 
 // tableKey returns the key of allowedInRepo that governs package path pkg:

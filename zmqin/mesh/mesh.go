@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/zmqin/internal/budget"
+	"github.com/kvselect/kvselect/zmqin/internal/mpsc"
 	"github.com/kvselect/kvselect/zmqin/internal/ratelog"
 	"github.com/kvselect/kvselect/zmqin/zmtp"
 )
@@ -60,9 +61,10 @@ type Config struct {
 	DrainBatch int
 	DrainWait  time.Duration
 	// PublishBatch and PublishWait shape the publish batches: the first
-	// event queued and what is queued within 500 µs after it, up to 256,
-	// go to each peer in one write; a negative PublishWait sends each
-	// event as it is queued. See Mesh.publish for why and what it costs.
+	// event queued and what is queued within 500 µs after it go to each
+	// peer in one write, and with 256 queued the publisher does not wait;
+	// a negative PublishWait sends each event as it is queued. See
+	// Mesh.publish for why and what it costs.
 	PublishBatch int
 	PublishWait  time.Duration
 	// NoSnapshot turns kvselect's catch-up snapshot off: this process
@@ -178,7 +180,7 @@ type Mesh struct {
 	cfg   Config
 	id    uint64
 	pub   *zmtp.PubSocket
-	out   chan []byte
+	out   *mpsc.Queue[[]byte] // envelopes for the publisher (a cold 100,000-slot channel cost a cache miss a send)
 	in    chan *inEvent
 	free  sync.Pool // of *inEvent; see inEvent
 	ctx   context.Context
@@ -225,7 +227,7 @@ func New(cfg Config) (*Mesh, error) {
 	if cfg.MaxQueueBytes < cfg.MaxMessage {
 		return nil, fmt.Errorf("zmqin: replica mesh MaxQueueBytes %d below MaxMessage %d", cfg.MaxQueueBytes, cfg.MaxMessage)
 	}
-	m := &Mesh{cfg: cfg, id: cfg.ProcessID, out: make(chan []byte, cfg.Outbound), in: make(chan *inEvent, cfg.Inbound), affOut: make(chan []byte, cfg.AffinityOutbound)}
+	m := &Mesh{cfg: cfg, id: cfg.ProcessID, out: mpsc.New[[]byte](cfg.Outbound), in: make(chan *inEvent, cfg.Inbound), affOut: make(chan []byte, cfg.AffinityOutbound)}
 	for m.id == 0 {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
@@ -271,13 +273,11 @@ func (m *Mesh) Publish(ev *core.ReplicaEvent) {
 	payload := AppendEnvelope(make([]byte, 0, envelopeBound(ev)), ev, m.id)
 	n := int64(cap(payload))
 	if budget.Reserve(&m.st.outBytes, n, int64(m.cfg.MaxQueueBytes)) {
-		select {
-		case m.out <- payload:
+		if m.out.Put(payload) {
 			m.st.published.Add(1)
 			return
-		default:
-			m.st.outBytes.Add(-n)
 		}
+		m.st.outBytes.Add(-n)
 	}
 	m.st.outDropped.Add(1)
 }
@@ -289,8 +289,8 @@ var (
 
 // publish sends the queued events to every peer subscribed to
 // ReplicaTopic, until Close, in batches: the first event queued, then,
-// after PublishWait, what has been queued meanwhile (up to PublishBatch in
-// all; with a full batch already queued it does not wait). Events queue
+// after PublishWait, what has been queued meanwhile (all of it; when it
+// took PublishBatch events or more at once it does not wait). Events queue
 // without waking the publisher while it waits; the batch reaches each
 // peer's writer at once, which writes it with one flush, and the peer's
 // reader takes it in one read. Sent one by one, each event of a C1024
@@ -301,7 +301,7 @@ var (
 // wait adds at most PublishWait to the propagation lag.
 func (m *Mesh) publish() {
 	defer m.wg.Done()
-	batch := make([][]byte, 0, m.cfg.PublishBatch)
+	var batch, more [][]byte
 	var t *time.Timer
 	for {
 		select {
@@ -310,10 +310,12 @@ func (m *Mesh) publish() {
 		case payload := <-m.affOut:
 			m.sendAffinity(payload)
 			continue
-		case payload := <-m.out:
-			batch = append(batch, payload)
+		case <-m.out.Ready():
 		}
-		if m.cfg.PublishWait > 0 && len(m.out) < m.cfg.PublishBatch-1 {
+		if batch = m.out.Take(batch); len(batch) == 0 {
+			continue // taken by the last round's second take
+		}
+		if m.cfg.PublishWait > 0 && len(batch) < m.cfg.PublishBatch {
 			if t == nil {
 				t = time.NewTimer(m.cfg.PublishWait)
 			} else {
@@ -330,24 +332,22 @@ func (m *Mesh) publish() {
 					return
 				}
 			}
+			more = m.out.Take(more)
 		}
-	take:
-		for len(batch) < m.cfg.PublishBatch {
-			select {
-			case payload := <-m.out:
-				batch = append(batch, payload)
-			default:
-				break take
-			}
-		}
-		for _, payload := range batch {
-			m.st.outBytes.Add(-int64(cap(payload)))
-			m.pub.Send(ReplicaTopic, [][]byte{replicaTopicBytes, payload})
-		}
-		m.st.sent.Add(uint64(len(batch)))
-		clear(batch)
-		batch = batch[:0]
+		m.send(batch)
+		m.send(more)
+		clear(more) // the next Take clears batch
+		more = more[:0]
 	}
+}
+
+// send publishes queued envelopes to the peers.
+func (m *Mesh) send(payloads [][]byte) {
+	for _, payload := range payloads {
+		m.st.outBytes.Add(-int64(cap(payload)))
+		m.pub.Send(ReplicaTopic, [][]byte{replicaTopicBytes, payload})
+	}
+	m.st.sent.Add(uint64(len(payloads)))
 }
 
 // sendAffinity publishes one session binding. Bindings are few: each goes

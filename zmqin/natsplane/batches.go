@@ -145,7 +145,6 @@ func (b *Bookings) dynamoActive(now time.Time) bool {
 // snapshot answers.
 func (b *Bookings) publish(nc *nats.Conn) {
 	defer b.wg.Done()
-	batch := make([]outEvent, 0, b.cfg.PublishBatch)
 	var t *time.Timer
 	var p publisher
 	var beat <-chan time.Time
@@ -155,6 +154,7 @@ func (b *Bookings) publish(nc *nats.Conn) {
 		beat = tk.C
 		p.beat(b, nc) // known from the start
 	}
+	var batch, more []outEvent
 	for {
 		select {
 		case <-b.stop:
@@ -168,10 +168,12 @@ func (b *Bookings) publish(nc *nats.Conn) {
 		case reply := <-b.snapJobs:
 			b.serveSnapshot(nc, reply)
 			continue
-		case e := <-b.out:
-			batch = append(batch, e)
+		case <-b.out.Ready():
 		}
-		if b.cfg.PublishWait > 0 && len(b.out) < b.cfg.PublishBatch-1 {
+		if batch = b.out.Take(batch); len(batch) == 0 {
+			continue // taken by the last round's second take
+		}
+		if b.cfg.PublishWait > 0 && len(batch) < b.cfg.PublishBatch {
 			if t == nil {
 				t = time.NewTimer(b.cfg.PublishWait)
 			} else {
@@ -188,24 +190,26 @@ func (b *Bookings) publish(nc *nats.Conn) {
 					return
 				}
 			}
+			more = b.out.Take(more)
 		}
-	take:
-		for len(batch) < b.cfg.PublishBatch {
-			select {
-			case e := <-b.out:
-				batch = append(batch, e)
-			default:
-				break take
-			}
+		// The first batch is what was queued when the publisher woke and
+		// what came within the wait, up to PublishBatch; the rest goes in
+		// batches of PublishBatch.
+		all := batch
+		if len(more) > 0 {
+			all = append(batch, more...)
 		}
-		p.send(b, nc, batch)
+		for i := 0; i < len(all); i += b.cfg.PublishBatch {
+			p.send(b, nc, all[i:min(len(all), i+b.cfg.PublishBatch)])
+		}
 		var n int64
-		for i := range batch {
-			n += int64(cap(batch[i].buf))
+		for i := range all {
+			n += int64(cap(all[i].buf))
 		}
 		b.st.outBytes.Add(-n)
-		clear(batch)
-		batch = batch[:0]
+		batch = all
+		clear(more) // the next Take clears batch
+		more = more[:0]
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvselect/kvselect/core"
 	"github.com/kvselect/kvselect/zmqin/internal/budget"
+	"github.com/kvselect/kvselect/zmqin/internal/mpsc"
 	"github.com/kvselect/kvselect/zmqin/internal/ratelog"
 	"github.com/kvselect/kvselect/zmqin/mesh"
 	"github.com/nats-io/nats.go"
@@ -178,7 +179,7 @@ type Bookings struct {
 		released map[uint64]revival
 	}
 
-	out chan outEvent // encoded bookings, owned by the publisher goroutine once sent
+	out *mpsc.Queue[outEvent] // encoded bookings, owned by the publisher goroutine once taken
 	// affOut holds encoded session bindings, snapJobs the reply subjects
 	// of snapshot requests to answer: both drained by the publisher.
 	affOut   chan []byte
@@ -280,7 +281,7 @@ func NewBookings(cfg BookingsConfig) (*Bookings, error) {
 	b := &Bookings{cfg: cfg, id: cfg.RouterID, subject: cfg.Scope.Subject(TopicActiveSequences),
 		affSubject: cfg.Scope.Subject(TopicSessionAffinity), snapshotSubject: cfg.Scope.Subject(TopicSlotSnapshot),
 		batchSubject: cfg.Scope.Subject(TopicBookingBatch),
-		out:          make(chan outEvent, cfg.QueueLimit), affOut: make(chan []byte, cfg.AffinityQueueLimit),
+		out:          mpsc.New[outEvent](cfg.QueueLimit), affOut: make(chan []byte, cfg.AffinityQueueLimit),
 		snapJobs: make(chan string, snapshotJobs), snapKick: make(chan struct{}, 1), stop: make(chan struct{})}
 	b.req.lim = map[uint64]*mesh.SnapshotLimiter{}
 	b.live.seen, b.live.released = map[uint64]time.Time{}, map[uint64]revival{}
@@ -318,12 +319,10 @@ func (b *Bookings) Publish(ev *core.ReplicaEvent) {
 	buf, at := mesh.AppendEnvelopeAt(make([]byte, 0, mesh.EnvelopeBound(ev)), ev, b.id)
 	n := int64(cap(buf))
 	if budget.Reserve(&b.st.outBytes, n, int64(b.cfg.QueueBytes)) {
-		select {
-		case b.out <- outEvent{buf: buf, event: at}:
+		if b.out.Put(outEvent{buf: buf, event: at}) {
 			return
-		default:
-			b.st.outBytes.Add(-n)
 		}
+		b.st.outBytes.Add(-n)
 	}
 	b.st.outDropped.Add(1)
 }
@@ -471,7 +470,7 @@ func (b *Bookings) Close() error {
 func (b *Bookings) Stats() BookingStats {
 	s := BookingStats{
 		Published: b.st.published.Load(), PublishErrors: b.st.publishErrors.Load(), OutboundDropped: b.st.outDropped.Load(),
-		QueueDepth: len(b.out), QueueLimit: b.cfg.QueueLimit, QueueBytes: b.st.outBytes.Load(), QueueBytesLimit: b.cfg.QueueBytes,
+		QueueDepth: b.out.Len(), QueueLimit: b.cfg.QueueLimit, QueueBytes: b.st.outBytes.Load(), QueueBytesLimit: b.cfg.QueueBytes,
 		Batches: b.st.batches.Load(), BatchEvents: b.st.batchEvents.Load(), BatchPublishErrors: b.st.batchPublishErrors.Load(), Beats: b.st.beats.Load(),
 		DynamoForm: b.dynamoActive(time.Now()),
 		Received:   b.st.received.Load(), BatchesReceived: b.st.batchesReceived.Load(), BeatsReceived: b.st.beatsReceived.Load(), SkippedPeerForm: b.st.peerForm.Load(),

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/kvselect/kvselect/zmqin/internal/budget"
+	"github.com/kvselect/kvselect/zmqin/internal/mpsc"
 )
 
 // PubSocket is a bound ZMTP PUB socket: it accepts SUB peers, tracks each
@@ -66,9 +67,9 @@ var pubLimits = Limits{MaxFrames: 1, MaxFrameSize: 4 << 10, MaxMessageSize: 4 <<
 // PubPeer is one connected SUB peer of a PubSocket.
 type PubPeer struct {
 	zc   *Conn
-	q    chan [][]byte // bounded by HWM; frames are shared and immutable
-	done chan struct{} // closed when the peer's reader exits
-	gone chan struct{} // closed once the peer is out of PubSocket.mu.peers
+	q    *mpsc.Queue[[][]byte] // bounded by HWM; frames are shared and immutable
+	done chan struct{}         // closed when the peer's reader exits
+	gone chan struct{}         // closed once the peer is out of PubSocket.mu.peers
 	sock *PubSocket
 
 	mu     sync.Mutex
@@ -97,13 +98,11 @@ func (p *PubPeer) Send(frames [][]byte) bool {
 	n := frameBytes(frames)
 	if budget.Reserve(&p.bytes, n, int64(p.sock.cfg.MaxBytes)) {
 		p.sock.queued.Add(n) // before the writer can take it out
-		select {
-		case p.q <- frames:
+		if p.q.Put(frames) {
 			return true
-		default:
-			p.sock.queued.Add(-n) // before the peer's count, as in sent
-			p.bytes.Add(-n)
 		}
+		p.sock.queued.Add(-n) // before the peer's count, as in sent
+		p.bytes.Add(-n)
 	}
 	p.sock.dropped.Add(1)
 	return false
@@ -297,7 +296,7 @@ func (s *PubSocket) serve(c net.Conn) {
 	if err != nil {
 		return
 	}
-	p := &PubPeer{zc: zc, q: make(chan [][]byte, s.cfg.HWM), done: make(chan struct{}), gone: make(chan struct{}), sock: s}
+	p := &PubPeer{zc: zc, q: mpsc.New[[][]byte](s.cfg.HWM), done: make(chan struct{}), gone: make(chan struct{}), sock: s}
 	s.mu.Lock()
 	if s.mu.closed {
 		s.mu.Unlock()
@@ -314,8 +313,8 @@ func (s *PubSocket) serve(c net.Conn) {
 		// Once the reader is gone (it may queue a snapshot) nothing
 		// queues to p: uncount what it leaves behind.
 		<-p.done
-		for n := len(p.q); n > 0; n-- {
-			p.sent(<-p.q)
+		for _, frames := range p.q.Take(nil) {
+			p.sent(frames)
 		}
 		close(p.gone)
 	}()
@@ -363,26 +362,32 @@ func (s *PubSocket) serve(c net.Conn) {
 		}
 	}()
 
+	// Each wake-up writes all that is queued before one flush: a burst
+	// costs one write call, not one per message. A write error uncounts
+	// what was taken and not written.
+	var batch [][][]byte
 	for {
 		select {
 		case <-p.done:
 			return
-		case frames := <-p.q:
+		case <-p.q.Ready():
+		}
+		batch = p.q.Take(batch)
+		var err error
+		for i, frames := range batch {
 			p.sent(frames)
-			err := zc.SendHeld(frames)
-			// Drain what is already queued before one flush: a burst
-			// costs one write call, not one per message.
-			for n := len(p.q); err == nil && n > 0; n-- {
-				frames = <-p.q
-				p.sent(frames)
-				err = zc.SendHeld(frames)
+			if err = zc.SendHeld(frames); err != nil {
+				for _, rest := range batch[i+1:] {
+					p.sent(rest)
+				}
+				break
 			}
-			if err == nil {
-				err = zc.Flush()
-			}
-			if err != nil {
-				return
-			}
+		}
+		if err == nil && len(batch) > 0 {
+			err = zc.Flush()
+		}
+		if err != nil {
+			return
 		}
 	}
 }

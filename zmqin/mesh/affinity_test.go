@@ -199,7 +199,7 @@ func TestAffinityNotHeldByBookingBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The publisher has taken the booking and waits for more.
-	waitFor(t, "the booking taken", func() bool { return a.mesh.Stats().OutboundDepth == 0 })
+	waitFor(t, "the booking taken", func() bool { return a.mesh.out.Queued() == 0 && a.mesh.Stats().OutboundDepth == 1 })
 	r = &core.SelectRequest{SelectionID: "bound", HasSelectionID: true, SessionID: "s", HasSessionID: true}
 	r.TokenIDs, r.HasTokenIDs = []uint32{5, 6, 7, 8}, true
 	if err := a.svc.SelectAndReserve(r, &out); err != nil {

@@ -334,20 +334,40 @@ func (m *Mesh) publish() {
 			}
 			more = m.out.Take(more)
 		}
-		m.send(batch)
-		m.send(more)
-		clear(more) // the next Take clears batch
+		if !m.send(batch) || !m.send(more) {
+			return
+		}
+		// Let go of the sent envelopes now (the lengths stay: Take reads
+		// them to decide whether to keep the slices).
+		clear(batch)
+		clear(more)
 		more = more[:0]
 	}
 }
 
-// send publishes queued envelopes to the peers.
-func (m *Mesh) send(payloads [][]byte) {
-	for _, payload := range payloads {
-		m.st.outBytes.Add(-int64(cap(payload)))
-		m.pub.Send(ReplicaTopic, [][]byte{replicaTopicBytes, payload})
+// send publishes taken envelopes to the peers, PublishBatch at a time,
+// letting session bindings through between two chunks, and releases them
+// from the queue's bound; false when the mesh closes.
+func (m *Mesh) send(payloads [][]byte) bool {
+	for i := 0; i < len(payloads); i += m.cfg.PublishBatch {
+		if i > 0 {
+			select {
+			case <-m.ctx.Done():
+				return false
+			case payload := <-m.affOut:
+				m.sendAffinity(payload)
+			default:
+			}
+		}
+		chunk := payloads[i:min(len(payloads), i+m.cfg.PublishBatch)]
+		for _, payload := range chunk {
+			m.st.outBytes.Add(-int64(cap(payload)))
+			m.pub.Send(ReplicaTopic, [][]byte{replicaTopicBytes, payload})
+		}
+		m.st.sent.Add(uint64(len(chunk)))
+		m.out.Release(len(chunk))
 	}
-	m.st.sent.Add(uint64(len(payloads)))
+	return true
 }
 
 // sendAffinity publishes one session binding. Bindings are few: each goes

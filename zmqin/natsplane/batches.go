@@ -194,21 +194,38 @@ func (b *Bookings) publish(nc *nats.Conn) {
 		}
 		// The first batch is what was queued when the publisher woke and
 		// what came within the wait, up to PublishBatch; the rest goes in
-		// batches of PublishBatch.
+		// batches of PublishBatch at once, with bindings, beats and Close
+		// let through between two.
 		all := batch
 		if len(more) > 0 {
-			all = append(batch, more...)
+			all = append(batch, more...) // within the queue's limit: both are held
 		}
 		for i := 0; i < len(all); i += b.cfg.PublishBatch {
-			p.send(b, nc, all[i:min(len(all), i+b.cfg.PublishBatch)])
+			if i > 0 {
+				select {
+				case <-b.stop:
+					return
+				case <-beat:
+					p.beat(b, nc)
+				case a := <-b.affOut:
+					p.affinity(b, nc, a)
+				default:
+				}
+			}
+			chunk := all[i:min(len(all), i+b.cfg.PublishBatch)]
+			p.send(b, nc, chunk)
+			var n int64
+			for j := range chunk {
+				n += int64(cap(chunk[j].buf))
+			}
+			b.st.outBytes.Add(-n)
+			b.out.Release(len(chunk))
 		}
-		var n int64
-		for i := range all {
-			n += int64(cap(all[i].buf))
-		}
-		b.st.outBytes.Add(-n)
+		// Let go of the sent buffers now (the length stays: Take reads it
+		// to decide whether to keep the slice).
+		clear(all)
 		batch = all
-		clear(more) // the next Take clears batch
+		clear(more)
 		more = more[:0]
 	}
 }

@@ -128,7 +128,7 @@ type BookingStats struct {
 	Published       uint64 // events sent in Dynamo's form
 	PublishErrors   uint64 // of those, events nats.go refused (closed, reconnect buffer full)
 	OutboundDropped uint64 // events dropped at the full outbound queue
-	QueueDepth      int    // events queued (gauge)
+	QueueDepth      int    // events queued or being published (gauge)
 	QueueLimit      int    // BookingsConfig.QueueLimit
 	QueueBytes      int64  // bytes queued (gauge)
 	QueueBytesLimit int    // BookingsConfig.QueueBytes

@@ -75,8 +75,9 @@ type PubPeer struct {
 	mu     sync.Mutex
 	topics []string // subscribed prefixes, distinct, at most maxTopics; guarded by mu
 
-	// bytes is the frame bytes in q: counted by Send before queueing,
-	// uncounted by sent once taken out (at most the socket's MaxBytes).
+	// bytes is the frame bytes in q and not yet written: counted by Send
+	// before queueing, uncounted by sent as the writer writes each message
+	// (at most the socket's MaxBytes).
 	bytes atomic.Int64
 
 	// Local is the socket owner's state for this peer, for OnSubscribe:
@@ -386,6 +387,8 @@ func (s *PubSocket) serve(c net.Conn) {
 		if err == nil && len(batch) > 0 {
 			err = zc.Flush()
 		}
+		p.q.Release(len(batch))
+		clear(batch) // let go of the frames now; Take reads the length
 		if err != nil {
 			return
 		}

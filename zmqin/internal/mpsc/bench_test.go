@@ -18,6 +18,7 @@ func BenchmarkQueue(b *testing.B) {
 			}
 			<-q.Ready()
 			got = q.Take(got)
+			q.Release(len(got))
 		}
 	})
 	b.Run("chan", func(b *testing.B) {

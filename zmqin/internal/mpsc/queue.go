@@ -2,16 +2,19 @@ package mpsc
 
 import "sync"
 
-// Queue holds at most its limit of items, in the order Put queued them.
-// Put is safe from any goroutine; Ready and Take are for the one reader.
-// Its memory is the slice of queued items and each slice the reader holds
-// from a Take, each at most limit items, grown as bursts need.
+// Queue holds at most its limit of items not yet done with: those queued
+// and those the reader took and has not released. Put is safe from any
+// goroutine; Ready, Take and Release are for the one reader. Its memory is
+// the slice of queued items and each slice the reader holds from a Take,
+// together at most limit items in use; a slice passed back to Take that
+// is mostly unused after a burst is dropped, not kept.
 type Queue[T any] struct {
 	limit int
 	ready chan struct{} // holds a token once items goes from empty to not
 
 	mu    sync.Mutex
 	items []T // guarded by mu
+	held  int // taken and not released; guarded by mu
 }
 
 // New returns an empty queue of at most limit items (limit > 0).
@@ -25,7 +28,7 @@ func New[T any](limit int) *Queue[T] {
 // Put queues v, or reports false when the queue holds its limit.
 func (q *Queue[T]) Put(v T) bool {
 	q.mu.Lock()
-	if len(q.items) >= q.limit {
+	if len(q.items)+q.held >= q.limit {
 		q.mu.Unlock()
 		return false
 	}
@@ -46,20 +49,48 @@ func (q *Queue[T]) Put(v T) bool {
 // Every item is taken by a Take after some receive.
 func (q *Queue[T]) Ready() <-chan struct{} { return q.ready }
 
-// Take returns every queued item, in order, in the slice the previous
-// Take returned (pass it back; nil the first time), which the queue then
-// no longer holds. The items of the slice passed in are cleared.
+// keepCap is the capacity up to which a slice passed back to Take is
+// always reused; a larger one is reused only while a quarter of it was in
+// use, so that one burst does not pin its slices for good.
+const keepCap = 1024
+
+// Take returns every queued item, in order, and counts them as held until
+// Release. Pass in the slice the previous Take returned once done with
+// its items (nil the first time): the queue reuses it, cleared.
 func (q *Queue[T]) Take(last []T) []T {
-	clear(last)
-	last = last[:0]
+	if cap(last) > keepCap && len(last) < cap(last)/4 {
+		last = nil
+	} else {
+		clear(last)
+		last = last[:0]
+	}
 	q.mu.Lock()
 	q.items, last = last, q.items
+	q.held += len(last)
 	q.mu.Unlock()
 	return last
 }
 
-// Len is the number of items queued.
+// Release ends the hold of n taken items (the reader is done with them).
+func (q *Queue[T]) Release(n int) {
+	q.mu.Lock()
+	q.held -= n
+	if q.held < 0 {
+		q.mu.Unlock()
+		panic("BUG: mpsc: released more than taken")
+	}
+	q.mu.Unlock()
+}
+
+// Len is the number of items queued or taken and not released.
 func (q *Queue[T]) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items) + q.held
+}
+
+// Queued is the number of items queued and not yet taken.
+func (q *Queue[T]) Queued() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.items)

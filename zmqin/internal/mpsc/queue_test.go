@@ -23,13 +23,21 @@ func TestQueueBoundAndOrder(t *testing.T) {
 	}
 	<-q.Ready()
 	got := q.Take(nil)
-	if len(got) != 3 || got[0] != 0 || got[2] != 2 || q.Len() != 0 {
-		t.Fatalf("took %v, %d left", got, q.Len())
+	if len(got) != 3 || got[0] != 0 || got[2] != 2 || q.Len() != 3 || q.Queued() != 0 {
+		t.Fatalf("took %v, %d counted", got, q.Len())
+	}
+	if q.Put(3) {
+		t.Fatal("a put taken while the taken items are held")
+	}
+	q.Release(3)
+	if q.Len() != 0 {
+		t.Fatalf("%d counted after the release", q.Len())
 	}
 	if !q.Put(7) || len(q.Ready()) != 1 {
 		t.Fatal("a put into the emptied queue left no token")
 	}
 	again := q.Take(got)
+	q.Release(len(again))
 	if len(again) != 1 || again[0] != 7 {
 		t.Fatalf("second take %v", again)
 	}
@@ -66,6 +74,7 @@ func TestQueueManyWriters(t *testing.T) {
 		case <-done:
 		}
 		batch = q.Take(batch)
+		q.Release(len(batch))
 		for _, it := range batch {
 			if it[1] != next[it[0]] {
 				t.Fatalf("writer %d: item %d after %d", it[0], it[1], next[it[0]]-1)
@@ -76,5 +85,26 @@ func TestQueueManyWriters(t *testing.T) {
 	}
 	if q.Len() != 0 {
 		t.Fatalf("%d left", q.Len())
+	}
+}
+
+// TestQueueDropsBurstSlices: a slice of a burst passed back mostly unused
+// is not kept as the queue's buffer.
+func TestQueueDropsBurstSlices(t *testing.T) {
+	q := New[int](100_000)
+	for i := range 50_000 {
+		q.Put(i)
+	}
+	big := q.Take(nil)
+	q.Release(len(big))
+	q.Put(1)
+	small := q.Take(big[:1]) // mostly unused: dropped
+	q.Release(len(small))
+	q.Put(2)
+	q.mu.Lock()
+	c := cap(q.items)
+	q.mu.Unlock()
+	if c > keepCap {
+		t.Fatalf("the queue kept a %d-item buffer after the burst", c)
 	}
 }
